@@ -1,0 +1,28 @@
+# Two entry points for users: `make demo` and `make test`. Both install into .venv first.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check "torch==2.13.0" -e ".[dev]"
+	$(PY) -c "import torch, mindspore, numpy, safetensors, click; assert numpy.__version__ < '2'"
+	touch $(STAMP)
+
+demo: install
+	$(PY) scripts/demo.py
+
+test: install
+	$(PY) -m pytest -n 2 -q tests
+
+bench: install
+	$(PY) scripts/bench_convert.py
+	$(PY) scripts/bench_compare.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

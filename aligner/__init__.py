@@ -1,0 +1,28 @@
+"""aligner: numerical alignment between PyTorch and MindSpore.
+
+The library API (used inside training scripts) is imported lazily so `import aligner` stays cheap and works with only
+one framework installed.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_API = {
+    "fix_random": "aligner.randomness",
+    "disable_dropout": "aligner.randomness",
+    "check_determinism": "aligner.randomness",
+    "dump": "aligner.dumping",
+    "save": "aligner.dumping",
+}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'aligner' has no attribute {name!r}")
