@@ -1,0 +1,90 @@
+"""The interface every checkpoint reader implements: names in file order, lazy per-tensor access."""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import mmap
+from typing import Iterator
+
+import numpy as np
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PAGE = mmap.PAGESIZE
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    """Shape and canonical dtype of one stored tensor, known without reading its data."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+class TensorSource:
+    """A checkpoint opened for reading. Subclasses fill `infos` (file order) and implement `_load`.
+
+    `framework` is the naming convention of the names ("pytorch" or "mindspore"), None when unknown (safetensors
+    and npy files may hold either). `notes` are facts worth showing the user (nesting key, skipped entries, tied weights).
+    """
+
+    format: str = ""
+
+    def __init__(self, path: str, framework: str | None) -> None:
+        self.path = path
+        self.framework = framework
+        self.infos: dict[str, TensorInfo] = {}
+        self.notes: list[str] = []
+        self.tied: dict[str, str] = {}   # name -> earlier name sharing the same storage
+        self.file_backed = False         # arrays are read-only views on a file mapping (pages can be dropped)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.infos)
+
+    def info(self, name: str) -> TensorInfo:
+        return self.infos[name]
+
+    def get(self, name: str) -> np.ndarray:
+        """The tensor as a numpy array (a zero-copy view on the file where the format allows it)."""
+        return self._load(name)
+
+    def items(self) -> Iterator[tuple[str, np.ndarray]]:
+        for name in self.infos:
+            yield name, self.get(name)
+
+    def release(self, array: np.ndarray) -> None:
+        """Drop the file pages behind a view from this process's memory once it has been consumed."""
+        if self.file_backed:
+            drop_pages(array)
+
+    def _load(self, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release file handles and mappings."""
+
+    def __enter__(self) -> "TensorSource":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def drop_pages(array: np.ndarray) -> None:
+    """madvise(DONTNEED) the whole pages inside a read-only file-backed view so RSS stays at one tensor."""
+    if array.nbytes < 4 * _PAGE:
+        return
+    start = array.__array_interface__["data"][0]
+    first = -(-start // _PAGE) * _PAGE
+    last = (start + array.nbytes) // _PAGE * _PAGE
+    if last > first:
+        _libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), 4)  # 4 = MADV_DONTNEED
+
+
+def contiguous(array: np.ndarray) -> np.ndarray:
+    """C-contiguous array, copying only when needed (unlike np.ascontiguousarray, keeps 0-d arrays 0-d)."""
+    return array if array.flags.c_contiguous else array.copy(order="C")
