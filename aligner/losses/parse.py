@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -38,7 +39,7 @@ class LossCurve:
     format: str                   # one of FORMATS
     steps: tuple[int, ...]        # global step of each loss, strictly increasing, 1-based
     losses: tuple[float, ...]
-    quanta: tuple[float, ...]     # unit of the last printed digit of each loss (0.0 for nan/inf)
+    resolution: float             # unit of the finest last printed digit ('0.1235' -> 1e-4): the log's rounding
     epoch_starts: frozenset[int]  # global steps where a new epoch begins (after the first epoch)
     pattern: str | None = None    # the regex that matched, for text logs
     pattern_name: str | None = None
@@ -88,8 +89,13 @@ def compile_pattern(pattern: str, option: str = "--pattern") -> re.Pattern[str]:
     return regex
 
 
-def read_losses(path: str | Path, pattern: str | None = None, option: str = "--pattern") -> LossCurve:
-    """Read one run's loss curve; `pattern` (text logs only) replaces the default regexes."""
+def read_losses(path: str | Path, pattern: str | None = None, option: str = "--pattern",
+                require_text: bool = True) -> LossCurve:
+    """Read one run's loss curve; `pattern` replaces the default regexes of text logs.
+
+    A pattern given for a CSV/JSON/JSONL file is an error, or ignored when `require_text` is False (a pattern
+    shared by two logs of different formats). `option` names the pattern's source in messages.
+    """
     path = Path(path)
     if not path.is_file():
         raise AlignerError(f"{path}: no such file" if not path.exists() else f"{path} is not a file")
@@ -100,7 +106,7 @@ def read_losses(path: str | Path, pattern: str | None = None, option: str = "--p
     if not text.strip():
         raise AlignerError(f"{path} is empty")
     fmt = detect_format(path, text)
-    if pattern is not None and fmt != "text":
+    if pattern is not None and fmt != "text" and require_text:
         raise AlignerError(f"{option} applies to text logs, but {path} is {fmt.upper()}")
     regex_used: tuple[str, str] | None = None
     if fmt == "text":
@@ -115,7 +121,7 @@ def read_losses(path: str | Path, pattern: str | None = None, option: str = "--p
     losses = tuple(_to_float(path, r) for r in records)
     return LossCurve(
         path=str(path), format=fmt, steps=tuple(steps), losses=losses,
-        quanta=tuple(_quantum(r.token) for r in records), epoch_starts=frozenset(epoch_starts),
+        resolution=min(_quantum(r.token) for r in records), epoch_starts=frozenset(epoch_starts),
         pattern=regex_used[1] if regex_used else None, pattern_name=regex_used[0] if regex_used else None,
     )
 
@@ -238,12 +244,12 @@ def _to_float(path: Path, record: _Record) -> float:
 
 
 def _quantum(token: str) -> float:
-    """The value of the last written digit ('0.1235' -> 1e-4): the rounding the log applied to the loss."""
+    """The value of the last written digit ('0.1235' -> 1e-4; inf for nan/inf, which say nothing about rounding)."""
     try:
         exponent = Decimal(token.strip().lstrip("[").strip()).as_tuple().exponent
     except InvalidOperation:
-        return 0.0
-    return 10.0 ** exponent if isinstance(exponent, int) else 0.0
+        return math.inf
+    return 10.0 ** exponent if isinstance(exponent, int) else math.inf
 
 
 def _global_steps(path: Path, records: list[_Record]) -> tuple[list[int], list[int]]:
