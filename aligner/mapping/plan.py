@@ -1,0 +1,206 @@
+"""Build a conversion plan: for every output tensor, its source(s), the ops to apply and why (rule, user, target)."""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any, Iterator
+
+import numpy as np
+
+from aligner.io.base import TensorInfo, TensorSource
+from aligner.mapping import structural
+from aligner.mapping.rules import group_names, infer_rule, reverse_op, split_name
+from aligner.mapping.transforms import apply_ops, shape_after
+from aligner.mapping.usermap import UserMap
+
+FAILING = ("missing", "shape mismatch", "ambiguous")
+
+
+@dataclasses.dataclass
+class Entry:
+    """One row of the plan. `target` None = the source is not written (dropped / unexpected)."""
+
+    target: str | None
+    sources: list[str]
+    status: str      # unchanged renamed transformed created dropped structural missing unexpected shape mismatch ambiguous
+    reason: str = ""
+    ops: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    info: TensorInfo | None = None   # output shape/dtype
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "sources": self.sources, "status": self.status, "reason": self.reason,
+                "ops": self.ops, "shape": list(self.info.shape) if self.info else None,
+                "dtype": self.info.dtype if self.info else None}
+
+
+@dataclasses.dataclass
+class Plan:
+    """All entries, in output order, plus what the user should know."""
+
+    src_framework: str
+    dst_framework: str
+    entries: list[Entry]
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def outputs(self) -> list[Entry]:
+        return [e for e in self.entries if e.target is not None and e.status not in FAILING]
+
+    @property
+    def failures(self) -> list[Entry]:
+        return [e for e in self.entries if e.status in FAILING]
+
+    def counts(self) -> Counter:
+        return Counter(e.status for e in self.entries)
+
+    def output_infos(self) -> dict[str, TensorInfo]:
+        return {e.target: e.info for e in self.outputs}
+
+    def tensors(self, source: TensorSource) -> Iterator[tuple[str, np.ndarray]]:
+        """Stream (target name, array); each source's file pages are dropped once its entry is written."""
+        for entry in self.outputs:
+            arrays = [source.get(s) for s in entry.sources]
+            out = apply_ops(arrays, entry.ops) if entry.ops else arrays[0]
+            yield entry.target, out
+            for a in arrays:
+                source.release(a)
+
+
+def _entry_from_rules(name: str, prefix: str, leaf: str, info: TensorInfo, rule, src: str, dst: str) -> Entry:
+    if rule is None:
+        return Entry(name, [name], "unchanged", "no rule applies: same name", info=info)
+    if src == "pytorch" and leaf in rule.pytorch_only:
+        return Entry(None, [name], "dropped", f"{rule.type}: {leaf} has no MindSpore twin")
+    new_leaf = rule.leaf_map(src).get(leaf, leaf)
+    new_prefix = prefix
+    if dst == "pytorch" and rule.mindspore_infix and split_name(prefix)[1] == rule.mindspore_infix:
+        new_prefix = split_name(prefix)[0]
+    ops: list[dict[str, Any]] = []
+    pt_leaf = leaf if src == "pytorch" else new_leaf
+    if pt_leaf in rule.reshape:
+        kind, axis = (rule.reshape[pt_leaf] if src == "pytorch" else reverse_op(rule.reshape[pt_leaf])).split(":")
+        ops.append({"op": kind, "axis": int(axis)})
+    target = f"{new_prefix}.{new_leaf}" if new_prefix else new_leaf
+    shape = shape_after([info.shape], ops) if ops else info.shape
+    status = "transformed" if ops else ("renamed" if target != name else "unchanged")
+    return Entry(target, [name], status, f"{rule.type} rule", ops, TensorInfo(shape, info.dtype))
+
+
+def _user_transforms(user: UserMap, infos: dict[str, TensorInfo]) -> list[Entry]:
+    entries = []
+    for i, t in enumerate(user.transforms, 1):
+        sources = [t["source"]] if "source" in t else list(t["sources"])
+        unknown = [s for s in sources if s not in infos]
+        if unknown:
+            from aligner.errors import AlignerError
+            raise AlignerError(f"{user.path}: transform #{i} names unknown source(s) {', '.join(unknown)}")
+        shapes = [infos[s].shape for s in sources]
+        dtype = infos[sources[0]].dtype
+        op = t["op"]
+        if op == "split":
+            for j, target in enumerate(t["targets"]):
+                ops = [{"op": "split", "axis": int(t["axis"]), "parts": len(t["targets"]), "index": j}]
+                entries.append(Entry(target, sources, "transformed", f"user transform #{i} (split)", ops,
+                                     TensorInfo(shape_after(shapes, ops), dtype)))
+            continue
+        ops = [{"op": "concat", "axis": int(t["axis"])}] if op == "concat" else \
+            [{"op": op, "shape" if op == "reshape" else "perm": list(t["shape" if op == "reshape" else "perm"])}]
+        entries.append(Entry(t["target"], sources, "transformed", f"user transform #{i} ({op})", ops,
+                             TensorInfo(shape_after(shapes, ops), dtype)))
+    return entries
+
+
+def build_plan(infos: dict[str, TensorInfo], src: str, dst: str, user: UserMap | None = None,
+               like: dict[str, TensorInfo] | None = None, tied: dict[str, str] | None = None) -> Plan:
+    """Map source names (framework `src`) to framework `dst`: user rules, then layer rules, then the target."""
+    user = user or UserMap()
+    entries = _user_transforms(user, infos)
+    consumed = user.transform_sources()
+    for prefix, leaves in group_names({n: i for n, i in infos.items() if n not in consumed}).items():
+        rule = infer_rule(prefix, leaves, src) if src != dst else None
+        for leaf, info in leaves.items():
+            name = f"{prefix}.{leaf}" if prefix else leaf
+            utargets = user.targets(name)
+            if utargets is not None:
+                if not utargets:
+                    entries.append(Entry(None, [name], "dropped", "user drop"))
+                entries.extend(Entry(t, [name], "renamed" if t != name else "unchanged", "user rename", info=info)
+                               for t in utargets)
+                continue
+            entries.append(_entry_from_rules(name, prefix, leaf, info, rule, src, dst))
+        if rule is not None and dst == "pytorch":
+            new_prefix = next((split_name(e.target)[0] for e in entries[::-1] if e.target and e.sources
+                               and split_name(e.sources[0])[0] == prefix), prefix)
+            for leaf, spec in rule.pytorch_only.items():
+                target = f"{new_prefix}.{leaf}" if new_prefix else leaf
+                entries.append(Entry(target, [], "created", f"{rule.type}: {leaf} recreated as {spec['value']}",
+                                     [{"op": "create", **spec}], TensorInfo(tuple(spec["shape"]), spec["dtype"])))
+    plan = Plan(src, dst, entries)
+    if like is not None:
+        _reconcile(plan, infos, like, tied or {})
+    return plan
+
+
+def _fit(entry: Entry, target: str, want: TensorInfo, how: str) -> None:
+    """Point an entry at a target key, adding a reshape (unit axes only) or cast where the target needs one."""
+    entry.target = target
+    have = entry.info
+    if have.shape != want.shape:
+        if structural.squeeze_shape(have.shape) == structural.squeeze_shape(want.shape):
+            entry.ops = entry.ops + [{"op": "reshape", "shape": list(want.shape)}]
+            entry.status, how = "transformed", f"{how}; reshaped {list(have.shape)} -> {list(want.shape)}"
+        else:
+            entry.status, entry.reason = "shape mismatch", f"{how}; source {list(have.shape)} vs target {list(want.shape)}"
+            return
+    if have.dtype != want.dtype:
+        entry.ops = entry.ops + [{"op": "cast", "dtype": want.dtype}]
+        how = f"{how}; cast {have.dtype} -> {want.dtype}"
+    entry.info = want
+    entry.reason = how
+
+
+def _reconcile(plan: Plan, infos: dict[str, TensorInfo], like: dict[str, TensorInfo], tied: dict[str, str]) -> None:
+    """Make the plan fill exactly the target's keys: direct hits, then structural matches; report the rest."""
+    claimed: set[str] = set()
+    leftovers: list[Entry] = []
+    for entry in plan.entries:
+        if entry.target is None:
+            continue
+        candidates = [entry.target] + [s for s in entry.sources[:1] if s != entry.target and len(entry.sources) == 1]
+        hit = next((c for c in candidates if c in like and c not in claimed), None)
+        if hit is None:
+            leftovers.append(entry)
+            continue
+        claimed.add(hit)
+        if hit != entry.target:  # e.g. a mint.nn target keeps weight/bias: the original name is right
+            entry.ops, entry.info = [], infos[entry.sources[0]]
+            entry.status = "unchanged" if hit == entry.sources[0] else "renamed"
+        _fit(entry, hit, like[hit], entry.reason or "target key")
+    free_targets = {k: v for k, v in like.items() if k not in claimed}
+    by_name = {e.target: e for e in leftovers if e.status != "created"}
+    pairs, ambiguous = structural.match({n: e.info.shape for n, e in by_name.items()}, free_targets)
+    for sname, tname, reason in pairs:
+        entry = by_name.pop(sname)
+        entry.status = "structural"
+        _fit(entry, tname, like[tname], reason)
+        claimed.add(tname)
+    for entry in leftovers:
+        if entry.status == "created" or entry.target in by_name and entry is by_name[entry.target]:
+            src = entry.sources[0] if entry.sources else None
+            if entry.status == "created":
+                entry.status, entry.reason = "dropped", "not in the target"
+            elif src in tied:
+                entry.status, entry.reason = "dropped", f"tied to {tied[src]}"
+            else:
+                entry.status, entry.reason = "unexpected", "no place for it in the target"
+            entry.target = None
+    for key, info in like.items():
+        if key in claimed:
+            continue
+        if key in ambiguous:
+            plan.entries.append(Entry(key, [], "ambiguous", "several sources fit equally: "
+                                      + ", ".join(ambiguous[key]) + " (add a --map rename)", info=info))
+        else:
+            plan.entries.append(Entry(key, [], "missing", "no source fits this target key", info=info))
+    order = {k: i for i, k in enumerate(like)}
+    plan.entries.sort(key=lambda e: order.get(e.target, len(order)) if e.target else len(order))

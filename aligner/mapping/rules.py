@@ -1,0 +1,112 @@
+"""Built-in layer rules (mappings/torch_mindspore.yaml) and recognising a parameter group's layer type."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from aligner.io.base import TensorInfo
+
+RULES_FILE = Path(__file__).resolve().parents[2] / "mappings" / "torch_mindspore.yaml"
+FRAMEWORKS = ("pytorch", "mindspore")
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """Which leaves (with ranks) a group must hold for a rule to apply."""
+
+    required: dict[str, int | None]
+    optional: dict[str, int | None]
+    exact: bool
+    name_hint: re.Pattern | None
+
+    @classmethod
+    def parse(cls, data: dict[str, Any] | None) -> "Signature | None":
+        if data is None:
+            return None
+        leaves = data["leaves"]
+        return cls({k: v for k, v in leaves.items() if not k.endswith("?")},
+                   {k[:-1]: v for k, v in leaves.items() if k.endswith("?")},
+                   bool(data.get("exact", False)),
+                   re.compile(data["name_hint"]) if data.get("name_hint") else None)
+
+    def matches(self, prefix: str, leaves: dict[str, TensorInfo]) -> bool:
+        def rank_ok(name: str, rank: int | None) -> bool:
+            return rank is None or len(leaves[name].shape) == rank
+
+        if not all(name in leaves and rank_ok(name, rank) for name, rank in self.required.items()):
+            return False
+        if not all(rank_ok(name, rank) for name, rank in self.optional.items() if name in leaves):
+            return False
+        if self.exact and not set(leaves) <= set(self.required) | set(self.optional):
+            return False
+        return self.name_hint is None or bool(self.name_hint.search(prefix))
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerRule:
+    """How one layer type's parameters are named and laid out in each framework."""
+
+    type: str
+    signatures: dict[str, Signature | None]
+    rename: dict[str, str]                 # pytorch leaf -> mindspore leaf
+    reshape: dict[str, str]                # pytorch leaf -> op going pytorch -> mindspore
+    pytorch_only: dict[str, dict[str, Any]]
+    mindspore_infix: str | None
+    note: str
+
+    def leaf_map(self, src: str) -> dict[str, str]:
+        """Leaf renames in the direction away from `src`."""
+        return dict(self.rename) if src == "pytorch" else {v: k for k, v in self.rename.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def load_rules(path: str = str(RULES_FILE)) -> tuple[LayerRule, ...]:
+    """Parse the rules file once."""
+    data = yaml.safe_load(Path(path).read_text())
+    rules = []
+    for item in data["rules"]:
+        rules.append(LayerRule(
+            type=item["type"],
+            signatures={fw: Signature.parse(item.get(fw)) for fw in FRAMEWORKS},
+            rename=item.get("rename") or {},
+            reshape={leaf: ops["pytorch_to_mindspore"] for leaf, ops in (item.get("reshape") or {}).items()},
+            pytorch_only=item.get("pytorch_only") or {},
+            mindspore_infix=item.get("mindspore_infix"),
+            note=item.get("note", ""),
+        ))
+    return tuple(rules)
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """('layer1.bn', 'weight') for 'layer1.bn.weight'; ('', 'w') for a top-level 'w'."""
+    prefix, _, leaf = name.rpartition(".")
+    return prefix, leaf
+
+
+def group_names(infos: dict[str, TensorInfo]) -> dict[str, dict[str, TensorInfo]]:
+    """Parameters grouped by module prefix, groups and leaves in first-seen order."""
+    groups: dict[str, dict[str, TensorInfo]] = {}
+    for name, info in infos.items():
+        prefix, leaf = split_name(name)
+        groups.setdefault(prefix, {})[leaf] = info
+    return groups
+
+
+def infer_rule(prefix: str, leaves: dict[str, TensorInfo], framework: str) -> LayerRule | None:
+    """The first rule whose `framework`-side signature matches this group, or None (names kept as they are)."""
+    for rule in load_rules():
+        sig = rule.signatures.get(framework)
+        if sig is not None and sig.matches(prefix, leaves):
+            return rule
+    return None
+
+
+def reverse_op(op: str) -> str:
+    """The inverse of an `unsqueeze:N` / `squeeze:N` reshape."""
+    kind, axis = op.split(":")
+    return f"{'squeeze' if kind == 'unsqueeze' else 'unsqueeze'}:{axis}"

@@ -1,0 +1,91 @@
+"""Match parameters the rules could not place, by structure: same layout, order within module groups, name similarity.
+
+Used only with a target (`--like`): each leftover module group is summarised by its signature (leaves named the
+framework-neutral way, shapes without unit axes). Groups with the same signature are paired in order when both sides
+have the same number of them; otherwise by path similarity, and a near tie is reported as ambiguous, never guessed.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+
+from aligner.io.base import TensorInfo
+from aligner.mapping.rules import load_rules, split_name
+
+MIN_SIMILARITY = 0.5
+MIN_MARGIN = 0.15
+
+
+@functools.lru_cache(maxsize=None)
+def _neutral_leaves() -> dict[str, str]:
+    return {ms: pt for rule in load_rules() for pt, ms in rule.rename.items()}
+
+
+def neutral_leaf(leaf: str) -> str:
+    """A leaf name in PyTorch spelling whichever framework it comes from (gamma -> weight, moving_mean -> running_mean)."""
+    return _neutral_leaves().get(leaf, leaf)
+
+
+def squeeze_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
+
+
+def _groups(items: dict[str, tuple[int, ...]]) -> dict[str, dict[str, str]]:
+    """prefix -> {neutral leaf: full name}, in first-seen order."""
+    groups: dict[str, dict[str, str]] = {}
+    for name in items:
+        prefix, leaf = split_name(name)
+        groups.setdefault(prefix, {})[neutral_leaf(leaf)] = name
+    return groups
+
+
+def _signature(group: dict[str, str], shapes: dict[str, tuple[int, ...]]) -> tuple:
+    return tuple(sorted((leaf, squeeze_shape(shapes[name])) for leaf, name in group.items()))
+
+
+def _norm(path: str) -> str:
+    return path.lower().replace("_", "").replace("-", "")
+
+
+def match(sources: dict[str, tuple[int, ...]], targets: dict[str, TensorInfo]
+          ) -> tuple[list[tuple[str, str, str]], dict[str, list[str]]]:
+    """Pair leftover sources (name as the rules would call it -> shape) with leftover target names.
+
+    Returns ([(source name, target name, reason)], {target name: [ambiguous source candidates]}).
+    """
+    tshapes = {name: info.shape for name, info in targets.items()}
+    sgroups, tgroups = _groups(sources), _groups(tshapes)
+    by_sig: dict[tuple, tuple[list[str], list[str]]] = {}
+    for prefix, group in sgroups.items():
+        by_sig.setdefault(_signature(group, sources), ([], []))[0].append(prefix)
+    for prefix, group in tgroups.items():
+        by_sig.setdefault(_signature(group, tshapes), ([], []))[1].append(prefix)
+
+    pairs: list[tuple[str, str, str]] = []
+    ambiguous: dict[str, list[str]] = {}
+    for s_prefixes, t_prefixes in by_sig.values():
+        if not s_prefixes or not t_prefixes:
+            continue
+        if len(s_prefixes) == len(t_prefixes):
+            n = len(t_prefixes)
+            chosen = [(s, t, f"structural: same layout, group {i + 1} of {n} in order")
+                      for i, (s, t) in enumerate(zip(s_prefixes, t_prefixes))]
+        else:
+            chosen = []
+            free = list(s_prefixes)
+            for t in t_prefixes:
+                scored = sorted(((difflib.SequenceMatcher(None, _norm(s), _norm(t)).ratio(), s) for s in free),
+                                reverse=True)
+                best = scored[0] if scored else (0.0, "")
+                second = scored[1][0] if len(scored) > 1 else 0.0
+                if best[0] >= MIN_SIMILARITY and best[0] - second >= MIN_MARGIN:
+                    chosen.append((best[1], t, f"structural: same layout, name similarity {best[0]:.2f}"))
+                    free.remove(best[1])
+                else:
+                    for leaf_name in tgroups[t].values():
+                        ambiguous[leaf_name] = [sgroups[s][neutral_leaf(split_name(leaf_name)[1])]
+                                                for _, s in scored[:3]]
+        for s, t, reason in chosen:
+            for leaf, tname in tgroups[t].items():
+                pairs.append((sgroups[s][leaf], tname, reason))
+    return pairs, ambiguous

@@ -1,0 +1,1 @@
+"""Terminal renderings shared by the commands."""
