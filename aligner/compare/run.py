@@ -1,0 +1,96 @@
+"""The `align compare` pipeline: read both sides -> match records -> metrics -> verdicts -> reports; returns the exit code."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+from aligner.compare.evaluate import Row, evaluate, evaluate_all
+from aligner.compare.matching import match
+from aligner.compare.report import Report, print_table, summary, write_csv, write_html, write_json
+from aligner.compare.sources import Source, read_source
+from aligner.compare.verdict import bisect as bisect_rows
+from aligner.compare.verdict import judge
+from aligner.errors import EXIT_FOUND, EXIT_OK, EXIT_USAGE, AlignerError
+
+_PROGRESS_MIN = 200  # pairs before a progress bar is worth showing
+
+
+def choose_reference(ref: str | None, frameworks: tuple[str, str]) -> int:
+    """Index (0 or 1) of the reference side: --ref first|second|pytorch|mindspore; default PyTorch, else second."""
+    if ref is None:
+        return 0 if frameworks[0] == "pytorch" and frameworks[1] != "pytorch" else 1
+    if ref in ("first", "second"):
+        return 0 if ref == "first" else 1
+    sides = [i for i, fw in enumerate(frameworks) if fw == ref]
+    if len(sides) != 1:
+        raise AlignerError(f"--ref {ref}: {'neither' if not sides else 'both'} side(s) were dumped by {ref} "
+                           f"(manifests say {frameworks[0]} and {frameworks[1]}); use --ref first|second")
+    return sides[0]
+
+
+def _label(source: Source) -> str:
+    return f"{source.root} ({source.framework})"
+
+
+def _evaluate_with_progress(pairs: list, rtol: float | None, atol: float | None, workers: int | None) -> list[Row]:
+    """evaluate_all with a progress bar on stderr when it is a terminal and the run is long."""
+    if len(pairs) < _PROGRESS_MIN or not sys.stderr.isatty():
+        return evaluate_all(pairs, rtol, atol, workers)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task("comparing", total=len(pairs))
+        return evaluate_all(pairs, rtol, atol, workers, progress=lambda: bar.advance(task))
+
+
+def _write(path: str, writer: Callable, report: Report) -> None:
+    from aligner.atomic import atomic_open
+
+    if path == "-":
+        writer(report, sys.stdout)
+        return
+    with atomic_open(path, "w") as fh:
+        writer(report, fh)
+
+
+def run_compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str | None = None,
+                rtol: float | None = None, atol: float | None = None, bisect: bool = False,
+                json_out: str | None = None, csv_out: str | None = None, html_out: str | None = None,
+                full: bool = False, workers: int | None = None) -> int:
+    """Run the comparison, print/write the reports, and return the exit code (0 match, 1 divergence, 2 input errors)."""
+    rename = None
+    if map_file is not None:
+        from aligner.mapping import load_user_map
+
+        rename = load_user_map(map_file).rename_path
+    sources = (read_source(dumps_a), read_source(dumps_b))
+    if Path(dumps_a).resolve() == Path(dumps_b).resolve():
+        raise AlignerError(f"both arguments name the same directory {dumps_a}")
+    r = choose_reference(ref, (sources[0].framework, sources[1].framework))
+    side_a, side_b = sources[1 - r], sources[r]
+    pairs = match(side_a.items, side_b.items, rename_a=rename if r == 1 else None, rename_b=rename if r == 0 else None)
+    if bisect:
+        rows = [Row(p) for p in pairs]
+        verdict = bisect_rows(rows, lambda i: evaluate(pairs[i], rtol, atol))
+    else:
+        rows = _evaluate_with_progress(pairs, rtol, atol, workers)
+        verdict = judge(rows)
+    report = Report(_label(side_a), _label(side_b), rows, verdict, side_a.problems + side_b.problems)
+    to_stdout = "-" in (json_out, csv_out)
+    if json_out:
+        _write(json_out, write_json, report)
+    if csv_out:
+        _write(csv_out, write_csv, report)
+    if html_out:
+        _write(html_out, write_html, report)
+    if not to_stdout:
+        from rich.console import Console
+
+        console = Console(width=None if sys.stdout.isatty() else 160)
+        print_table(report, console, full)
+        console.print(summary(report), highlight=False, soft_wrap=True)
+    unmatched = any(row.status == "unmatched" for row in rows)
+    if verdict.findings or unmatched:
+        return EXIT_FOUND
+    return EXIT_USAGE if report.errors or report.problems else EXIT_OK

@@ -1,0 +1,220 @@
+"""Read one side of a comparison: an aligner dump directory (manifest + .npy) or a plain directory of .npy files.
+
+Readers know nothing of comparison: they list records in execution order and open tensors as chunk streams. A bad
+file or manifest line becomes an `Item.error` (that row is marked, the comparison goes on); only a directory that
+cannot be compared at all raises `AlignerError`.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from aligner import manifest
+from aligner.dtypes import canonical, to_numpy
+from aligner.errors import AlignerError
+
+_GRAD_TOKENS = {"backward", "grad", "grads", "gradient"}
+_MAX_HEADER = 1 << 16
+
+
+class TensorError(ValueError):
+    """A tensor file that cannot be read (missing, truncated, pickled, not .npy, or not what the manifest says)."""
+
+
+@dataclasses.dataclass
+class Item:
+    """One record of one side, with where its tensor lives and anything wrong with it."""
+
+    record: manifest.Record
+    path: Path | None = None
+    error: str | None = None
+
+    @property
+    def link(self) -> str | None:
+        """Identity of the tensor's content (its digest file name, else its statistics) to follow data flow."""
+        if self.record.file:
+            return self.record.file
+        if self.record.stats:
+            return json.dumps([self.record.shape, self.record.stats], sort_keys=True)
+        return None
+
+
+@dataclasses.dataclass
+class Source:
+    """One side: its records in execution order and what the manifest header says."""
+
+    root: Path
+    framework: str           # "pytorch" | "mindspore" | "numpy" | "unknown"
+    mode: str                # "full" | "stats" | "npy" (plain directory of .npy files)
+    items: list[Item]
+    problems: list[str]      # manifest lines that did not parse
+
+
+@dataclasses.dataclass
+class NpyHeader:
+    """What a .npy header says, checked against the file's length."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran_order: bool
+    data_offset: int
+
+
+def read_npy_header(path: Path) -> NpyHeader:
+    """Parse a .npy header without loading data; refuse pickled (object) arrays and truncated files."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_MAX_HEADER)
+    except OSError as exc:
+        raise TensorError(f"{path.name}: cannot read ({exc.strerror or exc})") from exc
+    if not head.startswith(b"\x93NUMPY") or len(head) < 10:
+        raise TensorError(f"{path.name}: not a .npy file")
+    major = head[6]
+    if major == 1:
+        hlen, start = int.from_bytes(head[8:10], "little"), 10
+    elif major in (2, 3):
+        hlen, start = int.from_bytes(head[8:12], "little"), 12
+    else:
+        raise TensorError(f"{path.name}: unsupported .npy version {major}")
+    try:
+        meta = ast.literal_eval(head[start:start + hlen].decode("latin1" if major < 3 else "utf8"))
+        dtype = np.dtype(meta["descr"])
+        shape = tuple(int(s) for s in meta["shape"])
+        fortran = bool(meta["fortran_order"])
+    except Exception as exc:  # any malformed header: literal_eval, dtype and key errors alike
+        raise TensorError(f"{path.name}: corrupted .npy header") from exc
+    if dtype.hasobject:
+        raise TensorError(f"{path.name}: pickled object array refused (never loaded with allow_pickle)")
+    expected = start + hlen + math.prod(shape) * dtype.itemsize
+    size = path.stat().st_size
+    if size < expected:
+        raise TensorError(f"{path.name}: truncated ({size} of {expected} bytes)")
+    return NpyHeader(shape, dtype, fortran, start + hlen)
+
+
+@dataclasses.dataclass
+class NpyStream:
+    """A .npy file read in flat C-order chunks through a reused buffer (an `ArrayStream`)."""
+
+    path: Path
+    header: NpyHeader
+    dtype: str  # canonical; bfloat16 files store uint16 bit patterns
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.header.shape
+
+    def _view(self, raw: np.ndarray) -> np.ndarray:
+        return raw.view(to_numpy("bfloat16")) if self.dtype == "bfloat16" else raw
+
+    def chunks(self, size: int) -> Iterator[np.ndarray]:
+        from aligner.compare.metrics import flat_chunks
+
+        stored = self.header.dtype
+        total = math.prod(self.header.shape)
+        if self.header.fortran_order and len(self.header.shape) > 1:
+            array = np.load(self.path, mmap_mode="r", allow_pickle=False)
+            yield from flat_chunks(self._view(array), size)
+            return
+        buf = np.empty(min(size, total), stored)
+        with open(self.path, "rb", buffering=0) as fh:
+            fh.seek(self.header.data_offset)
+            done = 0
+            while done < total:
+                n = min(size, total - done)
+                view = memoryview(buf[:n]).cast("B")
+                got = fh.readinto(view)
+                while got < view.nbytes:  # readinto may return short reads
+                    more = fh.readinto(view[got:])
+                    if not more:
+                        raise TensorError(f"{self.path.name}: truncated while reading")
+                    got += more
+                done += n
+                yield self._view(buf[:n])
+
+
+def open_tensor(item: Item) -> NpyStream:
+    """The item's tensor as a stream, checked against its record (shape, dtype)."""
+    if item.error:
+        raise TensorError(item.error)
+    if item.path is None:
+        raise TensorError(f"record {item.record.module!r} has no tensor file (statistics-only dump)")
+    if not item.path.is_file():
+        raise TensorError(f"{item.path.name}: file missing")
+    header = read_npy_header(item.path)
+    rec = item.record
+    if list(header.shape) != list(rec.shape):
+        raise TensorError(f"{item.path.name}: shape {list(header.shape)} but manifest says {rec.shape}")
+    stored = manifest.to_storable(np.empty(0, to_numpy(rec.dtype))).dtype
+    if header.dtype.newbyteorder("=") != stored:
+        raise TensorError(f"{item.path.name}: dtype {header.dtype} but manifest says {rec.dtype}")
+    return NpyStream(item.path, header, rec.dtype)
+
+
+def _number_key(name: str) -> tuple[tuple[int, ...], str]:
+    """Order plain .npy files by the numbers in their names, then by name ("2_x" before "10_x")."""
+    return tuple(int(n) for n in re.findall(r"\d+", name)), name
+
+
+def _plain_item(path: Path, seq: int) -> Item:
+    """A record for a hand-written .npy: module = file stem without a leading order number."""
+    stem = path.name[:-4]
+    name = re.sub(r"^\d+[_\-.]", "", stem) or stem
+    kind = "backward" if _GRAD_TOKENS & set(re.split(r"[._\-]", stem.lower())) else "forward"
+    rec = manifest.Record(seq=seq, module=name, type="", kind=kind, io="output", index=0, dtype="", shape=[])
+    item = Item(rec, path)
+    try:
+        header = read_npy_header(path)
+        rec.shape = list(header.shape)
+        rec.dtype = canonical(header.dtype)
+    except (TensorError, AlignerError) as exc:
+        item.error = str(exc)
+    return item
+
+
+def _read_plain(root: Path) -> Source:
+    files = sorted((p for p in root.iterdir() if p.suffix == ".npy" and p.is_file()), key=lambda p: _number_key(p.name))
+    return Source(root, "numpy", "npy", [_plain_item(p, i) for i, p in enumerate(files)], [])
+
+
+def _read_dump(root: Path) -> Source:
+    framework, mode = "unknown", "full"
+    items: list[Item] = []
+    problems: list[str] = []
+    try:
+        for lineno, entry in manifest.iter_manifest(root):
+            if isinstance(entry, ValueError):
+                problems.append(str(entry))
+            elif isinstance(entry, dict):
+                framework, mode = str(entry.get("framework", "unknown")), str(entry.get("mode", "full"))
+            elif entry.kind not in manifest.KINDS:
+                problems.append(f"{manifest.MANIFEST} line {lineno}: unknown kind {entry.kind!r}")
+            else:
+                items.append(Item(entry, root / entry.file if entry.file else None))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AlignerError(f"{root}: cannot read {manifest.MANIFEST}: {exc}") from exc
+    except AlignerError as exc:  # an unsupported dtype name inside a record
+        raise AlignerError(f"{root}/{manifest.MANIFEST}: {exc}") from exc
+    items.sort(key=lambda it: (it.record.step, it.record.seq))
+    return Source(root, framework, mode, items, problems)
+
+
+def read_source(path: str | Path) -> Source:
+    """Read a dump directory (if it has a manifest) or a plain directory of .npy files; refuse one with no records."""
+    root = Path(path)
+    if not root.exists():
+        raise AlignerError(f"{root}: no such directory")
+    if not root.is_dir():
+        raise AlignerError(f"{root}: not a directory (expected a dump directory or a directory of .npy files)")
+    source = _read_dump(root) if (root / manifest.MANIFEST).is_file() else _read_plain(root)
+    if not source.items:
+        why = f" ({len(source.problems)} unparsable manifest line(s): {source.problems[0]})" if source.problems else ""
+        raise AlignerError(f"{root}: no records to compare{why}")
+    return source
