@@ -1,0 +1,151 @@
+"""`aligner.dump` and `aligner.save`: record what every module computes, the same way in PyTorch and MindSpore.
+
+    with aligner.dump(model, "dumps_pt/", step=step, steps=[0, 1]):
+        loss = loss_fn(model(x), y)
+        loss.backward()                 # MindSpore: grads = value_and_grad(...)(x, y) inside the context
+
+See README "Determinism and dumping" for the on-disk format (aligner/manifest.py) and the options.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+from aligner.dumping.directory import claim
+from aligner.dumping.options import Options
+from aligner.dumping.session import Session, activate, active
+from aligner.dumping.tensors import MINDSPORE, framework_version, model_framework
+from aligner.dumping.writer import BackgroundWriter, MemorySink
+from aligner.errors import AlignerError
+
+__all__ = ["dump", "save", "DumpContext", "MemoryCapture"]
+
+
+def _install(framework: str, model: Any, session: Session, opts: Options) -> list[Any]:
+    if framework == MINDSPORE:
+        from aligner.dumping import mindspore_hooks as hooks
+    else:
+        from aligner.dumping import torch_hooks as hooks  # type: ignore[no-redef]
+    return hooks.install(model, session, opts)
+
+
+class DumpContext:
+    """Hooks `model` on entry, removes them and flushes the background writer on exit."""
+
+    def __init__(self, model: Any, framework: str | None, opts: Options, step: int) -> None:
+        self.framework = framework
+        if framework == MINDSPORE:
+            from aligner.dumping.mindspore_hooks import check_pynative
+
+            check_pynative()
+        self.model, self.opts, self.step = model, opts, step
+        self.session: Session | None = None
+        self._handles: list[Any] = []
+        self._previous: Session | None = None
+
+    def _open(self) -> tuple[Any, int] | None:
+        """The sink and first sequence number for this entry, or None when this step is not recorded."""
+        raise NotImplementedError
+
+    def _closed(self, session: Session) -> None:
+        """Called after the sink is flushed."""
+
+    def __enter__(self) -> "DumpContext":
+        opened = self._open()
+        if opened is None:
+            return self
+        sink, first_seq = opened
+        self.session = Session(sink, self.step, first_seq)
+        try:
+            if self.framework is not None:
+                self._handles = _install(self.framework, self.model, self.session, self.opts)
+        except BaseException:
+            self._remove_hooks()
+            sink.close()
+            raise
+        self._previous = activate(self.session)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.session is None:
+            return
+        session, self.session = self.session, None
+        self._remove_hooks()
+        session.open = False
+        activate(self._previous)
+        try:
+            session.sink.close()
+        except AlignerError:
+            if exc is None:  # never hide the user's own exception behind a write error
+                raise
+        finally:
+            self._closed(session)
+
+    def _remove_hooks(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+class _DirectoryDump(DumpContext):
+    """A DumpContext that writes a dump directory for the selected steps."""
+
+    def __init__(self, model: Any, directory: str | os.PathLike, opts: Options, step: int,
+                 steps: Iterable[int] | None, stats_only: bool, overwrite: bool) -> None:
+        super().__init__(model, model_framework(model), opts, step)
+        self.directory, self.stats_only, self.overwrite = directory, stats_only, overwrite
+        self.steps = None if steps is None else frozenset(int(s) for s in steps)
+        self._dir = None
+
+    def _open(self) -> tuple[Any, int] | None:
+        from aligner.randomness import pinned
+
+        self._dir = claim(self.directory, self.framework, framework_version(self.framework), self.stats_only,
+                          self.overwrite, pinned())
+        if self.steps is not None and self.step not in self.steps:
+            return None
+        return BackgroundWriter(self._dir.path, self.stats_only, self._dir.written), self._dir.next_seq
+
+    def _closed(self, session: Session) -> None:
+        self._dir.next_seq = session.seq
+
+
+class MemoryCapture(DumpContext):
+    """A DumpContext that keeps (record, array) pairs in `self.items` instead of writing files (model None: probes)."""
+
+    def __init__(self, model: Any, opts: Options | None = None, step: int = 0) -> None:
+        framework = None if model is None else model_framework(model)
+        super().__init__(model, framework, opts or Options(leaves_only=False), step)
+        self.sink = MemorySink()
+        self.items = self.sink.items
+
+    def _open(self) -> tuple[Any, int]:
+        return self.sink, len(self.items)
+
+
+def dump(model: Any, directory: str | os.PathLike, *, step: int = 0, steps: Iterable[int] | None = None,
+         include: str | None = None, exclude: str | None = None, leaves_only: bool = True, forward: bool = True,
+         backward: bool = True, inputs: bool = False, stats_only: bool = False,
+         overwrite: bool = False) -> DumpContext:
+    """Context manager recording `model`'s forward outputs, backward gradients and parameter gradients to `directory`.
+
+    The first `dump` on a directory in a process checks it is empty (or clears a previous dump with overwrite=True)
+    and writes the header; later contexts on the same directory (one per training step) append to it. Only steps in
+    `steps` (all when None) are recorded; `include`/`exclude` are regexes searched in module paths and parameter names.
+    """
+    if not isinstance(step, int):
+        raise AlignerError(f"aligner.dump step must be an int, got {type(step).__name__}")
+    opts = Options.build(include, exclude, leaves_only, forward, backward, inputs)
+    return _DirectoryDump(model, directory, opts, step, steps, stats_only, overwrite)
+
+
+def save(name: str, tensor: Any) -> None:
+    """Record a hand-placed probe in the active dump (a no-op outside one, so probes can stay in the code)."""
+    if not isinstance(name, str) or not name:
+        raise AlignerError(f"aligner.save needs a non-empty name string, got {name!r}")
+    session = active()
+    if session is not None and session.open:
+        session.probe(name, tensor)

@@ -1,0 +1,73 @@
+"""MindSpore capture (PyNative mode): Cell forward/backward hooks and Parameter gradient hooks.
+
+MindSpore 2.10's `Cell.register_backward_hook(hook(cell, grad_input, grad_output))` uses torch's meaning (grad_input:
+gradients with respect to the cell's inputs), and `Parameter.register_hook` sees each parameter's gradient when
+`mindspore.value_and_grad` / `mindspore.grad` differentiates the network, so the user's training step needs no change.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import mindspore as ms
+
+from aligner.dumping.options import Options
+from aligner.dumping.session import Session
+from aligner.dumping.tensors import tensors_in
+from aligner.errors import AlignerError
+
+
+def check_pynative() -> None:
+    """Refuse GRAPH_MODE, where Cell hooks never run."""
+    if ms.get_context("mode") != ms.PYNATIVE_MODE:
+        raise AlignerError("aligner.dump needs MindSpore PyNative mode (Cell hooks do not run in GRAPH_MODE): call "
+                           "mindspore.set_context(mode=mindspore.PYNATIVE_MODE) before building and running the model")
+
+
+class _CellHooks:
+    """The forward pre-hook, forward hook and backward hook of one cell."""
+
+    def __init__(self, path: str, cell: ms.nn.Cell, session: Session, opts: Options) -> None:
+        self.path, self.type, self.session, self.opts = path, type(cell).__name__, session, opts
+
+    def pre(self, cell: ms.nn.Cell, inputs: tuple) -> None:
+        for i, t in enumerate(tensors_in(inputs)):
+            self.session.emit(self.path, self.type, "forward", "input", i, t)
+
+    def post(self, cell: ms.nn.Cell, inputs: tuple, output: Any) -> None:
+        for i, t in enumerate(tensors_in(output)):
+            self.session.emit(self.path, self.type, "forward", "output", i, t)
+
+    def backward(self, cell: ms.nn.Cell, grad_input: tuple, grad_output: tuple) -> None:
+        if not self.session.open:
+            return
+        for io, grads in (("grad_output", grad_output), ("grad_input", grad_input)):
+            for i, g in enumerate(grads if isinstance(grads, (tuple, list)) else (grads,)):
+                if g is not None:
+                    self.session.emit(self.path, self.type, "backward", io, i, g)
+
+
+def install(model: ms.nn.Cell, session: Session, opts: Options) -> list[Any]:
+    """Register every hook the options ask for; returns the handles to remove on exit."""
+    check_pynative()
+    handles: list[Any] = []
+    for path, cell in model.cells_and_names():
+        if not opts.selects_module(path, next(iter(cell.cells()), None) is None):
+            continue
+        hooks = _CellHooks(path, cell, session, opts)
+        if opts.forward and opts.inputs:
+            handles.append(cell.register_forward_pre_hook(hooks.pre))
+        if opts.forward:
+            handles.append(cell.register_forward_hook(hooks.post))
+        if opts.backward:
+            handles.append(cell.register_backward_hook(hooks.backward))
+    if opts.backward:
+        for name, param in model.parameters_and_names():
+            if param.requires_grad and opts.selects_name(name):
+                handles.append(param.register_hook(functools.partial(_param_grad, session, name)))
+    return handles
+
+
+def _param_grad(session: Session, name: str, grad: ms.Tensor) -> None:
+    if session.open:
+        session.emit(name, "Parameter", "param_grad", "grad", 0, grad)

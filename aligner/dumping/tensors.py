@@ -1,0 +1,66 @@
+"""Framework detection and host copies of tensors, without importing a framework the caller has not imported."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterator
+
+import ml_dtypes
+import numpy as np
+
+from aligner.errors import AlignerError
+
+PYTORCH, MINDSPORE = "pytorch", "mindspore"
+
+
+def model_framework(model: Any) -> str:
+    """"pytorch" for a torch.nn.Module, "mindspore" for a mindspore.nn.Cell, else a clear AlignerError."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(model, torch.nn.Module):
+        return PYTORCH
+    ms = sys.modules.get("mindspore")
+    if ms is not None and isinstance(model, ms.nn.Cell):
+        return MINDSPORE
+    raise AlignerError(f"aligner.dump needs a torch.nn.Module or a mindspore.nn.Cell, got {type(model).__name__}; "
+                       "pass the model object itself (not its state_dict, a function or a path)")
+
+
+def framework_version(framework: str) -> str:
+    """The installed version string of an (already imported) framework."""
+    return sys.modules["torch" if framework == PYTORCH else "mindspore"].__version__
+
+
+def is_tensor(obj: Any) -> bool:
+    """True for a torch or MindSpore tensor (including Parameters)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return True
+    ms = sys.modules.get("mindspore")
+    return ms is not None and isinstance(obj, ms.Tensor)
+
+
+def tensors_in(obj: Any) -> Iterator[Any]:
+    """The tensors in a tensor or a (nested) tuple/list/dict of them, in order; other values are skipped."""
+    if is_tensor(obj):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for item in obj:
+            yield from tensors_in(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from tensors_in(item)
+
+
+def to_host(tensor: Any) -> np.ndarray:
+    """A numpy copy of a torch/MindSpore tensor or numpy array that later in-place ops cannot change (bf16 kept)."""
+    if isinstance(tensor, np.ndarray):
+        return tensor.copy()
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(tensor, torch.Tensor):
+        t = tensor.detach().to("cpu", copy=True)
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return t.numpy()
+    ms = sys.modules.get("mindspore")
+    if ms is not None and isinstance(tensor, ms.Tensor):
+        return np.array(tensor.asnumpy(), copy=True)  # asnumpy shares the tensor's memory on CPU
+    raise AlignerError(f"aligner.save needs a torch or MindSpore tensor or a numpy array, got {type(tensor).__name__}")

@@ -1,0 +1,106 @@
+"""PyTorch capture: module forward hooks, tensor gradient hooks and parameter gradient hooks.
+
+Backward capture deliberately avoids `register_full_backward_hook`, whose identity autograd Function breaks any later
+in-place op on a module's output (`nn.ReLU(inplace=True)`, `out += identity` in ResNets). Instead:
+
+* grad_output: a hook on each output tensor, registered before any later in-place op, so it sees the gradient with
+  respect to the value the module returned;
+* grad_input: the pre-hook hands the module a `view_as` alias of each input that requires grad (a view: no copy, no
+  change to any number); a hook on the alias sees only this module's contribution to the input's gradient. When the
+  module modifies that alias in place (an in-place activation), the alias's node leaves the graph, so the hook goes on
+  the `CopySlices` node autograd inserts for the input instead;
+* param_grad: a hook on each parameter, i.e. the gradient of this backward pass before it is accumulated into `.grad`.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+
+from aligner.dumping.options import Options
+from aligner.dumping.session import Session
+from aligner.dumping.tensors import tensors_in
+
+
+def _map_tensors(fn: Callable[[torch.Tensor], torch.Tensor], obj: Any) -> Any:
+    """`obj` with every tensor inside (nested tuple/list/dict) replaced by fn(tensor)."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (tuple, list)):
+        items = [_map_tensors(fn, o) for o in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)  # namedtuples take *args
+    if isinstance(obj, dict):
+        return type(obj)((k, _map_tensors(fn, v)) for k, v in obj.items())
+    return obj
+
+
+class _ModuleHooks:
+    """The pre-hook, forward hook and gradient hooks of one module."""
+
+    def __init__(self, path: str, module: torch.nn.Module, session: Session, opts: Options) -> None:
+        self.path, self.type, self.session, self.opts = path, type(module).__name__, session, opts
+        self.pending: list[list[tuple[int, torch.Tensor, int, torch.Tensor]]] = []  # stack: re-entrant calls
+
+    def emit_grad(self, io: str, index: int, grad: torch.Tensor | None) -> None:
+        if grad is not None and self.session.open:
+            self.session.emit(self.path, self.type, "backward", io, index, grad)
+
+    def pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        if self.opts.forward and self.opts.inputs:
+            for i, t in enumerate(tensors_in((args, kwargs))):
+                self.session.emit(self.path, self.type, "forward", "input", i, t)
+        if not (self.opts.backward and torch.is_grad_enabled()):
+            return None
+        aliases: list[tuple[int, torch.Tensor, int, torch.Tensor]] = []
+        position = iter(range(1 << 62))
+
+        def alias(t: torch.Tensor) -> torch.Tensor:
+            index = next(position)
+            if not t.requires_grad:
+                return t
+            a = t.view_as(t)
+            aliases.append((index, a, a._version, t))
+            return a
+
+        new_args, new_kwargs = _map_tensors(alias, args), _map_tensors(alias, kwargs)
+        self.pending.append(aliases)
+        return (new_args, new_kwargs) if aliases else None
+
+    def post(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        outputs = list(tensors_in(output))
+        if self.opts.forward:
+            for i, t in enumerate(outputs):
+                self.session.emit(self.path, self.type, "forward", "output", i, t)
+        if not (self.opts.backward and torch.is_grad_enabled()):
+            return
+        for i, t in enumerate(outputs):
+            if t.requires_grad:
+                t.register_hook(functools.partial(self.emit_grad, "grad_output", i))
+        for index, a, version, original in (self.pending.pop() if self.pending else []):
+            if a._version == version:
+                a.register_hook(functools.partial(self.emit_grad, "grad_input", index))
+            elif original._base is None and original.grad_fn is not None:  # modified in place by this module
+                original.grad_fn.register_hook(
+                    lambda grad_inputs, grad_outputs, index=index: self.emit_grad("grad_input", index, grad_inputs[0]))
+
+
+def install(model: torch.nn.Module, session: Session, opts: Options) -> list[Any]:
+    """Register every hook the options ask for; returns the handles to remove on exit."""
+    handles: list[Any] = []
+    for path, module in model.named_modules():
+        if not opts.selects_module(path, next(module.children(), None) is None):
+            continue
+        hooks = _ModuleHooks(path, module, session, opts)
+        handles.append(module.register_forward_pre_hook(hooks.pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(hooks.post))
+    if opts.backward:
+        for name, param in model.named_parameters():
+            if param.requires_grad and opts.selects_name(name):
+                handles.append(param.register_hook(functools.partial(_param_grad, session, name)))
+    return handles
+
+
+def _param_grad(session: Session, name: str, grad: torch.Tensor) -> None:
+    if session.open:
+        session.emit(name, "Parameter", "param_grad", "grad", 0, grad)

@@ -1,0 +1,107 @@
+"""Where captured tensors go: a background thread that writes a dump directory, or an in-memory list.
+
+Hooks hand over a host copy of each tensor and return at once; the writer thread computes statistics, hashes the
+bytes, writes `tensors/<digest>.npy` (once per distinct tensor) and appends the record to `manifest.jsonl`, so a
+training step waits on disk only when the bounded queue is full.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from aligner.errors import AlignerError
+from aligner.manifest import MANIFEST, TENSOR_DIR, Record, tensor_stats, to_storable
+
+_STOP = object()
+
+
+def digest(array: np.ndarray) -> str:
+    """Content address of a stored array: dtype, shape and bytes (so equal bytes in another shape differ)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{array.dtype.str}{array.shape}".encode())
+    h.update(np.ascontiguousarray(array).data)
+    return h.hexdigest()
+
+
+class MemorySink:
+    """Keeps (record, array) pairs in memory; used by `check_determinism`."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Record, np.ndarray]] = []
+
+    def put(self, record: Record, array: np.ndarray) -> None:
+        record.stats = tensor_stats(array)
+        self.items.append((record, array))
+
+    def close(self) -> None:
+        """Nothing to flush."""
+
+
+class BackgroundWriter:
+    """Appends records to a dump directory from a worker thread; `close` joins it and raises any write error."""
+
+    def __init__(self, directory: Path, stats_only: bool, written: set[str], max_queue: int = 256) -> None:
+        self.directory = directory
+        self.stats_only = stats_only
+        self.written = written  # digests already on disk in this directory (shared across context entries)
+        self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="aligner-dump-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, record: Record, array: np.ndarray) -> None:
+        """Queue one tensor (blocks only while the queue is full); raises if an earlier write failed."""
+        self._raise_if_failed()
+        self._queue.put((record, array))
+
+    def close(self) -> None:
+        """Write everything still queued, stop the thread, and raise the first write error if there was one."""
+        self._queue.put(_STOP)
+        self._thread.join()
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            err = self._error
+            raise AlignerError(f"writing dump {self.directory} failed: {err}") from err
+
+    def _run(self) -> None:
+        # every failure is kept for put()/close() to raise in the training thread; the queue is always drained
+        manifest = None
+        try:
+            manifest = open(self.directory / MANIFEST, "a", encoding="utf-8")
+        except OSError as exc:
+            self._error = exc
+        while (item := self._queue.get()) is not _STOP:
+            if self._error is None:
+                try:
+                    manifest.write(self._store(self.directory / TENSOR_DIR, *item) + "\n")
+                except BaseException as exc:
+                    self._error = exc
+        if manifest is not None:
+            try:
+                manifest.flush()
+                os.fsync(manifest.fileno())
+                manifest.close()
+            except OSError as exc:
+                self._error = self._error or exc
+
+    def _store(self, tensor_dir: Path, record: Record, array: np.ndarray) -> str:
+        record.stats = tensor_stats(array)
+        if not self.stats_only:
+            stored = to_storable(array)
+            name = f"{digest(stored)}.npy"
+            if name not in self.written:
+                tensor_dir.mkdir(exist_ok=True)
+                tmp = tensor_dir / f".{name}.tmp"
+                with open(tmp, "wb") as fh:
+                    np.save(fh, stored, allow_pickle=False)
+                os.replace(tmp, tensor_dir / name)
+                self.written.add(name)
+            record.file = f"{TENSOR_DIR}/{name}"
+        return record.to_json()
