@@ -12,8 +12,9 @@ from collections import defaultdict
 from typing import Callable, Hashable, Sequence
 
 from aligner.compare.sources import Item
+from aligner.manifest import Record
 
-Rename = Callable[[str], "str | None"]
+Namer = Callable[[Record], "str | None"]  # the name a record is matched under (None: match by order only)
 _MAX_DP_CELLS = 250_000
 _GREEDY_LOOKAHEAD = 64
 
@@ -32,13 +33,35 @@ class Pair:
         return self.b if self.b is not None else self.a  # type: ignore[return-value]
 
 
-def _keys(items: Sequence[Item], rename: Rename | None) -> list[Hashable | None]:
+def param_namer(items: Sequence[Item], src: str, dst: str, rename: Callable[[str], "str | None"] | None = None
+                ) -> Namer:
+    """Names under which one side's records match the other's: the user's renames (`--map`), then, for parameter
+    gradients between PyTorch and MindSpore, the conversion's layer rules (`gamma` <-> `weight`, ...)."""
+    params: dict[str, str] = {}
+    if {src, dst} == {"pytorch", "mindspore"}:
+        from aligner.io.base import TensorInfo
+        from aligner.mapping import build_plan
+
+        infos = {it.record.module: TensorInfo(tuple(it.record.shape), it.record.dtype or "float32")
+                 for it in items if it.record.kind == "param_grad"}
+        for entry in build_plan(infos, src, dst).entries if infos else []:
+            if entry.target and len(entry.sources) == 1:
+                params[entry.sources[0]] = entry.target
+
+    def name(record: Record) -> str | None:
+        module = record.module if rename is None else rename(record.module)
+        return params.get(record.module, module) if record.kind == "param_grad" and module is not None else module
+
+    return name
+
+
+def _keys(items: Sequence[Item], namer: Namer | None) -> list[Hashable | None]:
     """Name keys in order; the nth call of the same module/io/index gets occurrence n. None when renamed away."""
     seen: dict[tuple, int] = defaultdict(int)
     keys: list[Hashable | None] = []
     for item in items:
         r = item.record
-        module = r.module if rename is None else rename(r.module)
+        module = r.module if namer is None else namer(r)
         if module is None:
             keys.append(None)
             continue
@@ -106,10 +129,10 @@ def _align_gap(ga: list[int], gb: list[int], sa: list[tuple], sb: list[tuple]) -
     return out
 
 
-def match(items_a: Sequence[Item], items_b: Sequence[Item], rename_a: Rename | None = None,
-          rename_b: Rename | None = None) -> list[Pair]:
+def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None = None,
+          name_b: Namer | None = None) -> list[Pair]:
     """All records of both sides as pairs, in the reference side's (`b`) execution order, unmatched ones included."""
-    keys_a, keys_b = _keys(items_a, rename_a), _keys(items_b, rename_b)
+    keys_a, keys_b = _keys(items_a, name_a), _keys(items_b, name_b)
     where_b = {k: i for i, k in enumerate(keys_b) if k is not None}
     named = sorted((i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b)
     partner: dict[int, tuple[int, str]] = {ia: (ib, "name") for ia, ib in named}

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable
 
 from aligner.compare.evaluate import Row, evaluate, evaluate_all
-from aligner.compare.matching import match
+from aligner.compare.matching import match, param_namer
 from aligner.compare.report import Report, print_table, summary, write_csv, write_html, write_json
 from aligner.compare.sources import Source, read_source
 from aligner.compare.verdict import bisect as bisect_rows
@@ -69,7 +69,9 @@ def run_compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file:
         raise AlignerError(f"both arguments name the same directory {dumps_a}")
     r = choose_reference(ref, (sources[0].framework, sources[1].framework))
     side_a, side_b = sources[1 - r], sources[r]
-    pairs = match(side_a.items, side_b.items, rename_a=rename if r == 1 else None, rename_b=rename if r == 0 else None)
+    first, second = sources
+    namer = param_namer(first.items, first.framework, second.framework, rename)
+    pairs = match(side_a.items, side_b.items, namer if r == 1 else None, namer if r == 0 else None)
     if bisect:
         rows = [Row(p) for p in pairs]
         verdict = bisect_rows(rows, lambda i: evaluate(pairs[i], rtol, atol))
