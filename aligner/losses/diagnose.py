@@ -58,7 +58,7 @@ def compare_curves(a: LossCurve, b: LossCurve, rtol: float = DEFAULT_RTOL, atol:
     with np.errstate(invalid="ignore", divide="ignore"):
         abs_diff = np.abs(la - lb)
         rel_diff = abs_diff / np.where(scale > 0, scale, 1.0)  # 0/0 -> 0, anything with NaN -> NaN
-        tolerance = atol + rtol * scale + (_rounding(a) + _rounding(b)) / 2
+        tolerance = atol + rtol * scale + (a.resolution + b.resolution) / 2
         same_nonfinite = ~np.isfinite(la) & ((la == lb) | (np.isnan(la) & np.isnan(lb)))
         close = (abs_diff <= tolerance) | same_nonfinite
     parted = np.flatnonzero(~close)
@@ -154,16 +154,11 @@ def _warnings(c: Comparison) -> tuple[str, ...]:
     finite = np.abs(c.loss_a[np.isfinite(c.loss_a)])
     typical = c.atol + c.rtol * (float(np.median(finite)) if finite.size else 0.0)
     for label, curve in (("A", c.a), ("B", c.b)):
-        if _rounding(curve) / 2 > typical:
+        if curve.resolution / 2 > typical:
             warnings.append(f"{label} prints losses rounded to {_fmt(curve.resolution)}: differences below "
                             f"{_fmt(curve.resolution / 2)} cannot be seen (the tolerance is widened by that); "
                             "log more digits")
     return tuple(warnings)
-
-
-def _rounding(curve: LossCurve) -> float:
-    """The log's print resolution, 0 when it printed no finite loss."""
-    return curve.resolution if np.isfinite(curve.resolution) else 0.0
 
 
 def _first_nonfinite(curve: LossCurve) -> int | None:

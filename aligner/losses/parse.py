@@ -4,8 +4,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import re
+import struct
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -39,7 +39,7 @@ class LossCurve:
     format: str                   # one of FORMATS
     steps: tuple[int, ...]        # global step of each loss, strictly increasing, 1-based
     losses: tuple[float, ...]
-    resolution: float             # unit of the finest last printed digit ('0.1235' -> 1e-4): the log's rounding
+    resolution: float             # the log's rounding: finest last printed digit ('0.1235' -> 1e-4), 0 if none seen
     epoch_starts: frozenset[int]  # global steps where a new epoch begins (after the first epoch)
     pattern: str | None = None    # the regex that matched, for text logs
     pattern_name: str | None = None
@@ -121,7 +121,7 @@ def read_losses(path: str | Path, pattern: str | None = None, option: str = "--p
     losses = tuple(_to_float(path, r) for r in records)
     return LossCurve(
         path=str(path), format=fmt, steps=tuple(steps), losses=losses,
-        resolution=min(_quantum(r.token) for r in records), epoch_starts=frozenset(epoch_starts),
+        resolution=_resolution(records), epoch_starts=frozenset(epoch_starts),
         pattern=regex_used[1] if regex_used else None, pattern_name=regex_used[0] if regex_used else None,
     )
 
@@ -243,13 +243,26 @@ def _to_float(path: Path, record: _Record) -> float:
         raise AlignerError(f"{path} {record.where}: loss {record.token!r} is not a number") from None
 
 
-def _quantum(token: str) -> float:
-    """The value of the last written digit ('0.1235' -> 1e-4; inf for nan/inf, which say nothing about rounding)."""
+def _resolution(records: list[_Record]) -> float:
+    """The finest last-digit unit among rounded losses ('0.1235' -> 1e-4), 0.0 when no loss looks rounded.
+
+    A loss written as an exact float32 value ('2.5', or Python's repr of a float32 loss) shows no rounding, and
+    nan/inf show nothing, so they are left out.
+    """
+    units = []
+    for record in records:
+        number = Decimal(record.token.strip().lstrip("[").strip())
+        if number.is_finite() and not _is_float32(float(number)):
+            units.append(10.0 ** number.as_tuple().exponent)
+    return min(units, default=0.0)
+
+
+def _is_float32(value: float) -> bool:
+    """Whether `value` is exactly representable as a float32."""
     try:
-        exponent = Decimal(token.strip().lstrip("[").strip()).as_tuple().exponent
-    except InvalidOperation:
-        return math.inf
-    return 10.0 ** exponent if isinstance(exponent, int) else math.inf
+        return struct.unpack("f", struct.pack("f", value))[0] == value
+    except OverflowError:
+        return False
 
 
 def _global_steps(path: Path, records: list[_Record]) -> tuple[list[int], list[int]]:

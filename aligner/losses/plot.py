@@ -22,6 +22,7 @@ def check_plot_suffix(path: Path) -> None:
 def plot_comparison(c: Comparison, path: Path) -> None:
     """Top: both curves; bottom: |A-B| and relative difference (log scale) with the tolerance and the parting step."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(8, 6), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True)
@@ -35,6 +36,7 @@ def plot_comparison(c: Comparison, path: Path) -> None:
         bottom.semilogy(c.steps, positive(c.rel_diff), marker=marker, label="|A-B| / max(|A|,|B|)")
     bottom.axhline(c.rtol, color="grey", linestyle=":", label=f"rtol={c.rtol:g}")
     bottom.set_xlabel("global step")
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     bottom.set_ylabel("difference")
     for axis in (top, bottom):
         if c.first_part is not None:
