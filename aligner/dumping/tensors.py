@@ -62,5 +62,7 @@ def to_host(tensor: Any) -> np.ndarray:
         return t.numpy()
     ms = sys.modules.get("mindspore")
     if ms is not None and isinstance(tensor, ms.Tensor):
-        return np.array(tensor.asnumpy(), copy=True)  # asnumpy shares the tensor's memory on CPU
+        array = np.array(tensor.asnumpy(), copy=True)  # asnumpy shares the tensor's memory on CPU
+        # MindSpore registers its own numpy bfloat16 type: reinterpret the bits as ml_dtypes' (one bfloat16 for all)
+        return array.view(np.uint16).view(ml_dtypes.bfloat16) if array.dtype.name == "bfloat16" else array
     raise AlignerError(f"aligner.save needs a torch or MindSpore tensor or a numpy array, got {type(tensor).__name__}")

@@ -1,0 +1,312 @@
+"""aligner.dump / aligner.save on real torch and MindSpore runs of the twin models."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+import torch
+
+import aligner
+from aligner.errors import AlignerError
+from aligner.manifest import MANIFEST, Record, from_stored, iter_manifest, tensor_stats
+from twin_models import NAME_MAPS, example_input, make_twins
+
+ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def read(directory: Path) -> tuple[dict, list[Record]]:
+    lines = [item for _, item in iter_manifest(directory)]
+    assert not [x for x in lines if isinstance(x, ValueError)]
+    return lines[0], lines[1:]
+
+
+def load(directory: Path, rec: Record) -> np.ndarray:
+    return from_stored(np.load(directory / rec.file), rec.dtype)
+
+
+def torch_step(model: torch.nn.Module, x: np.ndarray) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Forward + backward; returns the output and every parameter gradient."""
+    model.zero_grad(set_to_none=True)
+    out = model(torch.from_numpy(x))
+    aligner.save("out", out)
+    (out * out).sum().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def ms_step(model: ms.nn.Cell, x: np.ndarray) -> tuple[ms.Tensor, tuple]:
+    """Forward + backward through mindspore.value_and_grad; returns the loss and every parameter gradient."""
+    def loss_fn(inp: ms.Tensor) -> ms.Tensor:
+        out = model(inp)
+        aligner.save("out", out)
+        return (out * out).sum()
+
+    return ms.value_and_grad(loss_fn, None, model.trainable_params())(ms.Tensor(x))
+
+
+@pytest.fixture(scope="module", params=["cnn", "block"])
+def twin_dumps(request, tmp_path_factory):
+    """Both frameworks' full dumps (inputs too) of one training step of the same model."""
+    kind = request.param
+    tnet, mnet = make_twins(kind)
+    x = example_input(kind)
+    root = tmp_path_factory.mktemp(kind)
+    with aligner.dump(tnet, root / "pt", inputs=True):
+        torch_step(tnet, x)
+    with aligner.dump(mnet, root / "ms", inputs=True):
+        ms_step(mnet, x)
+    return kind, tnet, root / "pt", root / "ms"
+
+
+def key(rec: Record) -> tuple:
+    return rec.module, rec.kind, rec.io, rec.index, rec.dtype, tuple(rec.shape)
+
+
+def test_both_frameworks_record_the_same_tensors_in_the_same_order(twin_dumps):
+    kind, _, pt, ms_dir = twin_dumps
+    (hpt, rpt), (hms, rms) = read(pt), read(ms_dir)
+    assert (hpt["framework"], hms["framework"]) == ("pytorch", "mindspore")
+    assert hpt["mode"] == hms["mode"] == "full"
+    for recs in (rpt, rms):
+        assert [r.seq for r in recs] == list(range(len(recs)))
+    for kind_ in ("forward", "backward", "probe"):
+        assert [key(r) for r in rpt if r.kind == kind_] == [key(r) for r in rms if r.kind == kind_]
+    # parameter names differ by framework (BatchNorm/LayerNorm gamma/beta): map them, order follows each autograd
+    pgrad_pt = {(NAME_MAPS[kind][r.module], r.dtype, tuple(r.shape)) for r in rpt if r.kind == "param_grad"}
+    pgrad_ms = {(r.module, r.dtype, tuple(r.shape)) for r in rms if r.kind == "param_grad"}
+    assert pgrad_pt == pgrad_ms and len(pgrad_pt) == len([n for n in NAME_MAPS[kind].values() if "moving" not in n])
+    assert all(r.dtype == "float32" for r in rpt + rms)
+
+
+def test_every_module_has_forward_and_backward_records(twin_dumps):
+    _, tnet, pt, _ = twin_dumps
+    leaves = {n for n, m in tnet.named_modules() if n and next(m.children(), None) is None}
+    _, recs = read(pt)
+    for kind_, io in (("forward", "output"), ("forward", "input"), ("backward", "grad_output")):
+        assert {r.module for r in recs if (r.kind, r.io) == (kind_, io)} == leaves
+    first = next(r.module for r in recs if r.kind == "forward")  # its input is data: no gradient flows out of it
+    assert {r.module for r in recs if r.io == "grad_input"} == leaves - {first}
+    assert {r.module for r in recs if r.kind == "param_grad"} == {n for n, _ in tnet.named_parameters()}
+
+
+def test_dumped_values_are_the_models_values_in_both_frameworks(twin_dumps):
+    kind, tnet, pt, ms_dir = twin_dumps
+    (_, rpt), (_, rms) = read(pt), read(ms_dir)
+    fwd_pt = [r for r in rpt if r.kind != "param_grad"]
+    fwd_ms = [r for r in rms if r.kind != "param_grad"]
+    for a, b in zip(fwd_pt, fwd_ms):
+        np.testing.assert_allclose(load(pt, a), load(ms_dir, b), rtol=1e-4, atol=1e-5, err_msg=str(key(a)))
+    grads = {r.module: load(pt, r) for r in rpt if r.kind == "param_grad"}
+    for name, p in tnet.named_parameters():  # the step inside the dump left these gradients
+        assert np.array_equal(grads[name], p.grad.numpy())
+    assert np.array_equal(load(pt, rpt[0]), example_input(kind))  # first record: the model input
+
+
+@pytest.mark.parametrize("kind", ["cnn", "block"])
+def test_dump_does_not_change_torch_numbers(kind, tmp_path):
+    tnet, _ = make_twins(kind)
+    x = example_input(kind)
+    out0, grads0 = torch_step(tnet, x)
+    with aligner.dump(tnet, tmp_path / "d", leaves_only=False, inputs=True):
+        out1, grads1 = torch_step(tnet, x)
+    assert torch.equal(out0, out1)
+    assert all(torch.equal(grads0[n], grads1[n]) for n in grads0)
+
+
+@pytest.mark.parametrize("kind", ["cnn", "block"])
+def test_dump_does_not_change_mindspore_numbers(kind, tmp_path):
+    _, mnet = make_twins(kind, train=False)  # eval: BatchNorm statistics do not move between the two steps
+    x = example_input(kind)
+    loss0, grads0 = ms_step(mnet, x)
+    with aligner.dump(mnet, tmp_path / "d", leaves_only=False, inputs=True):
+        loss1, grads1 = ms_step(mnet, x)
+    assert loss0.asnumpy().tobytes() == loss1.asnumpy().tobytes()
+    assert all(a.asnumpy().tobytes() == b.asnumpy().tobytes() for a, b in zip(grads0, grads1))
+
+
+class InplaceResidual(torch.nn.Module):
+    """In-place activations and `+=` on a module output: what breaks register_full_backward_hook."""
+
+    def __init__(self, inplace: bool) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(6, 6), torch.nn.Linear(6, 6)
+        self.act1, self.act2 = torch.nn.ReLU(inplace=inplace), torch.nn.ReLU(inplace=inplace)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.act1(self.fc1(x))
+        z = self.fc2(y)
+        z += y
+        return self.act2(z)
+
+
+def test_torch_inplace_ops_keep_numbers_and_gradients(tmp_path):
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    results = {}
+    for inplace in (True, False):
+        torch.manual_seed(1)
+        net = InplaceResidual(inplace)
+        plain = net(x)
+        with aligner.dump(net, tmp_path / str(inplace)):
+            out = net(x)
+            out.sum().backward()
+        assert torch.equal(plain, out)
+        _, recs = read(tmp_path / str(inplace))
+        results[inplace] = {(r.kind, r.module, r.io): load(tmp_path / str(inplace), r) for r in recs}
+    assert results[True].keys() == results[False].keys()
+    assert ("backward", "act2", "grad_input") in results[True]
+    for k, v in results[False].items():
+        assert np.array_equal(results[True][k], v), k
+
+
+def test_stats_only_writes_no_tensor_files(tmp_path):
+    tnet, _ = make_twins("cnn")
+    x = example_input("cnn")
+    with aligner.dump(tnet, tmp_path / "full"):
+        torch_step(tnet, x)
+    tnet, _ = make_twins("cnn")
+    with aligner.dump(tnet, tmp_path / "stats", stats_only=True):
+        torch_step(tnet, x)
+    header, stats = read(tmp_path / "stats")
+    _, full = read(tmp_path / "full")
+    assert header["mode"] == "stats" and os.listdir(tmp_path / "stats") == [MANIFEST]
+    assert all(r.file is None for r in stats) and len(stats) == len(full)
+    for s, f in zip(stats, full):
+        assert s.stats == tensor_stats(load(tmp_path / "full", f)) == f.stats
+
+
+def test_steps_select_and_append(tmp_path):
+    tnet, _ = make_twins("cnn")
+    x = example_input("cnn")
+    for step in range(3):
+        with aligner.dump(tnet, tmp_path / "d", step=step, steps=[0, 2], forward=True, backward=False):
+            tnet(torch.from_numpy(x))
+    lines = (tmp_path / "d" / MANIFEST).read_text().splitlines()
+    assert sum('"format"' in line for line in lines) == 1
+    _, recs = read(tmp_path / "d")
+    assert sorted({r.step for r in recs}) == [0, 2]
+    assert [r.seq for r in recs] == list(range(len(recs)))
+    assert {r.kind for r in recs} == {"forward"}
+
+
+def test_identical_tensors_are_written_once(tmp_path):
+    tnet, _ = make_twins("cnn", train=False)
+    x = example_input("cnn")
+    for step in range(2):  # eval mode, no grad: step 1 computes exactly what step 0 did
+        with torch.no_grad(), aligner.dump(tnet, tmp_path / "d", step=step):
+            out = tnet(torch.from_numpy(x))
+            aligner.save("logits", out)
+    _, recs = read(tmp_path / "d")
+    files = {r.file for r in recs}
+    assert len(recs) == 2 * 11 and len(files) == len(os.listdir(tmp_path / "d" / "tensors")) < 11
+    assert recs[9].file == recs[10].file  # fc output == the probe of it
+
+
+def test_bfloat16_is_stored_losslessly(tmp_path):
+    net = torch.nn.Linear(8, 4).to(torch.bfloat16)
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    with aligner.dump(net, tmp_path / "pt"):
+        out = net(x)
+    cell = ms.nn.Dense(8, 4)
+    bf = ms.Tensor(np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)).astype(ms.bfloat16)
+    with aligner.dump(cell, tmp_path / "ms"):
+        aligner.save("bf", bf)
+    (_, [rpt]), (_, [rms]) = read(tmp_path / "pt"), read(tmp_path / "ms")
+    assert rpt.dtype == rms.dtype == "bfloat16"
+    assert np.load(tmp_path / "pt" / rpt.file).dtype == np.uint16
+    assert load(tmp_path / "pt", rpt).tobytes() == out.detach().view(torch.int16).numpy().tobytes()
+    assert load(tmp_path / "ms", rms).tobytes() == bf.asnumpy().tobytes()
+
+
+def test_probes_are_numbered_in_call_order_and_ignored_outside_a_dump(tmp_path):
+    aligner.save("outside", torch.ones(2))  # no active dump: nothing happens
+    net = torch.nn.Linear(2, 2)
+    with aligner.dump(net, tmp_path / "d", forward=False):
+        for i in range(3):
+            aligner.save("h", torch.full((2,), float(i)))
+        aligner.save("arr", np.arange(3, dtype=np.int64))
+    _, recs = read(tmp_path / "d")
+    assert [(r.module, r.kind, r.index, r.dtype) for r in recs] == [
+        ("h", "probe", 0, "float32"), ("h", "probe", 1, "float32"), ("h", "probe", 2, "float32"),
+        ("arr", "probe", 0, "int64")]
+    assert [load(tmp_path / "d", r)[0] for r in recs[:3]] == [0.0, 1.0, 2.0]
+
+
+def test_include_exclude_and_all_modules(tmp_path):
+    tnet, mnet = make_twins("block")
+    x = example_input("block")
+    with aligner.dump(tnet, tmp_path / "pt", include=r"^attn", exclude=r"\.(k|v)(\.|$)", leaves_only=False):
+        torch_step(tnet, x)
+    with aligner.dump(mnet, tmp_path / "ms", include=r"^attn", exclude=r"\.(k|v)(\.|$)", leaves_only=False):
+        ms_step(mnet, x)
+    for d in ("pt", "ms"):
+        _, recs = read(tmp_path / d)
+        fwd = [r.module for r in recs if r.kind == "forward"]
+        assert fwd == ["attn.q", "attn.softmax", "attn.drop", "attn.out", "attn"]
+        assert {r.module.rsplit(".", 1)[0] for r in recs if r.kind == "param_grad"} == {"attn.q", "attn.out"}
+    with aligner.dump(tnet, tmp_path / "root", leaves_only=False, include="^$", backward=False):
+        tnet(torch.from_numpy(x))
+    assert [(r.module, r.type) for r in read(tmp_path / "root")[1]] == [("", "TorchBlock")]
+
+
+def test_refuses_bad_input(tmp_path):
+    tnet, _ = make_twins("cnn")
+    with pytest.raises(AlignerError, match="torch.nn.Module or a mindspore.nn.Cell, got OrderedDict"):
+        aligner.dump(tnet.state_dict(), tmp_path / "a")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("x")
+    with pytest.raises(AlignerError, match="not empty.*overwrite=True"):
+        aligner.dump(tnet, tmp_path / "busy").__enter__()
+    with pytest.raises(AlignerError, match="not an aligner dump"):
+        aligner.dump(tnet, tmp_path / "busy", overwrite=True).__enter__()
+    with pytest.raises(AlignerError, match="cannot create dump directory"):
+        aligner.dump(tnet, tmp_path / "busy" / "notes.txt" / "sub").__enter__()
+    with pytest.raises(AlignerError, match="is a file"):
+        aligner.dump(tnet, tmp_path / "busy" / "notes.txt").__enter__()
+    with pytest.raises(AlignerError, match="not a valid regular expression"):
+        aligner.dump(tnet, tmp_path / "b", include="(")
+    with pytest.raises(AlignerError, match="records nothing"):
+        aligner.dump(tnet, tmp_path / "b", forward=False, backward=False)
+
+
+def test_overwrite_replaces_a_previous_dump_from_another_process(tmp_path):
+    net = torch.nn.Linear(2, 2)
+    target = tmp_path / "old"
+    target.mkdir()
+    (target / MANIFEST).write_text("{}\n")
+    (target / "tensors").mkdir()
+    (target / "tensors" / "stale.npy").write_bytes(b"")
+    with aligner.dump(net, target, overwrite=True, backward=False):
+        net(torch.ones(1, 2))
+    header, recs = read(target)
+    assert header["format"] == "aligner-dump" and len(recs) == 1
+    assert not (target / "tensors" / "stale.npy").exists()
+
+
+def test_mindspore_graph_mode_is_refused(tmp_path):
+    cell = ms.nn.Dense(2, 2)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        with pytest.raises(AlignerError, match="PYNATIVE_MODE"):
+            aligner.dump(cell, tmp_path / "g")
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def test_write_errors_surface_on_exit(tmp_path):
+    net = torch.nn.Linear(2, 2)
+    with pytest.raises(AlignerError, match="writing dump .* failed"):
+        with aligner.dump(net, tmp_path / "d"):
+            (tmp_path / "d" / "tensors").write_text("not a directory")  # the writer cannot create tensors/
+            net(torch.ones(1, 2))
+
+
+def test_backward_after_the_context_is_not_recorded(tmp_path):
+    net = torch.nn.Linear(2, 2)
+    with aligner.dump(net, tmp_path / "d"):
+        out = net(torch.ones(1, 2))
+    out.sum().backward()  # the hooks' session is closed: no crash, no record
+    assert [r.kind for r in read(tmp_path / "d")[1]] == ["forward"]
+    assert json.loads((tmp_path / "d" / MANIFEST).read_text().splitlines()[0])["framework_version"] == torch.__version__
