@@ -173,12 +173,19 @@ def test_nan_on_one_side_is_reported_and_diagnosed(tmp_path):
     c, d = curves(tmp_path, "loss 2\nloss 1.5\nloss 1.2\nloss 1.1\n", "loss 2\nloss 1.5\nloss nan\nloss nan\n")
     assert (c.first_nan_a, c.first_nan_b, c.first_part, d.verdict, d.exit_code) == (None, 3, 3, "later", 1)
     assert "B's loss is first NaN/inf at step 3, A's loss stays finite" in d.summary
+    assert "becomes NaN/inf at step 3" in d.advice and d.next_command == "align compare dumps_ms/ dumps_pt/"
 
 
 def test_nan_at_the_same_step_on_both_sides_is_unstable_training(tmp_path):
     c, d = curves(tmp_path, "loss 2\nloss 5\nloss nan\n", "loss 2\nloss 5\nloss nan\n")
     assert (c.first_part, c.first_nan_a, c.first_nan_b, d.verdict, d.exit_code) == (None, 3, 3, "unstable", 1)
-    assert d.next_command == "align compare dumps_ms/ dumps_pt/"
+    assert "at the same step" in d.advice and d.next_command == "align compare dumps_ms/ dumps_pt/"
+
+
+def test_nan_beyond_the_shorter_log(tmp_path):
+    c, d = curves(tmp_path, "loss 2\nloss 5\nloss inf\n", "loss 2\nloss 5\n")
+    assert (c.first_part, c.first_nan_a, c.first_nan_b, d.verdict, d.exit_code) == (None, 3, None, "unstable", 1)
+    assert "beyond the other log's last step (2)" in d.advice
 
 
 def test_logs_that_start_late_cannot_get_the_step_1_2_test(tmp_path):
@@ -266,3 +273,12 @@ def test_force_overwrites_the_plot(capsys, logs, tmp_path):
     plot = write(tmp_path, "curves.svg", "old")
     code, _, _ = run(capsys, *logs, "--plot", plot, "--force")
     assert code == 0 and plot.read_text().lstrip().startswith("<?xml")
+
+
+def test_table_shows_the_parting_step_beyond_the_first_rows(capsys, tmp_path):
+    a = write(tmp_path, "a.log", "step 1 loss 2.5\nstep 2 loss 2.25\nstep 3 loss 2.125\nstep 4 loss 2\n")
+    b = write(tmp_path, "b.log", "step 1 loss 2.5\nstep 2 loss 2.25\nstep 3 loss 2.25\nstep 4 loss 2\n")
+    code, out, _ = run(capsys, a, b, "--show", "1")
+    rows = [line.split()[0] for line in out.splitlines() if line.strip()[:1].isdigit() or line.strip() == "..."]
+    assert (code, rows) == (1, ["1", "...", "3"])
+    assert "Steps 1-2 agree; the curves part at step 3" in out and "align diff step2_ms.ckpt step2_pt.pth" in out

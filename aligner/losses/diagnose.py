@@ -77,11 +77,15 @@ def diagnose(c: Comparison) -> Diagnosis:
     if k is None:
         if nan_note:
             step = min(s for s in (c.first_nan_a, c.first_nan_b) if s is not None)
+            if c.first_nan_a == c.first_nan_b:
+                why = ("Both runs reach NaN/inf at the same step: the migration reproduces an unstable training "
+                       "(learning rate, loss scaling, bad data), it does not cause it.")
+            else:
+                why = (f"Step {step} lies beyond the other log's last step ({int(c.steps[-1])}): log that run "
+                       "further to see whether it blows up too.")
             return Diagnosis(
                 "unstable", f"The curves agree where both are logged, but {nan_note}.",
-                "Where both runs reach NaN/inf together the migration reproduces an unstable training "
-                "(learning rate, loss scaling, bad data), it does not cause it. To find the first non-finite "
-                f"tensor, dump step {step} on both sides and compare:",
+                f"{why} To find the first non-finite tensor, dump step {step} on both sides and compare:",
                 "align compare dumps_ms/ dumps_pt/", warnings)
         return Diagnosis(
             "agree", f"The curves agree on all {c.steps.size} common steps (max relative difference "
@@ -108,9 +112,11 @@ def diagnose(c: Comparison) -> Diagnosis:
     agreed = f"Steps {first}-{last_good} agree" if last_good > first else f"Step {first} agrees"
     if i == 0:
         agreed = f"The first common step ({first}) already differs"
+    blows_up = not (np.isfinite(c.loss_a[i]) and np.isfinite(c.loss_b[i]))
     return Diagnosis(
         "later", f"{agreed}; the curves part at step {k}.{nan_sentence}", _later_advice(c, i, last_good),
-        f"align diff step{last_good}_ms.ckpt step{last_good}_pt.pth", warnings)
+        "align compare dumps_ms/ dumps_pt/" if blows_up else f"align diff step{last_good}_ms.ckpt step{last_good}_pt.pth",
+        warnings)
 
 
 def _later_advice(c: Comparison, i: int, last_good: int) -> str:
@@ -121,6 +127,11 @@ def _later_advice(c: Comparison, i: int, last_good: int) -> str:
         parts.append(f"The logs start at step {first}, so the step-1/step-2 test cannot be made: log the loss of "
                      "every step from step 1 to tell a forward difference from an update difference.")
     over = c.abs_diff[i] / c.tolerance[i]
+    if not (np.isfinite(c.loss_a[i]) and np.isfinite(c.loss_b[i])):
+        parts.append(f"The curves part because one loss becomes NaN/inf at step {k}: usual causes are an overflow "
+                     "(float16, loss scaling) or log/exp/division of 0 on that side. Dump step "
+                     f"{k} on both sides and find the first non-finite tensor:")
+        return " ".join(parts)
     if k in c.a.epoch_starts or k in c.b.epoch_starts:
         parts.append(f"Step {k} starts a new epoch: compare the data order (shuffling, sampler seed) and per-epoch "
                      "learning-rate schedules.")
