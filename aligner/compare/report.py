@@ -102,9 +102,13 @@ def _finding_text(f: Finding, rows: Sequence[Row]) -> str:
     if f.origin == f.first:
         text += f", introduced here: {f.reason}."
     else:
-        text += f"; it was inherited: the error starts at {_where(origin)} ({f.reason})."
+        level = "above" if origin.diverged else "below"
+        text += (f"; it was inherited: the error starts at {_where(origin)} (relative error "
+                 f"{error_level(origin):.1e}, {level} tolerance, then accumulated), introduced there: {f.reason}.")
     if f.previous is not None:
-        text += f" The record before it, {_name(rows[f.previous])}, {rows[f.previous].status}."
+        prev = rows[f.previous]
+        state = "matched" if prev.status == "ok" else prev.status
+        text += f" The record before it ({_name(prev)}, {prev.pair.ref.record.kind} {prev.pair.ref.record.io}) {state}."
     return text
 
 

@@ -114,20 +114,19 @@ def _floor(row: Row) -> float:
 
 
 def classify(i: int, rows: Sequence[Row], inputs: dict[int, list[int]]) -> tuple[str, str]:
-    """("introduced" | "inherited", reason in words) for row i."""
+    """("introduced" | "inherited", reason in words) for row i: new error, or error its inputs already carried."""
     ups = [j for j in inputs.get(i, []) if rows[j].metrics is not None]
     e_out = error_level(rows[i])
     if not ups:
         return "introduced", "no upstream record: its inputs were not dumped or it is a model input"
-    if not any(rows[j].diverged for j in ups):
-        e_in = max(error_level(rows[j]) for j in ups)
-        word = "input" if len(ups) == 1 else "inputs"
+    worst = max(ups, key=lambda j: error_level(rows[j]))
+    e_in = error_level(rows[worst])
+    word = "input" if len(ups) == 1 else "inputs"
+    if e_in <= _floor(rows[worst]) and not rows[worst].diverged:
         return "introduced", f"its {word} matched (input error {e_in:.1e}, output error {e_out:.1e})"
-    e_in = max(error_level(rows[j]) for j in ups)
     if e_out > AMPLIFICATION * max(e_in, _floor(rows[i])):
         ratio = "inf" if e_in == 0 else f"{e_out / e_in:.0f}"
-        return "introduced", f"its error {e_out:.1e} is {ratio}x its inputs' {e_in:.1e}"
-    worst = max(ups, key=lambda j: error_level(rows[j]))
+        return "introduced", f"its error {e_out:.1e} is {ratio}x its {word}' {e_in:.1e}"
     return "inherited", f"carried from {rows[worst].pair.ref.record.module or '(root)'} (input error {e_in:.1e})"
 
 
@@ -159,12 +158,7 @@ def find(rows: Sequence[Row], inputs: dict[int, list[int]], phase: str) -> Findi
     if first is None:
         return None
     origin = trace_origin(first, rows, inputs)
-    label, reason = classify(origin, rows, inputs)
-    if origin != first:
-        reason = (f"error introduced at {rows[origin].pair.ref.record.module or '(root)'} "
-                  f"({error_level(rows[origin]):.1e}, {'above' if rows[origin].diverged else 'below'} tolerance) "
-                  f"and accumulated: {reason}")
-    return Finding(phase, first, _previous(first, rows, phase), origin, reason)
+    return Finding(phase, first, _previous(first, rows, phase), origin, classify(origin, rows, inputs)[1])
 
 
 def nan_origin(rows: Sequence[Row], inputs: dict[int, list[int]]) -> NanFinding | None:
@@ -189,6 +183,8 @@ def judge(rows: Sequence[Row]) -> Verdict:
     inputs = dataflow(rows)
     labels = {i: classify(i, rows, inputs)[0] for i, r in enumerate(rows) if r.diverged}
     findings = [f for f in (find(rows, inputs, p) for p in ("forward", "backward")) if f is not None]
+    if len(findings) == 2:
+        findings[1].reason += "; the forward pass had already diverged, so the backward one follows from it"
     for f in findings:
         labels[f.origin] = "introduced"
     return Verdict(findings, nan_origin(rows, inputs), labels)

@@ -1,0 +1,163 @@
+"""Real dumps of the twin models from PyTorch and MindSpore (same weights); injected bugs must be localized exactly."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ms = pytest.importorskip("mindspore")
+
+import aligner  # noqa: E402
+from aligner.compare.run import run_compare  # noqa: E402
+from twin_models import example_input, make_twins  # noqa: E402
+
+
+def _dump(tmp: Path, kind: str, tweak_pt: Callable | None = None, tweak_ms: Callable | None = None,
+          train: bool = False, warmup: bool = False, stats_only: bool = False) -> tuple[Path, Path]:
+    """Dump one forward+backward step of both twins (inputs and all modules recorded), after optional tweaks."""
+    tnet, mnet = make_twins(kind, train=train or warmup)
+    if tweak_pt:
+        tweak_pt(tnet)
+    if tweak_ms:
+        tweak_ms(mnet)
+    x = example_input(kind)
+    if warmup:  # one training-mode forward updates BatchNorm running statistics, then dump in eval mode
+        tnet(torch.from_numpy(x))
+        mnet(ms.Tensor(x))
+        tnet.eval()
+        mnet.set_train(False)
+    pt, msd = tmp / "pt", tmp / "ms"
+    with aligner.dump(tnet, pt, inputs=True, leaves_only=False, stats_only=stats_only):
+        tnet(torch.from_numpy(x)).square().mean().backward()
+    with aligner.dump(mnet, msd, inputs=True, leaves_only=False, stats_only=stats_only):
+        ms.value_and_grad(lambda t: mnet(t).square().mean(), None, mnet.trainable_params())(ms.Tensor(x))
+    return msd, pt
+
+
+def _compare(tmp: Path, a: Path, b: Path, *, bisect: bool = False) -> tuple[int, dict[str, Any]]:
+    out = tmp / "result.json"
+    code = run_compare(str(a), str(b), json_out=str(out), bisect=bisect)
+    return code, json.loads(out.read_text())
+
+
+def _origin(result: dict[str, Any], phase: str = "forward") -> dict[str, Any]:
+    found = [f for f in result["findings"] if f["phase"] == phase]
+    assert found, f"no {phase} finding: {result['summary']}"
+    return found[0]
+
+
+@pytest.mark.parametrize("kind", ["cnn", "block"])
+def test_clean_twins_report_no_divergence(tmp_path: Path, kind: str) -> None:
+    code, result = _compare(tmp_path, *_dump(tmp_path, kind, train=kind == "cnn"))
+    assert code == 0, result["summary"]
+    assert result["findings"] == [] and result["nan_origin"] is None
+    assert result["counts"]["unmatched_a"] == result["counts"]["unmatched_b"] == 0
+    assert result["counts"]["name"] > 40  # forward, backward and parameter gradients (gamma <-> weight) by name
+    assert {r["dtype_a"] for r in result["rows"]} == {"float32"}
+
+
+def test_layernorm_epsilon(tmp_path: Path) -> None:
+    code, result = _compare(tmp_path, *_dump(tmp_path, "block", tweak_pt=lambda n: setattr(n.ln2, "eps", 0.1)))
+    f = _origin(result)
+    assert code == 1
+    assert (f["module"], f["origin_module"]) == ("ln2", "ln2")
+    assert result["rows"][f["first"]]["io"] == "output" and result["rows"][f["first"]]["label"] == "introduced"
+    assert "introduced here: its input matched" in result["summary"]
+    assert result["rows"][f["previous"]]["status"] == "ok"
+
+
+def test_gelu_tanh_vs_erf(tmp_path: Path) -> None:
+    code, result = _compare(tmp_path, *_dump(tmp_path, "block",
+                                             tweak_pt=lambda n: setattr(n.mlp.act, "approximate", "tanh")))
+    f = _origin(result)
+    assert code == 1 and f["origin_module"] == "mlp.act" and f["module"] == "mlp.act"
+    row = result["rows"][f["first"]]
+    assert 1e-5 < row["max_abs_err"] < 1e-2  # tanh vs erf GELU: small but far above float32 tolerance
+
+
+def test_wrong_padding(tmp_path: Path) -> None:
+    code, result = _compare(tmp_path, *_dump(tmp_path, "cnn", train=True,
+                                             tweak_pt=lambda n: setattr(n.conv2, "padding_mode", "reflect")))
+    f = _origin(result)
+    assert code == 1 and f["origin_module"] == "conv2" and f["module"] == "conv2"
+
+
+def test_swapped_gamma_beta(tmp_path: Path) -> None:
+    def swap(net: Any) -> None:
+        params = dict(net.parameters_and_names())
+        gamma, beta = params["bn1.gamma"], params["bn1.beta"]
+        g = gamma.asnumpy().copy()
+        gamma.set_data(ms.Tensor(beta.asnumpy().copy()))
+        beta.set_data(ms.Tensor(g))
+
+    code, result = _compare(tmp_path, *_dump(tmp_path, "cnn", train=True, tweak_ms=swap))
+    assert code == 1 and _origin(result)["origin_module"] == "bn1"
+
+
+def test_batchnorm_momentum_convention_in_train_mode(tmp_path: Path) -> None:
+    # torch momentum 0.9 written for MindSpore's 0.9 (= torch 0.1): running stats differ after a training step
+    code, result = _compare(tmp_path, *_dump(tmp_path, "cnn", warmup=True,
+                                             tweak_pt=lambda n: setattr(n.bn2, "momentum", 0.9)))
+    f = _origin(result)
+    assert code == 1 and f["origin_module"] == "bn2" and f["module"] == "bn2"
+
+
+def test_nan_from_log_of_negative(tmp_path: Path) -> None:
+    class LogPt(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return torch.log(x.abs() + 1)
+
+    class LogMs(ms.nn.Cell):
+        def construct(self, x: Any) -> Any:
+            return ms.ops.log(x + 1)  # the bug: a negative input gives NaN
+
+    code, result = _compare(tmp_path, *_dump(tmp_path, "block", tweak_pt=lambda n: setattr(n.mlp, "act", LogPt()),
+                                             tweak_ms=lambda n: setattr(n.mlp, "act", LogMs())))
+    assert code == 1 and _origin(result)["origin_module"] == "mlp.act"
+    nan = result["nan_origin"]
+    assert nan["side"] == "a" and result["rows"][nan["row"]]["module"] == "mlp.act"
+    assert result["rows"][nan["row"]]["nan_a"] == nan["count"] > 0
+
+
+def test_wrong_gradient_only_in_backward(tmp_path: Path) -> None:
+    class BadGelu(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            ctx.save_for_backward(x)
+            return torch.nn.functional.gelu(x)
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            (x,) = ctx.saved_tensors
+            return grad * torch.sigmoid(1.702 * x)  # an approximate derivative: the forward stays exact
+
+    class Act(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return BadGelu.apply(x)
+
+    code, result = _compare(tmp_path, *_dump(tmp_path, "block", tweak_pt=lambda n: setattr(n.mlp, "act", Act())))
+    assert code == 1
+    assert not [f for f in result["findings"] if f["phase"] == "forward"]
+    f = _origin(result, "backward")
+    first = result["rows"][f["first"]]
+    assert f["origin_module"] == "mlp.act" and (first["module"], first["io"]) == ("mlp.act", "grad_input")
+
+
+def test_statistics_only_dumps_localize_too(tmp_path: Path) -> None:
+    a, b = _dump(tmp_path, "block", tweak_pt=lambda n: setattr(n.ln2, "eps", 0.1), stats_only=True)
+    code, result = _compare(tmp_path, a, b)
+    assert code == 1 and _origin(result)["origin_module"] == "ln2"
+    assert {r["method"] for r in result["rows"]} == {"stats"}
+
+
+def test_bisect_agrees_with_full_scan(tmp_path: Path) -> None:
+    a, b = _dump(tmp_path, "block", tweak_pt=lambda n: setattr(n.ln2, "eps", 0.1))
+    code, result = _compare(tmp_path, a, b, bisect=True)
+    f = _origin(result)
+    assert code == 1 and result["rows"][f["first"]]["module"] == "ln2"
+    pairs = sum(1 for r in result["rows"] if r["status"] != "unmatched")
+    assert result["bisect_confirmed"] and result["bisect_reads"] < pairs // 2
