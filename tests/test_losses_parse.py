@@ -80,7 +80,7 @@ def test_custom_pattern_with_and_without_step(tmp_path):
 
 
 def test_csv_with_header_in_any_case(tmp_path):
-    curve = read_losses(write(tmp_path, "m.csv", "Epoch,Step,Loss,lr\n1,1,0.50,0.1\n1,2,0.40,0.1\n2,1,0.30,0.1\n"))
+    curve = read_losses(write(tmp_path, "m.csv", "\ufeffEpoch,Step,Loss,lr\n1,1,0.50,0.1\n1,2,0.40,0.1\n2,1,0.30,0.1\n"))
     assert (curve.format, curve.steps, curve.losses) == ("csv", (1, 2, 3), (0.5, 0.4, 0.3))
     assert curve.resolution == pytest.approx(0.01)  # "0.50" is written to 2 decimals
 

@@ -100,7 +100,7 @@ def read_losses(path: str | Path, pattern: str | None = None, option: str = "--p
     if not path.is_file():
         raise AlignerError(f"{path}: no such file" if not path.exists() else f"{path} is not a file")
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8-sig", errors="replace")  # -sig: spreadsheets write a BOM
     except OSError as exc:
         raise AlignerError(f"cannot read {path}: {exc.strerror or exc}") from exc
     if not text.strip():
@@ -251,7 +251,10 @@ def _resolution(records: list[_Record]) -> float:
     """
     units = []
     for record in records:
-        number = Decimal(record.token.strip().lstrip("[").strip())
+        try:
+            number = Decimal(record.token.strip().lstrip("[").strip())
+        except InvalidOperation:  # a form float() reads but Decimal does not: no digit count to learn from
+            continue
         if number.is_finite() and not _is_float32(float(number)):
             units.append(10.0 ** number.as_tuple().exponent)
     return min(units, default=0.0)
