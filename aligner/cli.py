@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(EXIT_USAGE if exc.exit_code == 1 else exc.exit_code)
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        click.echo(f"align: error: {exc.format_message()}{hint}", err=True)
+        sys.exit(EXIT_USAGE)
     except click.exceptions.Abort:
         click.echo("align: aborted", err=True)
         sys.exit(EXIT_USAGE)

@@ -227,3 +227,9 @@ def test_bfloat16_source_converts_with_ml_dtypes(tmp_path, align):
     with open_checkpoint(str(tmp_path / "b.ckpt")) as src:
         assert src.names == ["emb.embedding_table"]
         assert src.get("emb.embedding_table").dtype == ml_dtypes.bfloat16
+
+
+@pytest.mark.parametrize("args,needle", [(["convert"], "Missing argument"), (["convert", "x", "--bogus"], "--bogus"),
+                                         (["nope"], "No such command")])
+def test_usage_errors_are_one_line(align, args, needle):
+    assert_one_line_error(align(*args), needle)
