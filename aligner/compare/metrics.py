@@ -20,7 +20,6 @@ CHUNK = 1 << 16  # elements per chunk: the few float32 work buffers of one chunk
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7),
 }
-_TINY32 = np.float32(np.finfo(np.float32).tiny)
 
 
 def default_tolerance(dtype_a: str, dtype_b: str) -> tuple[float, float]:
@@ -162,7 +161,6 @@ class _Accumulator:
     def __init__(self, size: int, dtype: np.dtype, rtol: float, atol: float) -> None:
         self.dtype = dtype
         self.rtol, self.atol = dtype.type(rtol), dtype.type(atol)
-        self.tiny = dtype.type(np.finfo(dtype).tiny)
         self.buf_d = np.empty(size, dtype)
         self.buf_t = np.empty(size, dtype)
         self.buf_r = np.empty(size, dtype)
@@ -200,9 +198,9 @@ class _Accumulator:
         self.sdd += sdd
         self.count += n
         np.abs(d, out=d)
-        i = int(np.argmax(d))
-        peak = float(d[i])
+        peak = float(d.max())
         if peak > self.max_abs:
+            i = int(np.argmax(d))
             self.max_abs = peak
             self.max_abs_at = self.offset + (int(positions[i]) if positions.size else i)
         self.sum_abs += float(d.sum())
@@ -210,15 +208,15 @@ class _Accumulator:
             return True
         t = self.buf_t[:n]
         np.abs(b, out=t)
-        np.add(t, self.tiny, out=t)
         r = self.buf_r[:n]
-        np.divide(d, t, out=r)
-        self.max_rel = max(self.max_rel, float(r.max()))
-        if peak > self.atol:
+        np.divide(d, t, out=r)  # x/0 = inf is the right answer; 0/0 = NaN (both zero) is skipped below
+        rel = float(r.max())
+        self.max_rel = max(self.max_rel, rel if rel == rel else float(np.fmax.reduce(r)))
+        if peak > self.atol:  # some element may be outside atol + rtol*|b|
             np.multiply(t, self.rtol, out=t)
-            np.add(t, self.atol, out=t)
+            np.subtract(d, t, out=t)
             m = self.buf_m[:n]
-            np.greater(d, t, out=m)
+            np.greater(t, self.atol, out=m)
             self.mismatched += int(np.count_nonzero(m))
         return True
 
@@ -235,14 +233,15 @@ class _Accumulator:
         self.mismatched += int(np.count_nonzero(~both & ~agree))
         positions = np.flatnonzero(both)
         fa, fb = a[both].astype(np.float64), b[both].astype(np.float64)
-        saved = self.dtype, self.buf_d, self.buf_t, self.buf_r, self.rtol, self.atol, self.tiny
+        saved = self.dtype, self.buf_d, self.buf_t, self.buf_r, self.buf_m, self.rtol, self.atol
         self.dtype = np.dtype(np.float64)
         self.buf_d, self.buf_t, self.buf_r = (np.empty(fa.size) for _ in range(3))
-        self.rtol, self.atol, self.tiny = np.float64(saved[4]), np.float64(saved[5]), np.finfo(np.float64).tiny
+        self.buf_m = np.empty(fa.size, np.bool_)
+        self.rtol, self.atol = np.float64(saved[5]), np.float64(saved[6])
         try:
             self._finite_chunk(fa, fb, positions)
         finally:
-            self.dtype, self.buf_d, self.buf_t, self.buf_r, self.rtol, self.atol, self.tiny = saved
+            self.dtype, self.buf_d, self.buf_t, self.buf_r, self.buf_m, self.rtol, self.atol = saved
 
     def finish(self, metrics: Metrics) -> Metrics:
         """Write the totals into `metrics`."""

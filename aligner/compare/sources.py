@@ -22,6 +22,7 @@ from aligner.errors import AlignerError
 
 _GRAD_TOKENS = {"backward", "grad", "grads", "gradient"}
 _MAX_HEADER = 1 << 16
+_READ_BLOCK = 1 << 20  # bytes per read() call
 
 
 class TensorError(ValueError):
@@ -123,21 +124,23 @@ class NpyStream:
             array = np.load(self.path, mmap_mode="r", allow_pickle=False)
             yield from flat_chunks(self._view(array), size)
             return
-        buf = np.empty(min(size, total), stored)
+        block = max(size, _READ_BLOCK // stored.itemsize // size * size)  # fewer syscalls, chunk-sized views
+        buf = np.empty(min(block, total), stored)
         with open(self.path, "rb", buffering=0) as fh:
             fh.seek(self.header.data_offset)
             done = 0
             while done < total:
-                n = min(size, total - done)
+                n = min(block, total - done)
                 view = memoryview(buf[:n]).cast("B")
-                got = fh.readinto(view)
+                got = fh.readinto(view) or 0
                 while got < view.nbytes:  # readinto may return short reads
                     more = fh.readinto(view[got:])
                     if not more:
                         raise TensorError(f"{self.path.name}: truncated while reading")
                     got += more
                 done += n
-                yield self._view(buf[:n])
+                for start in range(0, n, size):
+                    yield self._view(buf[start:min(start + size, n)])
 
 
 def open_tensor(item: Item) -> NpyStream:
