@@ -52,9 +52,11 @@ def _pin_mindspore(ms: Any, seed: int) -> dict[str, Any]:
     import mindspore.dataset as ds
 
     ms.set_seed(seed)
-    ms.set_deterministic(True)
+    if ms.get_context("deterministic") != "ON":
+        ms.set_deterministic(True)  # MindSpore allows this once per process; later calls see it already ON
     ds.config.set_seed(seed)
-    return {"version": ms.__version__, "set_seed": seed, "deterministic": True, "dataset_seed": ds.config.get_seed()}
+    return {"version": ms.__version__, "set_seed": seed, "deterministic": ms.get_context("deterministic") == "ON",
+            "dataset_seed": ds.config.get_seed()}
 
 
 def fix_random(seed: int, frameworks: Iterable[str] = FRAMEWORKS) -> dict[str, Any]:
