@@ -23,6 +23,7 @@ class Signature:
     optional: dict[str, int | None]
     exact: bool
     name_hint: re.Pattern | None
+    same_shape: bool = False               # all present leaves must have one shape (norm weight/bias of any rank)
 
     @classmethod
     def parse(cls, data: dict[str, Any] | None) -> "Signature | None":
@@ -32,7 +33,8 @@ class Signature:
         return cls({k: v for k, v in leaves.items() if not k.endswith("?")},
                    {k[:-1]: v for k, v in leaves.items() if k.endswith("?")},
                    bool(data.get("exact", False)),
-                   re.compile(data["name_hint"]) if data.get("name_hint") else None)
+                   re.compile(data["name_hint"]) if data.get("name_hint") else None,
+                   bool(data.get("same_shape", False)))
 
     def matches(self, prefix: str, leaves: dict[str, TensorInfo]) -> bool:
         def rank_ok(name: str, rank: int | None) -> bool:
@@ -43,6 +45,8 @@ class Signature:
         if not all(rank_ok(name, rank) for name, rank in self.optional.items() if name in leaves):
             return False
         if self.exact and not set(leaves) <= set(self.required) | set(self.optional):
+            return False
+        if self.same_shape and len({leaves[n].shape for n in (*self.required, *self.optional) if n in leaves}) > 1:
             return False
         return self.name_hint is None or bool(self.name_hint.search(prefix))
 
