@@ -1,0 +1,206 @@
+"""`align diff`: real one-step trainings of the twin CNN in PyTorch and MindSpore, saved and diffed through the CLI."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import assert_one_line_error
+from twin_models import example_input, make_twins
+
+TRAINABLE = ["conv1.weight", "conv1.bias", "bn1.weight", "bn1.bias", "conv2.weight", "conv2.bias", "bn2.weight",
+             "bn2.bias", "fc.weight", "fc.bias"]
+LABELS = np.array([1, 3], np.int32)
+
+
+def train_torch(path: Path, lr: float = 0.1, frozen: str | None = None, init: Path | None = None) -> None:
+    """One SGD step of the torch twin (seed 0); `frozen` is left out of the optimizer."""
+    import torch
+
+    net, _ = make_twins("cnn", 0)
+    if init is not None:
+        torch.save(net.state_dict(), init)
+    opt = torch.optim.SGD([p for n, p in net.named_parameters() if n != frozen], lr=lr)
+    loss = torch.nn.functional.cross_entropy(net(torch.tensor(example_input("cnn"))), torch.tensor(LABELS).long())
+    loss.backward()
+    opt.step()
+    torch.save(net.state_dict(), path)
+
+
+def train_mindspore(path: Path, lr: float = 0.1, frozen: str | None = None) -> None:
+    """One SGD step of the MindSpore twin (same weights); `frozen` (MindSpore name) is left out of the optimizer."""
+    import mindspore as ms
+    from mindspore import nn
+
+    _, net = make_twins("cnn", 0)
+    opt = nn.SGD([p for p in net.trainable_params() if p.name != frozen], learning_rate=lr)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
+    _, grads = grad_fn(ms.Tensor(example_input("cnn")), ms.Tensor(LABELS))
+    opt(grads)
+    ms.save_checkpoint(net, str(path))
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory) -> dict[str, Path]:
+    """init.pth, the clean pair, a wrong-lr MindSpore run and a MindSpore run with fc.bias left out of the optimizer."""
+    d = tmp_path_factory.mktemp("diff")
+    files = {k: d / v for k, v in {"init": "init.pth", "pt": "step1_pt.pth", "ms": "step1_ms.ckpt",
+                                   "ms_lr": "lr_ms.ckpt", "ms_frozen": "frozen_ms.ckpt"}.items()}
+    train_torch(files["pt"], init=files["init"])
+    train_mindspore(files["ms"])
+    train_mindspore(files["ms_lr"], lr=0.11)
+    train_mindspore(files["ms_frozen"], frozen="fc.bias")
+    return files
+
+
+def test_clean_step_matches(align, ckpts):
+    proc = align("diff", ckpts["ms"], ckpts["pt"], "--init", ckpts["init"], "--json", "-")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["equal"] and result["differences"] == []
+    compared = {p["name"]: p for p in result["params"] if p["metrics"]}
+    assert len(compared) == 14  # 10 trainable + 4 BatchNorm running stats; num_batches_tracked is only in B
+    assert all(p["metrics"]["max_abs_err"] < 1e-6 for p in compared.values())
+    assert (result["a"]["tensors"], result["b"]["tensors"]) == (14, 16)
+    assert result["a"]["trainable_tensors"] is None and result["b"]["trainable_tensors"] == 10
+    assert result["b"]["trainable_elements"] == 1722
+    # conv2 feeds a BatchNorm in training mode, so its bias gets an exactly zero gradient on both sides
+    assert result["frozen_both"] == ["conv2.bias"]
+
+
+def test_clean_step_text(align, ckpts):
+    proc = align("diff", ckpts["ms"], ckpts["pt"], "-v")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "All 14 compared parameters agree" in proc.stdout
+    assert "bn1.moving_mean" in proc.stdout and "trainable unknown" in proc.stdout
+
+
+def test_wrong_lr_names_every_updated_param(align, ckpts):
+    proc = align("diff", ckpts["ms_lr"], ckpts["pt"], "--json", "-")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    # conv biases feed a training-mode BatchNorm: (near) zero gradient, so a wrong lr cannot show there
+    updated = set(TRAINABLE) - {"conv1.bias", "conv2.bias"}
+    assert set(result["differences"]) == updated
+    rel = {p["name"]: p["metrics"]["rel_l2_err"] for p in result["params"] if p["name"] in updated}
+    assert all(1e-5 < r < 1e-1 for r in rel.values()), rel
+
+
+def test_wrong_lr_text_names_params(align, ckpts):
+    proc = align("diff", ckpts["ms_lr"], ckpts["pt"], "--rtol", "1e-4", "--atol", "1e-6")
+    assert proc.returncode == 1
+    assert "parameter(s) different" in proc.stdout and "fc.weight" in proc.stdout
+    assert "conv1.weight" in proc.stdout
+
+
+def test_frozen_param_named_with_init(align, ckpts, tmp_path):
+    out = tmp_path / "diff.json"
+    proc = align("diff", ckpts["ms_frozen"], ckpts["pt"], "--init", ckpts["init"], "--json", out)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "fc.bias: updated in B, NOT updated in A" in proc.stdout
+    result = json.loads(out.read_text())
+    row = next(p for p in result["params"] if p["name"] == "fc.bias")
+    assert (row["status"], row["updated_a"], row["updated_b"]) == ("update differs", False, True)
+    assert result["differences"] == ["fc.bias"]
+
+
+def test_frozen_param_without_init_is_only_a_value_difference(align, ckpts):
+    proc = align("diff", ckpts["ms_frozen"], ckpts["pt"], "--json", "-")
+    assert proc.returncode == 1
+    row = next(p for p in json.loads(proc.stdout)["params"] if p["name"] == "fc.bias")
+    assert row["status"] == "different" and row["updated_a"] is None
+
+
+def test_init_in_other_framework(align, ckpts):
+    proc = align("diff", ckpts["pt"], ckpts["ms_frozen"], "--init", ckpts["init"], "--json", "-")
+    assert proc.returncode == 1
+    row = next(p for p in json.loads(proc.stdout)["params"] if p["name"] == "fc.bias")
+    assert (row["updated_a"], row["updated_b"]) == (True, False)
+
+
+def test_map_renames_a(align, ckpts, tmp_path):
+    import torch
+
+    state = torch.load(ckpts["pt"])
+    state["head.bias"] = state.pop("fc.bias")
+    renamed = tmp_path / "renamed.pth"
+    torch.save(state, renamed)
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text("rename:\n  head.bias: fc.bias\n")
+    proc = align("diff", renamed, ckpts["pt"], "--map", mapping)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "All 16 compared parameters agree" in proc.stdout
+
+
+def test_missing_and_unexpected_keys(align, ckpts, tmp_path):
+    import torch
+
+    state = torch.load(ckpts["pt"])
+    state["extra.weight"] = torch.zeros(3)
+    del state["fc.bias"]
+    edited = tmp_path / "edited.pth"
+    torch.save(state, edited)
+    proc = align("diff", edited, ckpts["pt"], "--json", "-")
+    assert proc.returncode == 1
+    status = {p["name"]: p["status"] for p in json.loads(proc.stdout)["params"]}
+    assert status["fc.bias"] == "missing" and status["extra.weight"] == "unexpected"
+
+
+def test_shape_mismatch(align, ckpts, tmp_path):
+    import torch
+
+    state = torch.load(ckpts["pt"])
+    state["fc.bias"] = torch.zeros(7)
+    edited = tmp_path / "shape.pth"
+    torch.save(state, edited)
+    proc = align("diff", edited, ckpts["pt"], "--json", "-")
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["differences"] == ["fc.bias"]
+
+
+def test_different_models(align, ckpts, tmp_path):
+    import torch
+
+    other = tmp_path / "other.pth"
+    torch.save({f"layer{i}.weight": torch.zeros(i + 2) for i in range(20)}, other)
+    assert_one_line_error(align("diff", other, ckpts["pt"]), "different models")
+    assert_one_line_error(align("diff", ckpts["ms"], ckpts["pt"], "--init", other), "different models")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["missing.ckpt", "{pt}"], "no such file"),
+    (["{corrupt}", "{pt}"], "corrupt"),
+    (["{ms}", "{pt}", "--rtol", "abc"], "--rtol must be a number"),
+    (["{ms}", "{pt}", "--atol", "-1"], "--atol must be a finite number"),
+    (["{ms}", "{pt}", "--map", "nomap.yaml"], "nomap.yaml"),
+    (["{ms}", "{pt}", "--map", "{badmap}"], "badmap.yaml"),
+    (["{ms}", "{pt}", "--init", "noinit.pth"], "no such file"),
+    (["{ms}", "{pt}", "--json", "{existing}"], "already exists"),
+    (["{ms}", "{pt}", "--json", "{existing}", "--force", "--init", "noinit.pth"], "no such file"),
+    (["{ms}", "{pt}", "--bogus"], "no such option"),
+])
+def test_bad_input(align, ckpts, tmp_path, args, needle):
+    corrupt = tmp_path / "corrupt.ckpt"
+    corrupt.write_bytes(b"\x0a\x05garbage-not-a-checkpoint")
+    badmap = tmp_path / "badmap.yaml"
+    badmap.write_text("rename: [unclosed\n")
+    existing = tmp_path / "existing.json"
+    existing.write_text("{}")
+    paths = {"pt": ckpts["pt"], "ms": ckpts["ms"], "corrupt": corrupt, "badmap": badmap, "existing": existing}
+    proc = align("diff", *[a.format(**paths) for a in args], cwd=tmp_path)
+    assert_one_line_error(proc, needle)
+    assert existing.read_text() == "{}"
+
+
+def test_allow_pickle_needed_for_pickled_pth(align, ckpts, tmp_path):
+    import torch
+
+    pickled = tmp_path / "pickled.pth"
+    torch.save({"model": torch.load(ckpts["pt"]), "args": argparse.Namespace(lr=0.1)}, pickled)
+    proc = align("diff", pickled, ckpts["pt"])
+    assert proc.returncode == 2 and "pickle" in proc.stderr.lower(), proc.stderr
+    assert align("diff", pickled, ckpts["pt"], "--allow-pickle").returncode == 0
