@@ -21,6 +21,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from aligner.dtypes import canonical, to_numpy
+from aligner.errors import AlignerError
 
 MANIFEST = "manifest.jsonl"
 TENSOR_DIR = "tensors"
@@ -118,5 +119,5 @@ def iter_manifest(directory: str | os.PathLike) -> Iterator[tuple[int, Record | 
                 if not isinstance(data, dict):
                     raise ValueError("not a JSON object")
                 yield lineno, (data if lineno == 1 and data.get("format") == FORMAT else Record.from_dict(data))
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError, AlignerError) as exc:
                 yield lineno, ValueError(f"{MANIFEST} line {lineno}: {exc}")
