@@ -1,0 +1,99 @@
+"""Time one training step of the twin CNN (torch and MindSpore) without a dump, with a full dump and stats-only.
+
+    .venv/bin/python scripts/bench_dump.py [--steps 30] [--batch 32]
+
+Each variant runs the same forward/backward/SGD step; the dump variants open a fresh `aligner.dump` context per step
+(leaf modules, forward + backward + parameter gradients, background writer flushed at every context exit), so the
+time includes everything a user's step waits for. Ratios are against the no-dump baseline of the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import aligner  # noqa: E402
+from twin_models import make_twins  # noqa: E402
+
+MODES = ("none", "full", "stats")
+
+
+def torch_step(model, x) -> Callable[[], None]:
+    import torch
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    inp = torch.from_numpy(x)
+
+    def step() -> None:
+        opt.zero_grad()
+        model(inp).square().mean().backward()
+        opt.step()
+    return step
+
+
+def ms_step(model, x) -> Callable[[], None]:
+    import mindspore as ms
+
+    opt = ms.nn.SGD(model.trainable_params(), learning_rate=0.01)
+    grad_fn = ms.value_and_grad(lambda v: model(v).square().mean(), None, opt.parameters)
+    inp = ms.Tensor(x)
+
+    def step() -> None:
+        _, grads = grad_fn(inp)
+        opt(grads)
+    return step
+
+
+def timed(step: Callable[[], None], model, steps: int, root: Path) -> dict[str, float]:
+    """Median seconds per step for each mode ("none", "full", "stats"), interleaved step by step so machine load
+    hits every mode alike (two warm-up rounds are dropped)."""
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for i in range(steps + 2):
+        for mode in MODES:
+            start = time.perf_counter()
+            if mode == "none":
+                step()
+            else:
+                with aligner.dump(model, root / mode, step=i, stats_only=mode == "stats"):
+                    step()
+            times[mode].append(time.perf_counter() - start)
+    return {mode: statistics.median(t[2:]) for mode, t in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the writer needs a core)")
+    args = parser.parse_args()
+    import mindspore as ms
+    import torch
+
+    torch.set_num_threads(args.threads)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    x = np.random.default_rng(0).standard_normal((args.batch, 3, 16, 16)).astype(np.float32)
+    print(f"twin CNN, batch {args.batch}, input {x.shape[1:]}, median of {args.steps} interleaved steps, "
+          f"torch threads {args.threads}")
+    print(f"{'framework':<10} {'no dump':>10} {'full dump':>18} {'stats only':>18} {'MB/step (full)':>15}")
+    for name, make in (("torch", torch_step), ("mindspore", ms_step)):
+        tnet, mnet = make_twins("cnn")
+        model = tnet if name == "torch" else mnet
+        step = make(model, x)
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            base, full, stats = timed(step, model, args.steps, root).values()
+            mb = sum(f.stat().st_size for f in (root / "full").rglob("*.npy")) / 1e6 / (args.steps + 2)
+        print(f"{name:<10} {base * 1e3:>8.2f}ms {full * 1e3:>8.2f}ms ({full / base:4.1f}x) "
+              f"{stats * 1e3:>8.2f}ms ({stats / base:4.1f}x) {mb:>15.2f}")
+
+
+if __name__ == "__main__":
+    main()
