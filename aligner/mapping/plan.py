@@ -177,15 +177,16 @@ def _reconcile(plan: Plan, infos: dict[str, TensorInfo], like: dict[str, TensorI
             entry.status = "unchanged" if hit == entry.sources[0] else "renamed"
         _fit(entry, hit, like[hit], entry.reason or "target key")
     free_targets = {k: v for k, v in like.items() if k not in claimed}
-    by_name = {e.target: e for e in leftovers if e.status != "created"}
+    by_name = {e.target: e for e in leftovers}  # created leaves too: a recreated counter follows its module
     pairs, ambiguous = structural.match({n: e.info.shape for n, e in by_name.items()}, free_targets)
     for sname, tname, reason in pairs:
         entry = by_name.pop(sname)
-        entry.status = "structural"
+        if entry.status != "created":
+            entry.status = "structural"
         _fit(entry, tname, like[tname], reason)
         claimed.add(tname)
     for entry in leftovers:
-        if entry.status == "created" or entry.target in by_name and entry is by_name[entry.target]:
+        if entry.target in by_name and entry is by_name[entry.target]:
             src = entry.sources[0] if entry.sources else None
             if entry.status == "created":
                 entry.status, entry.reason = "dropped", "not in the target"

@@ -21,6 +21,12 @@ def _neutral_leaves() -> dict[str, str]:
     return {ms: pt for rule in load_rules() for pt, ms in rule.rename.items()}
 
 
+@functools.lru_cache(maxsize=None)
+def _optional_leaves() -> frozenset[str]:
+    """Leaves only one side keeps (num_batches_tracked): they may be absent in a group of the same layout."""
+    return frozenset(leaf for rule in load_rules() for leaf in rule.pytorch_only)
+
+
 def neutral_leaf(leaf: str) -> str:
     """A leaf name in PyTorch spelling whichever framework it comes from (gamma -> weight, moving_mean -> running_mean)."""
     return _neutral_leaves().get(leaf, leaf)
@@ -40,7 +46,8 @@ def _groups(items: dict[str, tuple[int, ...]]) -> dict[str, dict[str, str]]:
 
 
 def _signature(group: dict[str, str], shapes: dict[str, tuple[int, ...]]) -> tuple:
-    return tuple(sorted((leaf, squeeze_shape(shapes[name])) for leaf, name in group.items()))
+    return tuple(sorted((leaf, squeeze_shape(shapes[name])) for leaf, name in group.items()
+                        if leaf not in _optional_leaves()))
 
 
 def _norm(path: str) -> str:
@@ -82,10 +89,12 @@ def match(sources: dict[str, tuple[int, ...]], targets: dict[str, TensorInfo]
                     chosen.append((best[1], t, f"structural: same layout, name similarity {best[0]:.2f}"))
                     free.remove(best[1])
                 else:
-                    for leaf_name in tgroups[t].values():
-                        ambiguous[leaf_name] = [sgroups[s][neutral_leaf(split_name(leaf_name)[1])]
-                                                for _, s in scored[:3]]
+                    for leaf, leaf_name in tgroups[t].items():
+                        candidates = [sgroups[s][leaf] for _, s in scored[:3] if leaf in sgroups[s]]
+                        if candidates:
+                            ambiguous[leaf_name] = candidates
         for s, t, reason in chosen:
             for leaf, tname in tgroups[t].items():
-                pairs.append((sgroups[s][leaf], tname, reason))
+                if leaf in sgroups[s]:  # an optional leaf only the target has stays unfilled (reported missing)
+                    pairs.append((sgroups[s][leaf], tname, reason))
     return pairs, ambiguous
