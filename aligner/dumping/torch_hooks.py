@@ -14,6 +14,7 @@ in-place op on a module's output (`nn.ReLU(inplace=True)`, `out += identity` in 
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any, Callable
 
 import torch
@@ -53,7 +54,7 @@ class _ModuleHooks:
         if not (self.opts.backward and torch.is_grad_enabled()):
             return None
         aliases: list[tuple[int, torch.Tensor, int, torch.Tensor]] = []
-        position = iter(range(1 << 62))
+        position = itertools.count()  # flat index over all input tensors, as in forward input records
 
         def alias(t: torch.Tensor) -> torch.Tensor:
             index = next(position)
