@@ -85,20 +85,32 @@ def convert(src_path: str, out_path: str, *, like_path: str | None = None, map_p
 def resolved_map(plan: Plan) -> dict[str, Any]:
     """The plan as a user mapping file (exact renames, drops, transforms) that reproduces it with --map."""
     rename: dict[str, list[str]] = {}
-    drop, transforms = [], []
+    drop: list[str] = []
+    transforms: list[dict[str, Any]] = []
+    splits: dict[tuple, dict[int, str]] = {}
     for e in plan.entries:
-        if e.status in ("dropped", "unexpected"):
+        ops = [o for o in e.ops if o["op"] != "cast"]  # casts come from the target, not from the map
+        if e.status in ("dropped", "unexpected") and e.sources:
             drop.append(f"^{re.escape(e.sources[0])}$")
         elif e.target is None or not e.sources or e.status in ("missing", "ambiguous", "shape mismatch"):
             continue
-        elif len(e.sources) == 1 and not [o for o in e.ops if o["op"] != "cast"]:
+        elif not ops:
             rename.setdefault(e.sources[0], []).append(e.target)
-        elif len(e.sources) == 1 and all(o["op"] in ("reshape", "unsqueeze", "squeeze", "cast") for o in e.ops):
+        elif ops[0]["op"] == "split":
+            key = (e.sources[0], ops[0]["axis"], ops[0]["parts"])
+            splits.setdefault(key, {})[ops[0]["index"]] = e.target
+        elif ops[0]["op"] == "concat":
+            transforms.append({"op": "concat", "sources": list(e.sources), "axis": ops[0]["axis"],
+                               "target": e.target})
+        elif ops[0]["op"] == "transpose" and len(ops) == 1:
+            transforms.append({"op": "transpose", "source": e.sources[0], "perm": list(ops[0]["perm"]),
+                               "target": e.target})
+        else:  # unsqueeze/squeeze/reshape chains: the resulting shape says it all
             transforms.append({"op": "reshape", "source": e.sources[0], "shape": list(e.info.shape),
                                "target": e.target})
-        else:
-            transforms.append({"op": "concat" if len(e.sources) > 1 else e.ops[0]["op"], "source": e.sources[0],
-                               "target": e.target, "note": "reproduce from the original --map"})
+    for (source, axis, parts), targets in splits.items():
+        transforms.append({"op": "split", "source": source, "axis": axis,
+                           "targets": [targets[i] for i in range(parts)]})
     return {"rename": {k: v[0] if len(v) == 1 else v for k, v in rename.items()}, "drop": drop,
             "transforms": transforms}
 

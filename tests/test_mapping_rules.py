@@ -253,9 +253,6 @@ def test_save_map_reloaded_with_map_gives_the_same_checkpoint(tmp_path) -> None:
     np.testing.assert_array_equal(first["seq.conv.weight"], src["seq.conv.weight"][:, :, None, :])
 
 
-@pytest.mark.xfail(strict=True, raises=AlignerError,
-                   reason="aligner.convert.resolved_map writes user split/concat/transpose transforms without their "
-                   "axis/targets/sources/perm, so the saved map does not reload (owner: convert.py)")
 def test_save_map_with_user_transforms_reloads(tmp_path) -> None:
     rng = np.random.default_rng(7)
     src = user_map_source(rng)
