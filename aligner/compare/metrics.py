@@ -202,9 +202,9 @@ class _Accumulator:
         self.sdd += sdd
         self.count += n
         np.abs(d, out=d)
-        peak = float(d.max())
+        i = int(np.argmax(d))  # one pass for the peak and its index (d is finite here)
+        peak = float(d[i])
         if peak > self.max_abs:
-            i = int(np.argmax(d))
             self.max_abs = peak
             self.max_abs_at = self.offset + (int(positions[i]) if positions.size else i)
         self.sum_abs += float(np.dot(d, self.ones[:n]))
