@@ -58,13 +58,20 @@ def aligner_run(root: Path, bisect: bool = False) -> dict:
     return json.loads(out.read_text())
 
 
-def timed(fn, repeat: int) -> tuple[float, object]:
-    times, result = [], None
+def timed(fn) -> tuple[float, float, object]:
+    """(wall seconds, CPU seconds of this process, result) of one call."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = fn()
+    return time.perf_counter() - t0, time.process_time() - c0, result
+
+
+def interleaved(fns: dict, repeat: int) -> dict:
+    """Run the functions in turn, `repeat` rounds, so that a machine shared with other jobs loads them alike."""
+    runs: dict = {name: [] for name in fns}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
+        for name, fn in fns.items():
+            runs[name].append(timed(fn))
+    return runs
 
 
 def peak_memory(root: Path, numel: int) -> float:
@@ -89,18 +96,28 @@ def main() -> None:
     try:
         nbytes = write_pairs(root, args.pairs, args.numel)
         gb = nbytes / 1e9
-        t_naive, n_div = timed(lambda: naive(root), args.repeat)
-        t_align, result = timed(lambda: aligner_run(root), args.repeat)
-        t_bisect, bis = timed(lambda: aligner_run(root, bisect=True), args.repeat)
+        runs = interleaved({"naive": lambda: naive(root), "align": lambda: aligner_run(root),
+                            "bisect": lambda: aligner_run(root, bisect=True)}, args.repeat)
+        n_div, result, bis = runs["naive"][-1][2], runs["align"][-1][2], runs["bisect"][-1][2]
         found = sum(r["status"] == "diverged" for r in result["rows"])
         assert found == n_div == args.pairs // 2, (found, n_div)
         first = result["rows"][result["findings"][0]["first"]]["module"]
         assert bis["rows"][bis["findings"][0]["first"]]["module"] == first
         mem = {n: peak_memory(root, n) for n in (1 << 20, 1 << 22)}
         print(f"data: {args.pairs} pairs x {args.numel} float32 elements, {gb:.2f} GB (both sides), page cache warm")
-        print(f"naive loop     : {t_naive:6.2f} s  {gb / t_naive:5.2f} GB/s  ({n_div} diverging)")
-        print(f"align compare  : {t_align:6.2f} s  {gb / t_align:5.2f} GB/s  ({found} diverging, first at {first})"
-              f"  -> {t_naive / t_align:.1f}x the naive loop")
+        print(f"{args.repeat} interleaved rounds; wall s (GB/s) per round, then CPU s of this process (GB per CPU s)")
+        for name, label in (("naive", "naive loop    "), ("align", "align compare ")):
+            walls = "  ".join(f"{w:5.2f} ({gb / w:4.2f})" for w, _, _ in runs[name])
+            cpus = "  ".join(f"{c:5.2f} ({gb / c:4.2f})" for _, c, _ in runs[name])
+            print(f"{label}: wall {walls}\n{'':15}  cpu  {cpus}")
+        ratios = [n[0] / a[0] for n, a in zip(runs["naive"], runs["align"])]
+        t_align = statistics.median(w for w, _, _ in runs["align"])
+        best = min(w for w, _, _ in runs["align"])
+        print(f"align compare  : median {t_align:.2f} s = {gb / t_align:.2f} GB/s, best {best:.2f} s = {gb / best:.2f} GB/s"
+              f" ({found} diverging, first at {first})")
+        print("ratio naive/align per round: " + "  ".join(f"{r:.1f}x" for r in ratios)
+              + f"  -> median {statistics.median(ratios):.1f}x the naive loop")
+        t_bisect = statistics.median(w for w, _, _ in runs["bisect"])
         print(f"align --bisect : {t_bisect:6.3f} s  read {bis['bisect_reads']} of {args.pairs} tensor pairs")
         print("peak traced memory: " + ", ".join(f"{mib:.1f} MiB for {n >> 20}M-element tensors"
                                                  for n, mib in mem.items()))
