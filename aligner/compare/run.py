@@ -1,6 +1,7 @@
 """The `align compare` pipeline: read both sides -> match records -> metrics -> verdicts -> reports; returns the exit code."""
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Callable
@@ -33,15 +34,84 @@ def _label(source: Source) -> str:
     return f"{source.root} ({source.framework})"
 
 
+_PROCESS_MIN_ELEMENTS = 1 << 24  # below this many tensor elements (both sides), worker processes cost more than they save
+_BATCH = 8  # pairs per task handed to a worker process
+_FORKED: dict[int, list] = {}  # pairs lists that forked worker processes read by key (inherited, never pickled)
+
+
+def _elements(pairs: list) -> int:
+    total = 0
+    for pair in pairs:
+        for item in (pair.a, pair.b):
+            if item is not None and item.path is not None:
+                try:
+                    total += math.prod(item.record.shape or ())
+                except TypeError:
+                    pass
+    return total
+
+
+def _use_processes(pairs: list, workers: int) -> bool:
+    """Worker processes for long runs on Linux: numpy releases the GIL per call, but with a few dozen calls per chunk
+    two threads spend much of their time handing the GIL back and forth, so threads scale poorly."""
+    import multiprocessing
+
+    return (workers > 1 and sys.platform.startswith("linux") and len(pairs) >= 2 * workers
+            and not multiprocessing.current_process().daemon and _elements(pairs) >= _PROCESS_MIN_ELEMENTS)
+
+
+def _evaluate_batch(key: int, start: int, stop: int, rtol: float | None, atol: float | None) -> list:
+    return [(row.metrics, row.error) for row in (evaluate(p, rtol, atol) for p in _FORKED[key][start:stop])]
+
+
+def _evaluate_processes(pairs: list, rtol: float | None, atol: float | None, workers: int,
+                        progress: Callable[[], None] | None) -> list[Row]:
+    """evaluate() of every pair in forked worker processes, `_BATCH` pairs per task; rows keep the parent's pairs."""
+    import concurrent.futures
+    import multiprocessing
+
+    key = id(pairs)
+    _FORKED[key] = pairs
+    rows: list[Row | None] = [None] * len(pairs)
+    try:
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            tasks = {pool.submit(_evaluate_batch, key, s, min(s + _BATCH, len(pairs)), rtol, atol): s
+                     for s in range(0, len(pairs), _BATCH)}
+            for task in concurrent.futures.as_completed(tasks):
+                for i, (metrics, error) in enumerate(task.result(), tasks[task]):
+                    rows[i] = Row(pairs[i], metrics, error, read=True)
+                    if progress:
+                        progress()
+    finally:
+        del _FORKED[key]
+    return rows  # type: ignore[return-value]
+
+
+def _evaluate(pairs: list, rtol: float | None, atol: float | None, workers: int | None,
+              progress: Callable[[], None] | None = None) -> list[Row]:
+    """Worker processes for long runs where they can be forked, else evaluate_all's thread pool."""
+    import os
+
+    n = workers or os.cpu_count() or 1
+    if _use_processes(pairs, n):
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return _evaluate_processes(pairs, rtol, atol, n, progress)
+        except (BrokenProcessPool, OSError):  # a worker died or could not be started: threads instead
+            pass
+    return evaluate_all(pairs, rtol, atol, workers, progress)
+
+
 def _evaluate_with_progress(pairs: list, rtol: float | None, atol: float | None, workers: int | None) -> list[Row]:
-    """evaluate_all with a progress bar on stderr when it is a terminal and the run is long."""
+    """Evaluate every pair, with a progress bar on stderr when it is a terminal and the run is long."""
     if len(pairs) < _PROGRESS_MIN or not sys.stderr.isatty():
-        return evaluate_all(pairs, rtol, atol, workers)
+        return _evaluate(pairs, rtol, atol, workers)
     from rich.progress import Progress
 
     with Progress(transient=True) as bar:
         task = bar.add_task("comparing", total=len(pairs))
-        return evaluate_all(pairs, rtol, atol, workers, progress=lambda: bar.advance(task))
+        return _evaluate(pairs, rtol, atol, workers, progress=lambda: bar.advance(task))
 
 
 def _write(path: str, writer: Callable, report: Report) -> None:
