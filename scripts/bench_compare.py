@@ -4,7 +4,7 @@ Writes PAIRS pairs of 1M-element float32 .npy files (the second half diverging) 
 times: the naive loop (np.load both, np.allclose, max abs error, cosine), the `align compare` pipeline (read ->
 match -> metrics -> verdicts -> report, in-process), and its --bisect mode (tensor pairs read). Throughput counts the
 bytes of both sides. The files were just written, so the page cache is warm: this measures compute, not the disk.
-Peak memory (tracemalloc, numpy included) is measured separately for 1M- and 4M-element tensors.
+Peak memory (tracemalloc, numpy included; one worker, in-process) is measured separately for 1M- and 4M-element tensors.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import io
 import json
+import resource
 import shutil
 import statistics
 import tempfile
@@ -50,19 +51,25 @@ def naive(root: Path) -> int:
     return diverged
 
 
-def aligner_run(root: Path, bisect: bool = False) -> dict:
+def aligner_run(root: Path, bisect: bool = False, workers: int | None = None) -> dict:
     out = root / ("bisect.json" if bisect else "result.json")
     out.unlink(missing_ok=True)
     with contextlib.redirect_stdout(io.StringIO()):
-        run_compare(str(root / "a"), str(root / "b"), json_out=str(out), bisect=bisect)
+        run_compare(str(root / "a"), str(root / "b"), json_out=str(out), bisect=bisect, workers=workers)
     return json.loads(out.read_text())
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished child processes (the compare worker processes)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def timed(fn) -> tuple[float, float, object]:
-    """(wall seconds, CPU seconds of this process, result) of one call."""
-    t0, c0 = time.perf_counter(), time.process_time()
+    """(wall seconds, CPU seconds incl. worker processes, result) of one call."""
+    t0, c0 = time.perf_counter(), cpu_seconds()
     result = fn()
-    return time.perf_counter() - t0, time.process_time() - c0, result
+    return time.perf_counter() - t0, cpu_seconds() - c0, result
 
 
 def interleaved(fns: dict, repeat: int) -> dict:
@@ -75,11 +82,12 @@ def interleaved(fns: dict, repeat: int) -> dict:
 
 
 def peak_memory(root: Path, numel: int) -> float:
-    """Peak traced memory (MiB) of one comparison of 8 pairs of `numel`-element tensors."""
+    """Peak traced memory (MiB) of one in-process comparison (one worker: the code each worker process runs per
+    pair) of 8 pairs of `numel`-element tensors."""
     sub = root / f"mem{numel}"
     write_pairs(sub, 8, numel)
     tracemalloc.start()
-    aligner_run(sub)
+    aligner_run(sub, workers=1)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     shutil.rmtree(sub)
@@ -105,7 +113,7 @@ def main() -> None:
         assert bis["rows"][bis["findings"][0]["first"]]["module"] == first
         mem = {n: peak_memory(root, n) for n in (1 << 20, 1 << 22)}
         print(f"data: {args.pairs} pairs x {args.numel} float32 elements, {gb:.2f} GB (both sides), page cache warm")
-        print(f"{args.repeat} interleaved rounds; wall s (GB/s) per round, then CPU s of this process (GB per CPU s)")
+        print(f"{args.repeat} interleaved rounds; wall s (GB/s) per round, then CPU s incl. workers (GB per CPU s)")
         for name, label in (("naive", "naive loop    "), ("align", "align compare ")):
             walls = "  ".join(f"{w:5.2f} ({gb / w:4.2f})" for w, _, _ in runs[name])
             cpus = "  ".join(f"{c:5.2f} ({gb / c:4.2f})" for _, c, _ in runs[name])
@@ -119,7 +127,7 @@ def main() -> None:
               + f"  -> median {statistics.median(ratios):.1f}x the naive loop")
         t_bisect = statistics.median(w for w, _, _ in runs["bisect"])
         print(f"align --bisect : {t_bisect:6.3f} s  read {bis['bisect_reads']} of {args.pairs} tensor pairs")
-        print("peak traced memory: " + ", ".join(f"{mib:.1f} MiB for {n >> 20}M-element tensors"
+        print("peak traced memory, one worker: " + ", ".join(f"{mib:.1f} MiB for {n >> 20}M-element tensors"
                                                  for n, mib in mem.items()))
     finally:
         shutil.rmtree(root, ignore_errors=True)
