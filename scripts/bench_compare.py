@@ -1,10 +1,11 @@
 """Benchmark `align compare` against a naive numpy loop on the same files, in the same run.
 
 Writes PAIRS pairs of 1M-element float32 .npy files (the second half diverging) as two plain .npy directories, then
-times: the naive loop (np.load both, np.allclose, max abs error, cosine), the `align compare` pipeline (read ->
-match -> metrics in worker processes -> verdicts -> report), and its --bisect mode (tensor pairs read). Throughput counts the
-bytes of both sides. The files were just written, so the page cache is warm: this measures compute, not the disk.
-Peak memory (tracemalloc, numpy included; one worker, in-process) is measured separately for 1M- and 4M-element tensors.
+times, in interleaved rounds: the naive loop (np.load both, np.allclose, max abs error, cosine), the `align compare`
+pipeline (read -> match -> metrics in worker processes -> verdicts -> report), and its --bisect mode (tensor pairs
+read). Throughput counts the bytes of both sides. The files were just written, so the page cache is warm: this
+measures compute, not the disk. Peak memory (tracemalloc, numpy included; one worker, in-process) is measured
+separately for 1M- and 4M-element tensors.
 """
 from __future__ import annotations
 
