@@ -122,8 +122,8 @@ def main() -> None:
         ratios = [n[0] / a[0] for n, a in zip(runs["naive"], runs["align"])]
         t_align = statistics.median(w for w, _, _ in runs["align"])
         best = min(w for w, _, _ in runs["align"])
-        print(f"align (summary): median {t_align:.2f} s = {gb / t_align:.2f} GB/s, best {best:.2f} s = {gb / best:.2f} GB/s"
-              f" ({found} diverging, first at {first})")
+        print(f"align (summary): median {t_align:.2f} s = {gb / t_align:.2f} GB/s, "
+              f"best {best:.2f} s = {gb / best:.2f} GB/s ({found} diverging, first at {first})")
         print("ratio naive/align per round: " + "  ".join(f"{r:.1f}x" for r in ratios)
               + f"  -> median {statistics.median(ratios):.1f}x the naive loop")
         t_bisect = statistics.median(w for w, _, _ in runs["bisect"])

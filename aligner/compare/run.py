@@ -34,7 +34,7 @@ def _label(source: Source) -> str:
     return f"{source.root} ({source.framework})"
 
 
-_PROCESS_MIN_ELEMENTS = 1 << 24  # below this many tensor elements (both sides), worker processes cost more than they save
+_PROCESS_MIN_ELEMENTS = 1 << 24  # tensor elements (both sides) below which worker processes cost more than they save
 _BATCH = 8  # pairs per task handed to a worker process
 _FORKED: dict[int, list] = {}  # pairs lists that forked worker processes read by key (inherited, never pickled)
 
