@@ -10,6 +10,8 @@ import ast
 import dataclasses
 import json
 import math
+import mmap
+import os
 import re
 from pathlib import Path
 from typing import Iterator
@@ -17,6 +19,7 @@ from typing import Iterator
 import numpy as np
 
 from aligner import manifest
+from aligner.io.base import drop_pages
 from aligner.dtypes import canonical, to_numpy
 from aligner.errors import AlignerError
 
@@ -124,23 +127,22 @@ class NpyStream:
             array = np.load(self.path, mmap_mode="r", allow_pickle=False)
             yield from flat_chunks(self._view(array), size)
             return
-        block = max(size, _READ_BLOCK // stored.itemsize // size * size)  # fewer syscalls, chunk-sized views
-        buf = np.empty(min(block, total), stored)
-        with open(self.path, "rb", buffering=0) as fh:
-            fh.seek(self.header.data_offset)
-            done = 0
-            while done < total:
-                n = min(block, total - done)
-                view = memoryview(buf[:n]).cast("B")
-                got = fh.readinto(view) or 0
-                while got < view.nbytes:  # readinto may return short reads
-                    more = fh.readinto(view[got:])
-                    if not more:
-                        raise TensorError(f"{self.path.name}: truncated while reading")
-                    got += more
-                done += n
-                for start in range(0, n, size):
-                    yield self._view(buf[start:min(start + size, n)])
+        need = self.header.data_offset + total * stored.itemsize
+        with open(self.path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size < need:
+                raise TensorError(f"{self.path.name}: truncated (needs {need} bytes)")
+            if total == 0:
+                return
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        # zero-copy views on the page cache; each block's pages are dropped once read so memory stays flat
+        block = max(size, _READ_BLOCK // stored.itemsize // size * size)
+        data = np.frombuffer(mapped, stored, count=total, offset=self.header.data_offset)
+        for begin in range(0, total, block):
+            part = data[begin:begin + block]
+            for start in range(0, len(part), size):
+                yield self._view(part[start:start + size])
+            drop_pages(part)
+        del data, part
 
 
 def open_tensor(item: Item) -> NpyStream:
