@@ -60,6 +60,15 @@ def canonical(dtype: Any) -> str:
     return name
 
 
+def torch_to_numpy(tensor: Any) -> np.ndarray:
+    """A CPU torch tensor as a zero-copy numpy array; bfloat16 is reinterpreted bit for bit as ml_dtypes.bfloat16."""
+    import torch
+
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(NUMPY["bfloat16"])
+    return tensor.numpy()
+
+
 def to_numpy(name: str) -> np.dtype:
     """The numpy dtype that stores a canonical dtype losslessly."""
     return NUMPY[canonical(name)]

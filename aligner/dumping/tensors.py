@@ -4,9 +4,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterator
 
-import ml_dtypes
 import numpy as np
 
+from aligner.dtypes import to_numpy, torch_to_numpy
 from aligner.errors import AlignerError
 
 PYTORCH, MINDSPORE = "pytorch", "mindspore"
@@ -56,13 +56,10 @@ def to_host(tensor: Any) -> np.ndarray:
         return tensor.copy()
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(tensor, torch.Tensor):
-        t = tensor.detach().to("cpu", copy=True)
-        if t.dtype == torch.bfloat16:
-            return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-        return t.numpy()
+        return torch_to_numpy(tensor.detach().to("cpu", copy=True))
     ms = sys.modules.get("mindspore")
     if ms is not None and isinstance(tensor, ms.Tensor):
         array = np.array(tensor.asnumpy(), copy=True)  # asnumpy shares the tensor's memory on CPU
         # MindSpore registers its own numpy bfloat16 type: reinterpret the bits as ml_dtypes' (one bfloat16 for all)
-        return array.view(np.uint16).view(ml_dtypes.bfloat16) if array.dtype.name == "bfloat16" else array
+        return array.view(np.uint16).view(to_numpy("bfloat16")) if array.dtype.name == "bfloat16" else array
     raise AlignerError(f"aligner.save needs a torch or MindSpore tensor or a numpy array, got {type(tensor).__name__}")

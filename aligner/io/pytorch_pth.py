@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from aligner.dtypes import canonical, to_numpy
+from aligner.dtypes import canonical, to_numpy, torch_to_numpy
 from aligner.errors import AlignerError
 from aligner.io.base import TensorInfo, TensorSource, contiguous
 
@@ -28,15 +28,6 @@ def _find_state_dict(obj: Any, torch) -> tuple[dict, str | None]:
     if isinstance(obj, torch.nn.Module):
         return obj.state_dict(), "<module>.state_dict()"
     return {}, None
-
-
-def _to_numpy(tensor) -> np.ndarray:
-    import torch
-
-    tensor = tensor.detach()
-    if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy().view(to_numpy("bfloat16"))
-    return tensor.numpy()
 
 
 class TorchSource(TensorSource):
@@ -90,7 +81,7 @@ class TorchSource(TensorSource):
             self.notes.append("tied weights: " + ", ".join(f"{a} = {b}" for a, b in self.tied.items()))
 
     def _load(self, name: str) -> np.ndarray:
-        return _to_numpy(self._tensors[name])
+        return torch_to_numpy(self._tensors[name].detach())
 
     def close(self) -> None:
         self._tensors = {}
