@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from aligner.dtypes import canonical
 from aligner.atomic import atomic_open, check_output
 from aligner.errors import AlignerError
 from aligner.io import TensorInfo, TensorSource, detect_format, open_checkpoint, write_checkpoint
+from aligner.io.base import ArraySource
 from aligner.mapping import Plan, build_plan, load_user_map
 from aligner.mapping.rules import FRAMEWORKS, group_names, load_rules
 
@@ -124,19 +124,8 @@ def write_map(plan: Plan, path: str) -> None:
 
 def state_dict_to(framework: str, state: dict[str, np.ndarray], src: str) -> dict[str, np.ndarray]:
     """In-memory conversion of a {name: array} dict between frameworks' names (for tests and scripts)."""
-    infos = {k: TensorInfo(tuple(v.shape), _canon(v)) for k, v in state.items()}
-    plan = build_plan(infos, src, framework)
+    source = ArraySource("<memory>", src, state)
+    plan = build_plan(source.infos, src, framework)
     if plan.failures:
         raise AlignerError("cannot convert: " + "; ".join(f"{e.target}: {e.reason}" for e in plan.failures))
-
-    class _Dict(TensorSource):
-        def _load(self, name: str) -> np.ndarray:
-            return state[name]
-
-    holder = _Dict("<memory>", src)
-    holder.infos = infos
-    return dict(plan.tensors(holder))
-
-
-def _canon(array: np.ndarray) -> str:
-    return canonical(array.dtype)
+    return dict(plan.tensors(source))

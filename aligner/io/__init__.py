@@ -65,8 +65,8 @@ def open_checkpoint(path: str, allow_pickle: bool = False, fmt: str | None = Non
     if fmt == "safetensors":
         from aligner.io.safetensors_format import SafetensorsSource
         return SafetensorsSource(path)
-    from aligner.io.npy_files import NpySource
-    return NpySource(path)
+    from aligner.io.npy_files import open_npy
+    return open_npy(path)
 
 
 def write_checkpoint(path: str, fmt: str, items: Iterable[tuple[str, np.ndarray]], infos: dict[str, TensorInfo],

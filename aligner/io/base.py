@@ -8,6 +8,8 @@ from typing import Iterator
 
 import numpy as np
 
+from aligner.dtypes import canonical
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _PAGE = mmap.PAGESIZE
 
@@ -72,6 +74,20 @@ class TensorSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ArraySource(TensorSource):
+    """Tensors already held as numpy arrays (an .npz archive, a .npy file, an in-memory state dict)."""
+
+    format = "npy"
+
+    def __init__(self, path: str, framework: str | None, arrays: dict[str, np.ndarray]) -> None:
+        super().__init__(path, framework)
+        self._arrays = arrays
+        self.infos = {name: TensorInfo(tuple(a.shape), canonical(a.dtype)) for name, a in arrays.items()}
+
+    def _load(self, name: str) -> np.ndarray:
+        return self._arrays[name]
 
 
 def drop_pages(array: np.ndarray) -> None:

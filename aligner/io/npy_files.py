@@ -6,15 +6,14 @@ import zipfile
 
 import numpy as np
 
-from aligner.dtypes import canonical
 from aligner.errors import AlignerError
-from aligner.io.base import TensorInfo, TensorSource
+from aligner.io.base import ArraySource
 
 
-def load_npy(path: str, mmap: bool = True) -> np.ndarray:
-    """np.load without pickles; one clear error for pickled, truncated or corrupted files."""
+def load_npy(path: str) -> np.ndarray:
+    """np.load (memory-mapped) without pickles; one clear error for pickled, truncated or corrupted files."""
     try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        return np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
         if "pickle" in str(exc).lower():
             raise AlignerError(f"{path}: holds pickled objects; refusing to load it (aligner never unpickles .npy)") \
@@ -24,24 +23,14 @@ def load_npy(path: str, mmap: bool = True) -> np.ndarray:
         raise AlignerError(f"{path}: not a readable .npy file: {exc}") from None
 
 
-class NpySource(TensorSource):
-    """A single .npy file or an .npz archive."""
-
-    format = "npy"
-
-    def __init__(self, path: str) -> None:
-        super().__init__(path, None)
-        if path.endswith(".npz"):
-            try:
-                with np.load(path, allow_pickle=False) as archive:
-                    self._arrays = {k: archive[k] for k in archive.files}
-            except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-                raise AlignerError(f"{path}: not a readable .npz archive: {exc}") from None
-        else:
-            self._arrays = {os.path.splitext(os.path.basename(path))[0]: load_npy(path)}
-            self.file_backed = True
-        for name, array in self._arrays.items():
-            self.infos[name] = TensorInfo(tuple(array.shape), canonical(array.dtype))
-
-    def _load(self, name: str) -> np.ndarray:
-        return self._arrays[name]
+def open_npy(path: str) -> ArraySource:
+    """A single .npy file (one tensor named by the file stem, memory-mapped) or an .npz archive."""
+    if not path.endswith(".npz"):
+        source = ArraySource(path, None, {os.path.splitext(os.path.basename(path))[0]: load_npy(path)})
+        source.file_backed = True
+        return source
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return ArraySource(path, None, {k: archive[k] for k in archive.files})
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise AlignerError(f"{path}: not a readable .npz archive: {exc}") from None
