@@ -8,21 +8,6 @@ Exit codes: 0 everything matches; 1 a divergence (or a record present on one sid
 2 usage or input errors, including tensor files that could not be read while the rest matched."""
 
 
-def _tolerance(name: str, text: str | None) -> float | None:
-    """A non-negative finite float from an option's text (one clear error otherwise)."""
-    from aligner.errors import AlignerError
-
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise AlignerError(f"{name} must be a number, got {text!r}") from None
-    if not (value >= 0 and value != float("inf")):
-        raise AlignerError(f"{name} must be a finite number >= 0, got {text!r}")
-    return value
-
-
 def _workers(text: str | None) -> int | None:
     from aligner.errors import AlignerError
 
@@ -85,9 +70,10 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
       align compare dumps_ms/ dumps_pt/ --html report.html --json result.json
       align compare big_ms/ big_pt/ --bisect
     """
+    from aligner.commands.options import parse_tolerance
     from aligner.compare.run import run_compare
 
-    rtol_v, atol_v, workers_v = _tolerance("--rtol", rtol), _tolerance("--atol", atol), _workers(workers)
+    rtol_v, atol_v, workers_v = parse_tolerance("--rtol", rtol), parse_tolerance("--atol", atol), _workers(workers)
     _outputs(json_out, csv_out, html_out, force)
     return run_compare(dumps_a, dumps_b, ref=_reference(ref), map_file=map_file, rtol=rtol_v, atol=atol_v,
                        bisect=bisect, json_out=json_out, csv_out=csv_out, html_out=html_out, full=full,

@@ -105,10 +105,10 @@ def command(ckpt_a: str, ckpt_b: str, map_file: str | None, init: str | None, rt
     from rich.console import Console
 
     from aligner.atomic import atomic_open, check_output
-    from aligner.commands.compare import _tolerance
+    from aligner.commands.options import parse_tolerance
     from aligner.diff import diff_checkpoints
 
-    rtol_v, atol_v = _tolerance("--rtol", rtol), _tolerance("--atol", atol)
+    rtol_v, atol_v = parse_tolerance("--rtol", rtol), parse_tolerance("--atol", atol)
     if json_out and json_out != "-":
         check_output(json_out, force)
     result = diff_checkpoints(ckpt_a, ckpt_b, map_path=map_file, init_path=init, rtol=rtol_v, atol=atol_v,
