@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
