@@ -1,4 +1,4 @@
-"""Compute the metrics of matched pairs: a thread pool over pairs (numpy releases the GIL), bad files marking rows."""
+"""Compute the metrics of matched pairs: a thread pool over pairs (the kernel releases the GIL), bad files marking rows."""
 from __future__ import annotations
 
 import concurrent.futures

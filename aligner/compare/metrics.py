@@ -1,4 +1,5 @@
-"""Streaming error metrics between two tensors: one pass over fixed-size chunks, float64 sums, bounded memory.
+"""Streaming error metrics between two tensors: one fused pass (a compiled kernel) over fixed-size chunks, float64
+sums, bounded memory.
 
 `compare_arrays(a, b)` is the public entry point (also used for checkpoint diffs); `b` is the reference, so relative
 errors divide by `|b|` and SQNR treats `b` as the signal. Anything that yields flat C-order chunks (an `ArrayStream`)
@@ -12,9 +13,10 @@ from typing import Any, Iterable, Iterator, Protocol
 
 import numpy as np
 
+from aligner.compare.kernel import Totals, accumulate
 from aligner.dtypes import canonical
 
-CHUNK = 1 << 16  # elements per chunk: the few float32 work buffers of one chunk stay in L2 cache
+CHUNK = 1 << 18  # elements per chunk: one kernel call per MiB of float32; converted chunks stay in L2 cache
 
 # torch.testing.assert_close defaults: canonical dtype -> (rtol, atol); integers and bool must match exactly
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -155,119 +157,34 @@ def _compute_dtype(dtype_a: str, dtype_b: str) -> np.dtype:
     return np.dtype(np.float64 if {dtype_a, dtype_b} & wide else np.float32)
 
 
-_NO_POSITIONS = np.arange(0)
+def _native(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`array` as C-contiguous `dtype` in native byte order, copying only when it is not already."""
+    if array.dtype == dtype and array.flags.c_contiguous:
+        return array
+    return np.ascontiguousarray(array, dtype)
 
 
-class _Accumulator:
-    """Chunk sums for all metrics at once; float32 (or float64) element ops, float64 running totals."""
-
-    def __init__(self, size: int, dtype: np.dtype, rtol: float, atol: float) -> None:
-        self.dtype = dtype
-        self.rtol, self.atol = dtype.type(rtol), dtype.type(atol)
-        self.buf_d = np.empty(size, dtype)
-        self.buf_t = np.empty(size, dtype)
-        self.buf_r = np.empty(size, dtype)
-        self.buf_m = np.empty(size, np.bool_)
-        self.ones = np.ones(size, dtype)  # sum(|d|) as a BLAS dot: one fast pass instead of a pairwise reduction
-        self.offset = 0
-        self.count = 0  # elements finite on both sides
-        self.mismatched = 0
-        self.max_abs, self.max_abs_at, self.max_rel = -1.0, 0, 0.0
-        self.sum_abs = self.saa = self.sbb = self.sab = self.sdd = 0.0
-        self.nan_a = self.nan_b = self.inf_a = self.inf_b = 0
-
-    def add(self, a: np.ndarray, b: np.ndarray) -> None:
-        """Fold one pair of equal-length flat chunks into the totals (call under `np.errstate(all="ignore")`)."""
-        if a.dtype != self.dtype:
-            a = a.astype(self.dtype)
-        if b.dtype != self.dtype:
-            b = b.astype(self.dtype)
-        if not self._finite_chunk(a, b, _NO_POSITIONS):
-            self._nonfinite_chunk(a, b)
-        self.offset += a.size
-
-    def _finite_chunk(self, a: np.ndarray, b: np.ndarray, positions: np.ndarray) -> bool:
-        """Fast path for a chunk with only finite values; returns False (having changed nothing) otherwise."""
-        n = a.size
-        if n == 0:
-            return True
-        d = self.buf_d[:n]
-        np.subtract(a, b, out=d)
-        saa, sbb, sab, sdd = float(np.dot(a, a)), float(np.dot(b, b)), float(np.dot(a, b)), float(np.dot(d, d))
-        if not math.isfinite(saa + sbb + sab + sdd):
-            return False  # a NaN/Inf (or a float32 overflow of a square): take the exact path
-        self.saa += saa
-        self.sbb += sbb
-        self.sab += sab
-        self.sdd += sdd
-        self.count += n
-        np.abs(d, out=d)
-        i = int(np.argmax(d))  # one pass for the peak and its index (d is finite here)
-        peak = float(d[i])
-        if peak > self.max_abs:
-            self.max_abs = peak
-            self.max_abs_at = self.offset + (int(positions[i]) if positions.size else i)
-        self.sum_abs += float(np.dot(d, self.ones[:n]))
-        if peak == 0.0:
-            return True
-        t = self.buf_t[:n]
-        np.abs(b, out=t)
-        r = self.buf_r[:n]
-        np.divide(d, t, out=r)  # x/0 = inf is the right answer; 0/0 = NaN (both zero) is skipped below
-        rel = float(r.max())
-        self.max_rel = max(self.max_rel, rel if rel == rel else float(np.fmax.reduce(r)))
-        if peak > self.atol:  # some element may be outside atol + rtol*|b|
-            np.multiply(t, self.rtol, out=t)
-            np.subtract(d, t, out=t)
-            m = self.buf_m[:n]
-            np.greater(t, self.atol, out=m)
-            self.mismatched += int(np.count_nonzero(m))
-        return True
-
-    def _nonfinite_chunk(self, a: np.ndarray, b: np.ndarray) -> None:
-        """Exact path: count NaN/Inf per side, disagreements among them, and the metrics over the finite positions."""
-        nan_a, nan_b = np.isnan(a), np.isnan(b)
-        fin_a, fin_b = np.isfinite(a), np.isfinite(b)
-        self.nan_a += int(nan_a.sum())
-        self.nan_b += int(nan_b.sum())
-        self.inf_a += int(a.size - fin_a.sum() - nan_a.sum())
-        self.inf_b += int(b.size - fin_b.sum() - nan_b.sum())
-        both = fin_a & fin_b
-        agree = (nan_a & nan_b) | (a == b)  # same NaN or same signed Inf
-        self.mismatched += int(np.count_nonzero(~both & ~agree))
-        positions = np.flatnonzero(both)
-        fa, fb = a[both].astype(np.float64), b[both].astype(np.float64)
-        saved = self.dtype, self.buf_d, self.buf_t, self.buf_r, self.buf_m, self.rtol, self.atol, self.ones
-        self.dtype = np.dtype(np.float64)
-        self.buf_d, self.buf_t, self.buf_r = (np.empty(fa.size) for _ in range(3))
-        self.buf_m = np.empty(fa.size, np.bool_)
-        self.ones = np.ones(fa.size)
-        self.rtol, self.atol = np.float64(saved[5]), np.float64(saved[6])
-        try:
-            self._finite_chunk(fa, fb, positions)
-        finally:
-            self.dtype, self.buf_d, self.buf_t, self.buf_r, self.buf_m, self.rtol, self.atol, self.ones = saved
-
-    def finish(self, metrics: Metrics) -> Metrics:
-        """Write the totals into `metrics`."""
-        n = self.count
-        metrics.numel = self.offset
-        metrics.mismatched = self.mismatched
-        metrics.nan_a, metrics.nan_b, metrics.inf_a, metrics.inf_b = self.nan_a, self.nan_b, self.inf_a, self.inf_b
-        metrics.norm_a, metrics.norm_b = math.sqrt(self.saa), math.sqrt(self.sbb)
-        if n == 0:
-            return metrics
-        metrics.max_abs_err = self.max_abs
-        metrics.max_abs_index = tuple(int(i) for i in np.unravel_index(self.max_abs_at, metrics.shape_b or (1,)))
-        metrics.max_rel_err = self.max_rel
-        metrics.mean_abs_err = self.sum_abs / n
-        metrics.rmse = math.sqrt(self.sdd / n)
-        na, nb = metrics.norm_a, metrics.norm_b
-        metrics.cosine = 1.0 if na == nb == 0 else (self.sab / (na * nb) if na and nb else 0.0)
-        metrics.cosine = max(-1.0, min(1.0, metrics.cosine))
-        metrics.sqnr_db = math.inf if self.sdd == 0 else (10 * math.log10(self.sbb / self.sdd) if self.sbb else -math.inf)
-        metrics.rel_l2_err = 0.0 if self.sdd == 0 else (math.sqrt(self.sdd) / nb if nb else math.inf)
+def _finish(totals: Totals, metrics: Metrics) -> Metrics:
+    """Write the kernel's totals into `metrics`."""
+    n = totals.count
+    metrics.numel = totals.offset
+    metrics.mismatched = totals.mismatched
+    metrics.nan_a, metrics.nan_b, metrics.inf_a, metrics.inf_b = totals.nan_a, totals.nan_b, totals.inf_a, totals.inf_b
+    metrics.norm_a, metrics.norm_b = math.sqrt(totals.saa), math.sqrt(totals.sbb)
+    if n == 0:
         return metrics
+    metrics.max_abs_err = totals.max_abs
+    metrics.max_abs_index = tuple(int(i) for i in np.unravel_index(totals.max_abs_at, metrics.shape_b or (1,)))
+    metrics.max_rel_err = totals.max_rel
+    metrics.mean_abs_err = totals.sum_abs / n
+    metrics.rmse = math.sqrt(totals.sdd / n)
+    na, nb, sdd = metrics.norm_a, metrics.norm_b, totals.sdd
+    metrics.cosine = 1.0 if na == nb == 0 else (totals.sab / (na * nb) if na and nb else 0.0)
+    metrics.cosine = max(-1.0, min(1.0, metrics.cosine))
+    signal_to_noise = math.inf if sdd == 0 else totals.sbb / sdd  # 0 for a zero reference or an infinite error
+    metrics.sqnr_db = 10 * math.log10(signal_to_noise) if signal_to_noise > 0 else -math.inf
+    metrics.rel_l2_err = 0.0 if sdd == 0 else (math.sqrt(sdd) / nb if nb else math.inf)
+    return metrics
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -289,11 +206,10 @@ def compare_streams(a: ArrayStream, b: ArrayStream, rtol: float | None = None, a
         metrics.method = "none"
         metrics.numel = math.prod(metrics.shape_b)
         return metrics
-    acc = _Accumulator(chunk, _compute_dtype(dtype_a, dtype_b), metrics.rtol, metrics.atol)
-    with np.errstate(all="ignore"):  # once per tensor, not per chunk
-        for piece_a, piece_b in _paired(a.chunks(chunk), b.chunks(chunk)):
-            acc.add(piece_a, piece_b)
-    return acc.finish(metrics)
+    dtype, totals = _compute_dtype(dtype_a, dtype_b), Totals()
+    for piece_a, piece_b in _paired(a.chunks(chunk), b.chunks(chunk)):
+        accumulate(_native(piece_a, dtype), _native(piece_b, dtype), metrics.rtol, metrics.atol, totals)
+    return _finish(totals, metrics)
 
 
 def compare_arrays(a: Any, b: Any, rtol: float | None = None, atol: float | None = None) -> Metrics:

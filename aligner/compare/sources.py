@@ -17,7 +17,7 @@ from typing import Iterator
 import numpy as np
 
 from aligner import manifest
-from aligner.io.base import drop_pages
+from aligner.io.base import drop_pages, populate_pages
 from aligner.dtypes import canonical, to_numpy
 from aligner.errors import AlignerError
 
@@ -125,6 +125,7 @@ class NpyStream:
         data = np.frombuffer(mapped, stored, count=total, offset=self.header.data_offset)
         for begin in range(0, total, block):
             part = data[begin:begin + block]
+            populate_pages(part)
             for start in range(0, len(part), size):
                 yield self._view(part[start:start + size])
             drop_pages(part)
