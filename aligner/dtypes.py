@@ -5,6 +5,7 @@ Both frameworks, every file format and the dump manifest speak these names, so `
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import ml_dtypes
@@ -51,6 +52,13 @@ _ALIASES.update({"half": "float16", "float": "float32", "double": "float64", "bo
 
 def canonical(dtype: Any) -> str:
     """The canonical name of a dtype given as a numpy/torch/MindSpore dtype or any of their string spellings."""
+    try:
+        return _cached_canonical(dtype)  # called per tensor on hot paths: numpy dtype -> name costs microseconds
+    except TypeError:  # an unhashable dtype-like object
+        return _canonical(dtype)
+
+
+def _canonical(dtype: Any) -> str:
     key = dtype if isinstance(dtype, str) else str(dtype)
     if isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
         key = np.dtype(dtype).name
@@ -58,6 +66,9 @@ def canonical(dtype: Any) -> str:
     if name is None:
         raise AlignerError(f"unsupported dtype {key!r} (supported: {', '.join(NUMPY)})")
     return name
+
+
+_cached_canonical = functools.lru_cache(maxsize=1024)(_canonical)
 
 
 def torch_to_numpy(tensor: Any) -> np.ndarray:

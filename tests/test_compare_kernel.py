@@ -97,3 +97,4 @@ def test_kernel_refuses_mismatched_or_strided_input() -> None:
         accumulate(np.zeros(3, np.float32), np.zeros(3, np.float64), 0.0, 0.0, Totals())
     with pytest.raises(ValueError, match="C-contiguous"):
         accumulate(np.zeros(6, np.float32)[::2], np.zeros(3, np.float32), 0.0, 0.0, Totals())
+

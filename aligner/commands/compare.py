@@ -57,7 +57,8 @@ def _outputs(json_out: str | None, csv_out: str | None, html_out: str | None, fo
 @click.option("--csv", "csv_out", metavar="FILE", help="Write one CSV row per record pair ('-' for stdout).")
 @click.option("--html", "html_out", metavar="FILE", help="Write an HTML report with an error-per-layer plot.")
 @click.option("--all", "full", is_flag=True, help="Print every row, not just the context of each finding.")
-@click.option("--workers", metavar="N", help="Tensor pairs compared in parallel (default: one per CPU).")
+@click.option("--workers", metavar="N", help="At most N tensor pairs compared in parallel (default: one per CPU; "
+              "short runs and small tensors use one).")
 @click.option("--force", is_flag=True, help="Overwrite existing report files.")
 def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, rtol: str | None, atol: str | None,
             bisect: bool, json_out: str | None, csv_out: str | None, html_out: str | None, full: bool,

@@ -89,7 +89,7 @@ class Metrics:
         return not self.allclose or not self.dtype_match
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # flat: no deep copy needed
         out.update(shape_a=list(self.shape_a), shape_b=list(self.shape_b), allclose=self.allclose,
                    mismatch_fraction=self.mismatch_fraction,
                    max_abs_index=list(self.max_abs_index) if self.max_abs_index is not None else None)

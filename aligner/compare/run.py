@@ -34,7 +34,11 @@ def _label(source: Source) -> str:
     return f"{source.root} ({source.framework})"
 
 
-_PROCESS_MIN_ELEMENTS = 1 << 24  # tensor elements (both sides) below which worker processes cost more than they save
+# Below either size one worker is fastest: per-pair Python work dominates, threads queue on the GIL and worker
+# processes on handing results back (1024 pairs of 16K-element tensors: 0.19 s in one worker, 0.21 s in two
+# processes, ~2x slower in two threads; 64 pairs of 256K-element tensors: 0.089 s in one, 0.064 s in two processes).
+_PARALLEL_MIN_ELEMENTS = 1 << 24  # tensor elements of the whole run, both sides
+_PARALLEL_MIN_PAIR_ELEMENTS = 1 << 18  # mean tensor elements per pair, both sides
 _BATCH = 8  # pairs per task handed to a worker process
 _FORKED: dict[int, list] = {}  # pairs lists that forked worker processes read by key (inherited, never pickled)
 
@@ -51,13 +55,21 @@ def _elements(pairs: list) -> int:
     return total
 
 
-def _use_processes(pairs: list, workers: int) -> bool:
-    """Worker processes for long runs on Linux: the kernel releases the GIL, but threads of one process serialize on
-    its memory map while they map and drop file pages (200 x 1M-element pairs: 0.41 s with threads, 0.29 s forked)."""
+def _parallel_mode(pairs: list, workers: int) -> str:
+    """"single", "processes" or "threads" for this run.
+
+    Processes where they can be forked (Linux): the kernel releases the GIL, but threads of one process serialize on
+    its memory map while they map and drop file pages (200 x 1M-element pairs: 0.41 s with threads, 0.29 s forked).
+    """
     import multiprocessing
 
-    return (workers > 1 and sys.platform.startswith("linux") and len(pairs) >= 2 * workers
-            and not multiprocessing.current_process().daemon and _elements(pairs) >= _PROCESS_MIN_ELEMENTS)
+    total = _elements(pairs)
+    if workers < 2 or len(pairs) < 2 * workers or total < _PARALLEL_MIN_ELEMENTS \
+            or total < _PARALLEL_MIN_PAIR_ELEMENTS * len(pairs):
+        return "single"
+    if sys.platform.startswith("linux") and not multiprocessing.current_process().daemon:
+        return "processes"
+    return "threads"
 
 
 def _evaluate_batch(key: int, start: int, stop: int, rtol: float | None, atol: float | None) -> list:
@@ -89,18 +101,19 @@ def _evaluate_processes(pairs: list, rtol: float | None, atol: float | None, wor
 
 def _evaluate(pairs: list, rtol: float | None, atol: float | None, workers: int | None,
               progress: Callable[[], None] | None = None) -> list[Row]:
-    """Worker processes for long runs where they can be forked, else evaluate_all's thread pool."""
+    """One worker for short runs and small tensors; else forked worker processes, or evaluate_all's threads."""
     import os
 
     n = workers or os.cpu_count() or 1
-    if _use_processes(pairs, n):
+    mode = _parallel_mode(pairs, n)
+    if mode == "processes":
         from concurrent.futures.process import BrokenProcessPool
 
         try:
             return _evaluate_processes(pairs, rtol, atol, n, progress)
         except (BrokenProcessPool, OSError):  # a worker died or could not be started: threads instead
             pass
-    return evaluate_all(pairs, rtol, atol, workers, progress)
+    return evaluate_all(pairs, rtol, atol, 1 if mode == "single" else n, progress)
 
 
 def _evaluate_with_progress(pairs: list, rtol: float | None, atol: float | None, workers: int | None) -> list[Row]:

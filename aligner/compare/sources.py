@@ -30,12 +30,23 @@ class TensorError(ValueError):
 
 
 @dataclasses.dataclass
+class NpyHeader:
+    """What a .npy header says, checked against the file's length."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran_order: bool
+    data_offset: int
+
+
+@dataclasses.dataclass
 class Item:
     """One record of one side, with where its tensor lives and anything wrong with it."""
 
     record: manifest.Record
     path: Path | None = None
     error: str | None = None
+    header: NpyHeader | None = None  # already parsed (plain .npy directories read it to learn shape and dtype)
 
     @property
     def link(self) -> str | None:
@@ -56,16 +67,6 @@ class Source:
     mode: str                # "full" | "stats" | "npy" (plain directory of .npy files)
     items: list[Item]
     problems: list[str]      # manifest lines that did not parse
-
-
-@dataclasses.dataclass
-class NpyHeader:
-    """What a .npy header says, checked against the file's length."""
-
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    fortran_order: bool
-    data_offset: int
 
 
 def read_npy_header(path: Path) -> NpyHeader:
@@ -118,8 +119,18 @@ class NpyStream:
             return
         if total == 0:
             return
-        with open(self.path, "rb") as fh:  # read_npy_header already checked the file holds every element
+        if total * stored.itemsize <= _READ_BLOCK:  # small: one read() costs less than mapping and unmapping pages
+            data = np.empty(total, stored)
+            with open(self.path, "rb", buffering=0) as fh:
+                fh.seek(self.header.data_offset)
+                if fh.readinto(data) != data.nbytes:
+                    raise TensorError(f"{self.path.name}: truncated while being compared")
+            yield from (self._view(data[start:start + size]) for start in range(0, total, size))
+            return
+        with open(self.path, "rb") as fh:
             mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        if len(mapped) < self.header.data_offset + total * stored.itemsize:  # cut short since its header was read
+            raise TensorError(f"{self.path.name}: truncated while being compared")
         # zero-copy views on the page cache; each block's pages are dropped once read so memory stays flat
         block = max(size, _READ_BLOCK // stored.itemsize // size * size)
         data = np.frombuffer(mapped, stored, count=total, offset=self.header.data_offset)
@@ -132,11 +143,13 @@ class NpyStream:
 
 
 def open_tensor(item: Item) -> NpyStream:
-    """The item's tensor as a stream, checked against its record (shape, dtype)."""
+    """The item's tensor as a stream, checked against its record (shape, dtype); a header read at listing is reused."""
     if item.error:
         raise TensorError(item.error)
     if item.path is None:
         raise TensorError(f"record {item.record.module!r} has no tensor file (statistics-only dump)")
+    if item.header is not None:
+        return NpyStream(item.path, item.header, item.record.dtype)
     if not item.path.is_file():
         raise TensorError(f"{item.path.name}: file missing")
     header = read_npy_header(item.path)
@@ -162,9 +175,9 @@ def _plain_item(path: Path, seq: int) -> Item:
     rec = manifest.Record(seq=seq, module=name, type="", kind=kind, io="output", index=0, dtype="", shape=[])
     item = Item(rec, path)
     try:
-        header = read_npy_header(path)
-        rec.shape = list(header.shape)
-        rec.dtype = canonical(header.dtype)
+        item.header = read_npy_header(path)
+        rec.shape = list(item.header.shape)
+        rec.dtype = canonical(item.header.dtype)
     except (TensorError, AlignerError) as exc:
         item.error = str(exc)
     return item
