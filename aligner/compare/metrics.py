@@ -89,11 +89,14 @@ class Metrics:
         return not self.allclose or not self.dtype_match
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # flat: no deep copy needed
+        out = {name: getattr(self, name) for name in _METRIC_FIELDS}  # flat: no deep copy needed
         out.update(shape_a=list(self.shape_a), shape_b=list(self.shape_b), allclose=self.allclose,
                    mismatch_fraction=self.mismatch_fraction,
                    max_abs_index=list(self.max_abs_index) if self.max_abs_index is not None else None)
         return out
+
+
+_METRIC_FIELDS = tuple(f.name for f in dataclasses.fields(Metrics))
 
 
 class ArrayStream(Protocol):

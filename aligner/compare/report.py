@@ -18,6 +18,7 @@ _CSV_FIELDS = ["row", "module", "module_a", "type", "kind", "io", "index", "step
                "shape_a", "shape_b", "dtype_a", "dtype_b", "method", "numel", "mismatched", "mismatch_fraction",
                "max_abs_err", "max_abs_index", "max_rel_err", "mean_abs_err", "rmse", "cosine", "sqnr_db",
                "rel_l2_err", "nan_a", "nan_b", "inf_a", "inf_b", "rtol", "atol", "error"]
+_METRIC_COLUMNS = frozenset(_CSV_FIELDS) - {"shape_a", "shape_b"}  # what a row takes from its Metrics
 
 
 @dataclasses.dataclass
@@ -159,7 +160,7 @@ def row_dict(i: int, row: Row, verdict: Verdict) -> dict[str, Any]:
     }
     if row.metrics is not None:
         m = row.metrics.to_dict()
-        out.update({k: v for k, v in m.items() if k in _CSV_FIELDS and k not in ("shape_a", "shape_b")})
+        out.update({k: v for k, v in m.items() if k in _METRIC_COLUMNS})
     return out
 
 
