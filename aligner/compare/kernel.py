@@ -1,6 +1,7 @@
 """ctypes binding of the fused metric kernel (_kernel.c): running totals of one tensor pair, fed chunk by chunk.
 
-ctypes releases the GIL for each call, so worker threads compare pairs in parallel.
+ctypes releases the GIL for each call, so evaluate_all's threads compare pairs in parallel where worker processes
+cannot be forked.
 """
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Protocol
 import numpy as np
 
 from aligner.compare.kernel import Totals, accumulate
+from aligner.io.base import contiguous
 from aligner.dtypes import canonical
 
 CHUNK = 1 << 18  # elements per chunk: one kernel call per MiB of float32; converted chunks stay in L2 cache
@@ -161,10 +162,8 @@ def _compute_dtype(dtype_a: str, dtype_b: str) -> np.dtype:
 
 
 def _native(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """`array` as C-contiguous `dtype` in native byte order, copying only when it is not already."""
-    if array.dtype == dtype and array.flags.c_contiguous:
-        return array
-    return np.ascontiguousarray(array, dtype)
+    """`array` as C-contiguous `dtype` in native byte order (what the kernel reads), copying only when needed."""
+    return contiguous(array if array.dtype == dtype else array.astype(dtype))
 
 
 def _finish(totals: Totals, metrics: Metrics) -> Metrics:

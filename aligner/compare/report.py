@@ -164,13 +164,9 @@ def row_dict(i: int, row: Row, verdict: Verdict) -> dict[str, Any]:
     return out
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no Infinity/NaN: write them as strings (one level deep: rows and findings are flat)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in value.items()}
-    return value
+def _finite(flat: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no Infinity/NaN: write them as strings (rows and findings are flat dicts)."""
+    return {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in flat.items()}
 
 
 def to_json(report: Report) -> dict[str, Any]:

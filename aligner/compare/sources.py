@@ -22,7 +22,7 @@ from aligner.dtypes import canonical, to_numpy
 from aligner.errors import AlignerError
 
 _GRAD_TOKENS = {"backward", "grad", "grads", "gradient"}
-_READ_BLOCK = 1 << 20  # bytes per read() call
+_READ_BLOCK = 1 << 20  # bytes: files up to this size are read in one call, larger ones mapped a block at a time
 
 
 class TensorError(ValueError):
@@ -117,7 +117,8 @@ def read_npy_header(path: Path) -> NpyHeader:
 
 @dataclasses.dataclass
 class NpyStream:
-    """A .npy file read in flat C-order chunks through a reused buffer (an `ArrayStream`)."""
+    """A .npy file read in flat C-order chunks (an `ArrayStream`): small files in one read, large ones as views on
+    a memory map."""
 
     path: Path
     header: NpyHeader
