@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-shuffled bench clean
 
 install: $(STAMP)
 
@@ -17,8 +17,12 @@ $(STAMP): pyproject.toml setup.py aligner/compare/_kernel.c
 demo: install
 	$(PY) scripts/demo.py
 
+# In file order; `make test-shuffled` runs the same suite in a random order (pytest-randomly prints the seed).
 test: install
-	$(PY) -m pytest -n 2 -q tests
+	$(PY) -m pytest -n 2 -q -p no:randomly tests
+
+test-shuffled: install
+	$(PY) -m pytest -n 2 -q -p randomly tests
 
 bench: install
 	$(PY) scripts/bench_convert.py

@@ -25,12 +25,25 @@ def check_output(path: str | os.PathLike, force: bool = False) -> Path:
     return out
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux tells it (os.umask alone must set it to read it)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status", encoding="ascii") as fh:
+            return int(next(line for line in fh if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path in the target's directory; rename it to `path` on success, delete it on failure."""
     out = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent if str(out.parent) else ".")
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())   # mkstemp makes 0600; a user's output follows the umask, as `cp` does
+    finally:
+        os.close(fd)
     try:
         yield Path(tmp)
         os.replace(tmp, out)

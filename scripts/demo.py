@@ -3,10 +3,12 @@
 Steps: build the model in PyTorch, convert its weights with `align convert`, pin randomness, train two steps on fixed
 data in both frameworks (loss logs, layer dumps, checkpoints after step 1), then `align losses`, `align compare` and
 `align diff`. The second run leaves MindSpore's LayerNorm epsilon at its default (1e-7 instead of torch's 1e-5) and
-checks that the tools name step 1, the layer `ln1` and the cause. Reports stay in demo_out/. Exit 1 if they do not.
+checks that the tools name step 1, the layer `ln1` and the cause. Reports stay in demo_out/ (or `--out DIR`, which
+must not exist yet). Exit 1 if they do not.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -21,7 +23,7 @@ os.environ.setdefault("GLOG_v", "3")  # MindSpore's C++ logging: warnings only
 import demo_models  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "demo_out"
+DEFAULT_OUT = ROOT / "demo_out"
 LR, STEPS, SEED = 0.1, 2, 0
 BUG_LAYER = "ln1"
 
@@ -31,10 +33,14 @@ def header(text: str) -> None:
     print(f"\n{'=' * 100}\n== {text}\n{'=' * 100}", flush=True)
 
 
+def shown(path: object) -> str:
+    """A path as the user would type it from the checkout: relative when inside it."""
+    return str(path).replace(str(ROOT) + "/", "")
+
+
 def align(*args: object, stdout_to: Path | None = None) -> int:
     """Run `align ARGS` as a user would, echoing the command and its output (or saving stdout to `stdout_to`)."""
-    shown = " ".join(str(a).replace(str(ROOT) + "/", "") for a in args)
-    print(f"$ align {shown}" + (f" > {stdout_to.relative_to(ROOT)}" if stdout_to else ""), flush=True)
+    print(f"$ align {' '.join(map(shown, args))}" + (f" > {shown(stdout_to)}" if stdout_to else ""), flush=True)
     env = dict(os.environ, PYTHONWARNINGS="ignore", COLUMNS="120")
     proc = subprocess.run([sys.executable, "-m", "aligner.cli", *map(str, args)], cwd=ROOT, env=env, text=True,
                           capture_output=True)
@@ -134,30 +140,37 @@ def check_bug_found(run: Path) -> list[str]:
     return problems
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the clean migration, then the buggy one; exit 1 unless the tools pin the bug."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="a new directory for the run (default: demo_out/, replaced)")
+    out_arg = parser.parse_args(argv).out
     start = time.time()
-    shutil.rmtree(OUT, ignore_errors=True)
-    OUT.mkdir()
+    if out_arg is not None and out_arg.exists():
+        parser.error(f"--out {out_arg} already exists")
+    out = DEFAULT_OUT if out_arg is None else out_arg.resolve()
+    if out_arg is None:
+        shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
     import torch
 
     import aligner
 
     header("1. Pin randomness and save the PyTorch model's initial weights")
     print(f"  aligner.fix_random({SEED}) -> {sorted(aligner.fix_random(SEED))}")
-    init_pt, init_ms = OUT / "init_pt.pth", OUT / "init_ms.ckpt"
+    init_pt, init_ms = out / "init_pt.pth", out / "init_ms.ckpt"
     torch.save(demo_models.torch_model(SEED).state_dict(), init_pt)
-    print(f"  saved {init_pt.relative_to(ROOT)}")
+    print(f"  saved {shown(init_pt)}")
     header("2. Convert the PyTorch weights to MindSpore")
     if align("convert", init_pt, "-o", init_ms, "-v") != 0:
         return 1
-    clean = workflow(OUT / "clean", init_pt, init_ms, demo_models.TORCH_LN_EPS)
+    clean = workflow(out / "clean", init_pt, init_ms, demo_models.TORCH_LN_EPS)
     if any(clean.values()):
         print(f"\ndemo: FAILED: the correct migration was reported as different: {clean}")
         return 1
     header("3. The same run with a migration bug: MindSpore LayerNorm epsilon left at its default (1e-7 vs 1e-5)")
-    workflow(OUT / "bug", init_pt, init_ms, None)
-    problems = check_bug_found(OUT / "bug")
+    workflow(out / "bug", init_pt, init_ms, None)
+    problems = check_bug_found(out / "bug")
     header("Verdict")
     if problems:
         print("demo: FAILED: " + "; ".join(problems))
@@ -165,7 +178,7 @@ def main() -> int:
     print(f"align losses: the losses part at step 1, so the forward pass differs.\n"
           f"align compare: the first divergent layer is {BUG_LAYER} (a LayerNorm): its input matched and its output "
           f"did not, so the cause is inside that layer: its epsilon (MindSpore default 1e-7, torch 1e-5).\n"
-          f"Reports: {OUT.relative_to(ROOT)}/{{clean,bug}}/ (losses.json, compare.json, compare.html, diff.json). "
+          f"Reports: {shown(out)}/{{clean,bug}}/ (losses.json, compare.json, compare.html, diff.json). "
           f"Demo ran in {time.time() - start:.0f} s.")
     return 0
 

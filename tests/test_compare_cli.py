@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_compare_fixtures import write_dump
+from compare_fixtures import write_dump
 
 RNG = np.random.default_rng(1)
 

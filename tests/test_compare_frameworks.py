@@ -75,7 +75,9 @@ def test_gelu_tanh_vs_erf(tmp_path: Path) -> None:
     f = _origin(result)
     assert code == 1 and f["origin_module"] == "mlp.act" and f["module"] == "mlp.act"
     row = result["rows"][f["first"]]
-    assert 1e-5 < row["max_abs_err"] < 1e-2  # tanh vs erf GELU: small but far above float32 tolerance
+    # The two GELUs differ by at most 4.7e-4 over the reals (at |x| = 2.7) and by more than 1e-5 for any
+    # 0.44 < |x| < 4.5, which layer-normed inputs reach: 20x margins below and above, far from float32 noise.
+    assert 1e-5 < row["max_abs_err"] < 1e-2
 
 
 def test_wrong_padding(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from aligner.compare.run import run_compare
-from test_compare_fixtures import chain, write_dump
+from compare_fixtures import chain, write_dump
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((8, 64)).astype(np.float32)

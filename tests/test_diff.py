@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aligner.convert import plan_conversion
+from aligner.io import open_checkpoint
 from conftest import assert_one_line_error
 from twin_models import example_input, make_twins
 
@@ -46,11 +48,14 @@ def train_mindspore(path: Path, lr: float = 0.1, frozen: str | None = None) -> N
 
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory) -> dict[str, Path]:
-    """init.pth, the clean pair, a wrong-lr MindSpore run and a MindSpore run with fc.bias left out of the optimizer."""
+    """init.pth, the clean pair, a wrong-lr MindSpore run, MindSpore and torch runs with fc.bias left out of the
+    optimizer."""
     d = tmp_path_factory.mktemp("diff")
     files = {k: d / v for k, v in {"init": "init.pth", "pt": "step1_pt.pth", "ms": "step1_ms.ckpt",
-                                   "ms_lr": "lr_ms.ckpt", "ms_frozen": "frozen_ms.ckpt"}.items()}
+                                   "ms_lr": "lr_ms.ckpt", "ms_frozen": "frozen_ms.ckpt",
+                                   "pt_frozen": "frozen_pt.pth"}.items()}
     train_torch(files["pt"], init=files["init"])
+    train_torch(files["pt_frozen"], frozen="fc.bias")
     train_mindspore(files["ms"])
     train_mindspore(files["ms_lr"], lr=0.11)
     train_mindspore(files["ms_frozen"], frozen="fc.bias")
@@ -68,8 +73,17 @@ def test_clean_step_matches(align, ckpts):
     assert (result["a"]["tensors"], result["b"]["tensors"]) == (14, 16)
     assert result["a"]["trainable_tensors"] is None and result["b"]["trainable_tensors"] == 10
     assert result["b"]["trainable_elements"] == 1722
-    # conv2 feeds a BatchNorm in training mode, so its bias gets an exactly zero gradient on both sides
-    assert result["frozen_both"] == ["conv2.bias"]
+    # The conv biases feed a training-mode BatchNorm: zero gradient in exact arithmetic, but whether rounding leaves
+    # them bit-identical to init depends on the machine's summation order, so they may or may not be listed.
+    assert set(result["frozen_both"]) <= {"conv1.bias", "conv2.bias"}
+
+
+def test_frozen_on_both_sides_is_named(align, ckpts):
+    proc = align("diff", ckpts["ms_frozen"], ckpts["pt_frozen"], "--init", ckpts["init"], "--json", "-")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert "fc.bias" in result["frozen_both"]
+    assert set(result["frozen_both"]) - {"fc.bias"} <= {"conv1.bias", "conv2.bias"}  # see test_clean_step_matches
 
 
 def test_clean_step_text(align, ckpts):
@@ -86,8 +100,14 @@ def test_wrong_lr_names_every_updated_param(align, ckpts):
     # conv biases feed a training-mode BatchNorm: (near) zero gradient, so a wrong lr cannot show there
     updated = set(TRAINABLE) - {"conv1.bias", "conv2.bias"}
     assert set(result["differences"]) == updated
-    rel = {p["name"]: p["metrics"]["rel_l2_err"] for p in result["params"] if p["name"] in updated}
-    assert all(1e-5 < r < 1e-1 for r in rel.values()), rel
+    # lr 0.11 vs 0.1 makes every update 10% larger, so |A - B| / |B - init| is 0.1 per parameter. The 5% margin
+    # covers the two frameworks' float32 gradients differing in their last bits; a real mismatch would be far off.
+    with open_checkpoint(ckpts["ms_lr"]) as a, open_checkpoint(ckpts["pt"]) as b, \
+            open_checkpoint(ckpts["init"]) as init:
+        moved = dict(plan_conversion(a, like=b).tensors(a))
+        ratio = {n: float(np.linalg.norm(moved[n].astype(np.float64) - b.get(n)) / np.linalg.norm(
+            b.get(n).astype(np.float64) - init.get(n))) for n in updated}
+    assert all(abs(r - 0.1) < 0.1 * 0.05 for r in ratio.values()), ratio
 
 
 def test_wrong_lr_text_names_params(align, ckpts):

@@ -4,14 +4,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 import yaml
 
 from aligner.io.base import TensorInfo
 
-RULES_FILE = Path(__file__).resolve().parents[2] / "mappings" / "torch_mindspore.yaml"
+RULES_FILE = "torch_mindspore.yaml"      # in the top-level mappings/, shipped inside the wheel as aligner.mappings
 FRAMEWORKS = ("pytorch", "mindspore")
 
 
@@ -69,9 +69,9 @@ class LayerRule:
 
 
 @functools.lru_cache(maxsize=None)
-def load_rules(path: str = str(RULES_FILE)) -> tuple[LayerRule, ...]:
-    """Parse the rules file once."""
-    data = yaml.safe_load(Path(path).read_text())
+def load_rules(name: str = RULES_FILE) -> tuple[LayerRule, ...]:
+    """Parse a rules file of the installed `aligner.mappings` package once (a checkout and a wheel alike)."""
+    data = yaml.safe_load(resources.files("aligner.mappings").joinpath(name).read_text(encoding="utf-8"))
     rules = []
     for item in data["rules"]:
         rules.append(LayerRule(
