@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py aligner/compare/_kernel.c
+$(STAMP): pyproject.toml setup.py aligner/metrics/_kernel.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check "torch==2.13.0" -e ".[dev]"
 	$(PY) -c "import torch, mindspore, numpy, safetensors, click; assert numpy.__version__ < '2'"
@@ -29,4 +29,4 @@ bench: install
 	$(PY) scripts/bench_compare.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache aligner/compare/_kernel*.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache aligner/metrics/_kernel*.so

@@ -12,9 +12,9 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _API = {
-    "fix_random": "aligner.randomness",
-    "disable_dropout": "aligner.randomness",
-    "check_determinism": "aligner.randomness",
+    "fix_random": "aligner.dumping.randomness",
+    "disable_dropout": "aligner.dumping.randomness",
+    "check_determinism": "aligner.dumping.randomness",
     "dump": "aligner.dumping",
     "save": "aligner.dumping",
 }

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aligner.compare.run import run_compare
+from aligner.pipelines.compare.run import run_compare
 
 
 def write_pairs(root: Path, pairs: int, numel: int) -> int:

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from aligner import manifest
-from aligner.dtypes import canonical
+from aligner.dumping import manifest
+from aligner.core.dtypes import canonical
 
 
 def write_dump(root: Path, framework: str, records: list[dict[str, Any]], mode: str = "full",

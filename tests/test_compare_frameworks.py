@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 ms = pytest.importorskip("mindspore")
 
 import aligner  # noqa: E402
-from aligner.compare.run import run_compare  # noqa: E402
+from aligner.pipelines.compare.run import run_compare  # noqa: E402
 from twin_models import example_input, make_twins  # noqa: E402
 
 

@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from aligner.compare.sources import _saved_header, read_npy_header
+from aligner.pipelines.compare.sources import _saved_header, read_npy_header
 
 SHAPES = [(), (0,), (1,), (4096,), (3, 4), (2, 1, 5), (7, 0, 3)]
 DTYPES = [np.float32, np.float64, np.float16, np.int64, np.int32, np.int8, np.uint8, np.bool_, ">f4", "<u2"]

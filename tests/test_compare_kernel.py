@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aligner.compare.kernel import Totals, accumulate
-from aligner.compare.metrics import compare_arrays
+from aligner.metrics.kernel import Totals, accumulate
+from aligner.metrics.measure import compare_arrays
 
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, "tiny", "max", "-max"]  # tiny: a denormal; max: squares overflow
 

@@ -1,9 +1,9 @@
 """Record matching: names first (with call occurrences), then order and shape in the gaps, unmatched reported."""
 from __future__ import annotations
 
-from aligner.compare.matching import match
-from aligner.compare.sources import Item
-from aligner.manifest import Record
+from aligner.pipelines.compare.matching import match
+from aligner.pipelines.compare.sources import Item
+from aligner.dumping.manifest import Record
 
 
 def _items(names: list[str], shapes: list[list[int]] | None = None, kind: str = "forward") -> list[Item]:

@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aligner.compare.metrics import MemoryStream, compare_arrays, compare_stats, compare_streams, default_tolerance
-from aligner.manifest import tensor_stats
+from aligner.metrics.measure import MemoryStream, compare_arrays, compare_stats, compare_streams, default_tolerance
+from aligner.dumping.manifest import tensor_stats
 
 
 def _noisy(shape: tuple[int, ...], scale: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

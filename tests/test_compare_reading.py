@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aligner.compare.evaluate import evaluate
-from aligner.compare.matching import match
-from aligner.compare.sources import read_source
+from aligner.pipelines.compare.evaluate import evaluate
+from aligner.pipelines.compare.matching import match
+from aligner.pipelines.compare.sources import read_source
 
 
 @pytest.mark.parametrize("numel", [1000, 1 << 19])  # read in one call / mapped block by block

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aligner.compare.run import run_compare
+from aligner.pipelines.compare.run import run_compare
 from compare_fixtures import chain, write_dump
 
 RNG = np.random.default_rng(0)

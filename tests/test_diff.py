@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aligner.convert import plan_conversion
+from aligner.pipelines.convert import plan_conversion
 from aligner.io import open_checkpoint
 from conftest import assert_one_line_error
 from twin_models import example_input, make_twins

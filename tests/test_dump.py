@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import aligner
-from aligner.errors import AlignerError
-from aligner.manifest import MANIFEST, Record, from_stored, iter_manifest, tensor_stats
+from aligner.core.errors import AlignerError
+from aligner.dumping.manifest import MANIFEST, Record, from_stored, iter_manifest, tensor_stats
 from twin_models import NAME_MAPS, example_input, make_twins
 
 ms.set_context(mode=ms.PYNATIVE_MODE)

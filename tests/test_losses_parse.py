@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from aligner.cli import main
-from aligner.errors import AlignerError
-from aligner.losses.diagnose import compare_curves, diagnose
-from aligner.losses.parse import compile_pattern, read_losses
+from aligner.core.errors import AlignerError
+from aligner.pipelines.losses.diagnose import compare_curves, diagnose
+from aligner.pipelines.losses.parse import compile_pattern, read_losses
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

@@ -11,7 +11,7 @@ import torch
 from mindspore import nn
 
 from aligner.cli import main
-from aligner.losses import DEFAULT_RTOL
+from aligner.pipelines.losses import DEFAULT_RTOL
 
 STEPS, STEPS_PER_EPOCH, LR, MOMENTUM = 4, 2, 0.1, 0.9
 

@@ -29,7 +29,7 @@ from mindspore import mint
 from mindspore import nn as mnn
 
 from aligner.cli import main as align_main
-from aligner.convert import convert
+from aligner.pipelines.convert import convert
 
 ms.set_context(mode=ms.PYNATIVE_MODE)
 ATOL = 1e-5
@@ -74,7 +74,7 @@ class Case:
     like_to_torch: bool = False    # MindSpore -> torch needs --like torch_init.pth
     int_input: int = 0             # > 0: integer indices below this (Embedding)
     torch_train: bool = False      # compare with the torch layer in train mode (see InstanceNorm2d)
-    via: str = "cli"               # "cli" (aligner.cli.main in-process) or "library" (aligner.convert.convert)
+    via: str = "cli"               # "cli" (aligner.cli.main in-process) or "library" (aligner.pipelines.convert.convert)
     scale: float = 1.0             # random parameter values are standard normal times this
     pairs: dict[str, str] | None = None  # torch leaf -> MindSpore leaf, checked by value (no MindSpore CPU kernel)
 

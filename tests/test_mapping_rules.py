@@ -11,8 +11,8 @@ import yaml
 import mindspore as ms
 
 from aligner.cli import main as align_main
-from aligner.convert import convert, state_dict_to
-from aligner.errors import AlignerError
+from aligner.pipelines.convert import convert, state_dict_to
+from aligner.core.errors import AlignerError
 
 
 # ------------------------------------------------------------------------------------------------------- helpers

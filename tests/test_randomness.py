@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import aligner
-from aligner.errors import AlignerError
+from aligner.core.errors import AlignerError
 from twin_models import example_input, make_twins
 
 ms.set_context(mode=ms.PYNATIVE_MODE)

@@ -18,7 +18,7 @@ from aligner.dumping.options import Options
 from aligner.dumping.session import Session, activate, active
 from aligner.dumping.tensors import MINDSPORE, framework_version, model_framework
 from aligner.dumping.writer import BackgroundWriter, MemorySink
-from aligner.errors import AlignerError
+from aligner.core.errors import AlignerError
 
 __all__ = ["dump", "save", "DumpContext", "MemoryCapture"]
 
@@ -101,7 +101,7 @@ class _DirectoryDump(DumpContext):
         self._dir = None
 
     def _open(self) -> tuple[Any, int] | None:
-        from aligner.randomness import pinned
+        from aligner.dumping.randomness import pinned
 
         self._dir = claim(self.directory, self.framework, framework_version(self.framework), self.stats_only,
                           self.overwrite, pinned())

@@ -10,7 +10,7 @@ import numpy as np
 
 from aligner.dumping import MemoryCapture
 from aligner.dumping.tensors import is_tensor, to_host
-from aligner.errors import AlignerError
+from aligner.core.errors import AlignerError
 
 
 @dataclasses.dataclass
@@ -92,7 +92,7 @@ class _State:
 
 def run_and_compare(fn: Callable[[], Any], runs: int, model: Any | None, seed: int | None) -> DeterminismReport:
     """Call `fn` `runs` times (restoring `model` and reseeding between runs) and compare outputs and captures."""
-    from aligner.randomness import fix_random
+    from aligner.dumping.randomness import fix_random
 
     if not isinstance(runs, int) or runs < 2:
         raise AlignerError(f"check_determinism needs runs >= 2, got {runs!r}")

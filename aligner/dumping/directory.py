@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from aligner.errors import AlignerError
-from aligner.manifest import MANIFEST, TENSOR_DIR, write_header
+from aligner.core.errors import AlignerError
+from aligner.dumping.manifest import MANIFEST, TENSOR_DIR, write_header
 
 
 @dataclasses.dataclass

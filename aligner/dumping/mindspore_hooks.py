@@ -14,7 +14,7 @@ import mindspore as ms
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session
 from aligner.dumping.tensors import tensors_in
-from aligner.errors import AlignerError
+from aligner.core.errors import AlignerError
 
 
 def check_pynative() -> None:

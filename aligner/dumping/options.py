@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from aligner.errors import AlignerError
+from aligner.core.errors import AlignerError
 
 
 def _compile(pattern: str | None, what: str) -> re.Pattern[str] | None:

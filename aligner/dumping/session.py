@@ -7,9 +7,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from aligner.dtypes import canonical
+from aligner.core.dtypes import canonical
 from aligner.dumping.tensors import to_host
-from aligner.manifest import Record
+from aligner.dumping.manifest import Record
 
 
 class Sink(Protocol):

@@ -6,8 +6,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from aligner.dtypes import to_numpy, torch_to_numpy
-from aligner.errors import AlignerError
+from aligner.core.dtypes import to_numpy, torch_to_numpy
+from aligner.core.errors import AlignerError
 
 PYTORCH, MINDSPORE = "pytorch", "mindspore"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from aligner.errors import AlignerError
-from aligner.manifest import MANIFEST, TENSOR_DIR, Record, tensor_stats, to_storable
+from aligner.core.errors import AlignerError
+from aligner.dumping.manifest import MANIFEST, TENSOR_DIR, Record, tensor_stats, to_storable
 
 _STOP = object()
 

@@ -9,8 +9,8 @@ from typing import Iterable
 
 import numpy as np
 
-from aligner.atomic import atomic_open, atomic_path
-from aligner.errors import AlignerError
+from aligner.core.atomic import atomic_open, atomic_path
+from aligner.core.errors import AlignerError
 from aligner.io.base import TensorInfo, TensorSource
 
 EXTENSIONS = {".pth": "pytorch", ".pt": "pytorch", ".bin": "pytorch", ".tar": "pytorch", ".ckpt": "mindspore",

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import numpy as np
 
-from aligner.dtypes import canonical
+from aligner.core.dtypes import canonical
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PAGE = mmap.PAGESIZE

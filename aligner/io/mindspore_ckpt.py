@@ -13,8 +13,8 @@ from typing import Iterable
 
 import numpy as np
 
-from aligner.dtypes import MINDSPORE_NAME, canonical, to_numpy
-from aligner.errors import AlignerError
+from aligner.core.dtypes import MINDSPORE_NAME, canonical, to_numpy
+from aligner.core.errors import AlignerError
 from aligner.io.base import TensorInfo, TensorSource, contiguous
 
 _MS_TO_CANON = {ms: canon for canon, ms in MINDSPORE_NAME.items()}

@@ -6,7 +6,7 @@ import zipfile
 
 import numpy as np
 
-from aligner.errors import AlignerError
+from aligner.core.errors import AlignerError
 from aligner.io.base import ArraySource
 
 

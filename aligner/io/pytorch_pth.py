@@ -8,8 +8,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from aligner.dtypes import canonical, to_numpy, torch_to_numpy
-from aligner.errors import AlignerError
+from aligner.core.dtypes import canonical, to_numpy, torch_to_numpy
+from aligner.core.errors import AlignerError
 from aligner.io.base import TensorInfo, TensorSource, contiguous
 
 NEST_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")

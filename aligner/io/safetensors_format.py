@@ -12,8 +12,8 @@ from typing import Iterable
 
 import numpy as np
 
-from aligner.dtypes import SAFETENSORS_CODE, canonical, to_numpy
-from aligner.errors import AlignerError
+from aligner.core.dtypes import SAFETENSORS_CODE, canonical, to_numpy
+from aligner.core.errors import AlignerError
 from aligner.io.base import TensorInfo, TensorSource, contiguous
 
 _CODE_TO_CANON = {code: name for name, code in SAFETENSORS_CODE.items()}

@@ -92,7 +92,7 @@ def _user_transforms(user: UserMap, infos: dict[str, TensorInfo]) -> list[Entry]
         sources = [t["source"]] if "source" in t else list(t["sources"])
         unknown = [s for s in sources if s not in infos]
         if unknown:
-            from aligner.errors import AlignerError
+            from aligner.core.errors import AlignerError
             raise AlignerError(f"{user.path}: transform #{i} names unknown source(s) {', '.join(unknown)}")
         shapes = [infos[s].shape for s in sources]
         dtype = infos[sources[0]].dtype

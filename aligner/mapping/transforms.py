@@ -5,8 +5,8 @@ from typing import Any
 
 import numpy as np
 
-from aligner.dtypes import to_numpy
-from aligner.errors import AlignerError
+from aligner.core.dtypes import to_numpy
+from aligner.core.errors import AlignerError
 
 
 def apply_ops(arrays: list[np.ndarray], ops: list[dict[str, Any]]) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from aligner.errors import AlignerError
+from aligner.core.errors import AlignerError
 
 SECTIONS = ("rename", "regex", "drop", "transforms")
 OPS = {"split": ("source", "axis", "targets"), "concat": ("sources", "axis", "target"),

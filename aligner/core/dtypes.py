@@ -1,0 +1,85 @@
+"""Canonical dtype names shared by every format and framework (`float32`, `bfloat16`, ...).
+
+Both frameworks, every file format and the dump manifest speak these names, so `torch.float32` and MindSpore's
+`Float32` compare equal as the string `float32`.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from aligner.core.errors import AlignerError
+
+# canonical name -> numpy dtype (bfloat16 through ml_dtypes, stored losslessly)
+NUMPY: dict[str, np.dtype] = {
+    "float16": np.dtype(np.float16),
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "int8": np.dtype(np.int8),
+    "int16": np.dtype(np.int16),
+    "int32": np.dtype(np.int32),
+    "int64": np.dtype(np.int64),
+    "uint8": np.dtype(np.uint8),
+    "bool": np.dtype(np.bool_),
+}
+# MindSpore checkpoint `tensor_type` strings (also `str(mindspore.float32)`)
+MINDSPORE_NAME: dict[str, str] = {
+    "float16": "Float16", "float32": "Float32", "float64": "Float64", "bfloat16": "BFloat16",
+    "int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64", "uint8": "UInt8", "bool": "Bool",
+}
+# safetensors header dtype codes
+SAFETENSORS_CODE: dict[str, str] = {
+    "float16": "F16", "float32": "F32", "float64": "F64", "bfloat16": "BF16",
+    "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8", "bool": "BOOL",
+}
+FLOATING = frozenset({"float16", "float32", "float64", "bfloat16"})
+
+_ALIASES: dict[str, str] = {}
+for _canon in NUMPY:
+    _ALIASES[_canon] = _canon
+    _ALIASES[MINDSPORE_NAME[_canon].lower()] = _canon
+    _ALIASES[SAFETENSORS_CODE[_canon].lower()] = _canon
+    _ALIASES[f"torch.{_canon}"] = _canon
+    _ALIASES[f"mindspore.{_canon}"] = _canon
+_ALIASES.update({"half": "float16", "float": "float32", "double": "float64", "bool_": "bool",
+                 "torch.half": "float16", "torch.float": "float32", "torch.double": "float64",
+                 "torch.long": "int64", "torch.int": "int32", "torch.short": "int16"})
+
+
+def canonical(dtype: Any) -> str:
+    """The canonical name of a dtype given as a numpy/torch/MindSpore dtype or any of their string spellings."""
+    try:
+        return _cached_canonical(dtype)  # called per tensor on hot paths: numpy dtype -> name costs microseconds
+    except TypeError:  # an unhashable dtype-like object
+        return _canonical(dtype)
+
+
+def _canonical(dtype: Any) -> str:
+    key = dtype if isinstance(dtype, str) else str(dtype)
+    if isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
+        key = np.dtype(dtype).name
+    name = _ALIASES.get(key.lower())
+    if name is None:
+        raise AlignerError(f"unsupported dtype {key!r} (supported: {', '.join(NUMPY)})")
+    return name
+
+
+_cached_canonical = functools.lru_cache(maxsize=1024)(_canonical)
+
+
+def torch_to_numpy(tensor: Any) -> np.ndarray:
+    """A CPU torch tensor as a zero-copy numpy array; bfloat16 is reinterpreted bit for bit as ml_dtypes.bfloat16."""
+    import torch
+
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(NUMPY["bfloat16"])
+    return tensor.numpy()
+
+
+def to_numpy(name: str) -> np.dtype:
+    """The numpy dtype that stores a canonical dtype losslessly."""
+    return NUMPY[canonical(name)]

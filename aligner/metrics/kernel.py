@@ -1,0 +1,50 @@
+"""ctypes binding of the fused metric kernel (_kernel.c): running totals of one tensor pair, fed chunk by chunk.
+
+ctypes releases the GIL for each call, so evaluate_all's threads compare pairs in parallel where worker processes
+cannot be forked.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from aligner.core.errors import AlignerError
+
+try:
+    from aligner.metrics import _kernel
+except ImportError as exc:  # a source tree used without installing it
+    raise AlignerError("aligner's compiled metric kernel (aligner/metrics/_kernel.c) is not built: "
+                       "run `make install` or `pip install -e .` (needs a C compiler)") from exc
+
+
+class Totals(ctypes.Structure):
+    """Sums over positions finite on both sides, NaN/Inf counts per side, and the peaks (mirrors `Totals` in C)."""
+
+    _fields_ = [(name, ctypes.c_double) for name in ("saa", "sbb", "sab", "sdd", "sum_abs", "max_abs", "max_rel")] + [
+        (name, ctypes.c_int64) for name in ("offset", "count", "mismatched", "max_abs_at", "nan_a", "nan_b",
+                                            "inf_a", "inf_b")]
+
+    def __init__(self) -> None:
+        super().__init__(max_abs=-1.0)  # below any |a - b|, so the first chunk always records its peak position
+
+
+_LIB = ctypes.CDLL(_kernel.__file__)
+_FUNCTIONS = {}
+for _dtype, _suffix in ((np.dtype(np.float32), "f32"), (np.dtype(np.float64), "f64")):
+    _fn = getattr(_LIB, f"aligner_accumulate_{_suffix}")
+    _fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_double,
+                    ctypes.POINTER(Totals)]
+    _fn.restype = None
+    _FUNCTIONS[_dtype] = _fn
+
+KERNEL_DTYPES = tuple(_FUNCTIONS)  # the element types the kernel computes in (native byte order)
+
+
+def accumulate(a: np.ndarray, b: np.ndarray, rtol: float, atol: float, totals: Totals) -> None:
+    """Fold two equal-length, C-contiguous arrays of one `KERNEL_DTYPES` type into `totals`."""
+    if a.dtype != b.dtype or a.dtype not in _FUNCTIONS or a.size != b.size:
+        raise ValueError(f"kernel needs two equal-length arrays of one of {KERNEL_DTYPES}, got {a.dtype}/{b.dtype}")
+    if not (a.flags.c_contiguous and b.flags.c_contiguous):
+        raise ValueError("kernel needs C-contiguous arrays")
+    _FUNCTIONS[a.dtype](a.ctypes.data, b.ctypes.data, a.size, rtol, atol, ctypes.byref(totals))

@@ -1,0 +1,262 @@
+"""Streaming error metrics between two tensors: one fused pass (a compiled kernel) over fixed-size chunks, float64
+sums, bounded memory.
+
+`compare_arrays(a, b)` is the public entry point (also used for checkpoint diffs); `b` is the reference, so relative
+errors divide by `|b|` and SQNR treats `b` as the signal. Anything that yields flat C-order chunks (an `ArrayStream`)
+can be compared with `compare_streams`, which is how dump files are read without loading them whole.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterable, Iterator, Protocol
+
+import numpy as np
+
+from aligner.metrics.kernel import Totals, accumulate
+from aligner.io.base import contiguous
+from aligner.core.dtypes import canonical
+
+CHUNK = 1 << 18  # elements per chunk: one kernel call per MiB of float32; converted chunks stay in L2 cache
+
+# torch.testing.assert_close defaults: canonical dtype -> (rtol, atol); integers and bool must match exactly
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7),
+}
+
+
+def default_tolerance(dtype_a: str, dtype_b: str) -> tuple[float, float]:
+    """The looser of the two dtypes' default (rtol, atol); exact (0, 0) for integer and bool tensors."""
+    tols = [TOLERANCES.get(canonical(d), (0.0, 0.0)) for d in (dtype_a, dtype_b)]
+    return max(t[0] for t in tols), max(t[1] for t in tols)
+
+
+@dataclasses.dataclass
+class Metrics:
+    """How far `a` is from the reference `b`. Error fields are None when the values were not compared elementwise."""
+
+    shape_a: tuple[int, ...]
+    shape_b: tuple[int, ...]
+    dtype_a: str
+    dtype_b: str
+    rtol: float
+    atol: float
+    method: str = "elements"           # "elements" | "stats" (statistics-only dumps) | "none" (shapes differ)
+    numel: int = 0
+    mismatched: int = 0                # elements outside atol + rtol*|b| incl. NaN/Inf disagreements (stats: failed checks)
+    max_abs_err: float | None = None
+    max_abs_index: tuple[int, ...] | None = None
+    max_rel_err: float | None = None
+    mean_abs_err: float | None = None
+    rmse: float | None = None
+    cosine: float | None = None
+    sqnr_db: float | None = None
+    rel_l2_err: float | None = None    # ||a-b|| / ||b||; for statistics, the lower bound | ||a|| - ||b|| | / ||b||
+    norm_a: float | None = None
+    norm_b: float | None = None
+    nan_a: int = 0
+    nan_b: int = 0
+    inf_a: int = 0
+    inf_b: int = 0
+
+    @property
+    def shape_match(self) -> bool:
+        return tuple(self.shape_a) == tuple(self.shape_b)
+
+    @property
+    def dtype_match(self) -> bool:
+        return self.dtype_a == self.dtype_b
+
+    @property
+    def mismatch_fraction(self) -> float | None:
+        """Fraction of elements outside tolerance (None unless compared elementwise)."""
+        if self.method != "elements":
+            return None
+        return self.mismatched / self.numel if self.numel else 0.0
+
+    @property
+    def nonfinite(self) -> bool:
+        return bool(self.nan_a or self.nan_b or self.inf_a or self.inf_b)
+
+    @property
+    def allclose(self) -> bool:
+        """Values agree within tolerance (identical NaN/Inf positions count as agreeing)."""
+        return self.method != "none" and self.mismatched == 0
+
+    @property
+    def diverged(self) -> bool:
+        """Values, dtype or shape disagree; a dtype seen as `torch.float32` on one side and `Float32` on the other
+        does not, because both are canonical `float32` here."""
+        return not self.allclose or not self.dtype_match
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in _METRIC_FIELDS}  # flat: no deep copy needed
+        out.update(shape_a=list(self.shape_a), shape_b=list(self.shape_b), allclose=self.allclose,
+                   mismatch_fraction=self.mismatch_fraction,
+                   max_abs_index=list(self.max_abs_index) if self.max_abs_index is not None else None)
+        return out
+
+
+_METRIC_FIELDS = tuple(f.name for f in dataclasses.fields(Metrics))
+
+
+class ArrayStream(Protocol):
+    """A tensor readable in flat C-order chunks, so it never has to be held in memory whole."""
+
+    shape: tuple[int, ...]
+    dtype: str  # canonical name
+
+    def chunks(self, size: int) -> Iterator[np.ndarray]: ...
+
+
+@dataclasses.dataclass
+class MemoryStream:
+    """An in-memory array (any layout) as an `ArrayStream`."""
+
+    array: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape)
+
+    @property
+    def dtype(self) -> str:
+        return canonical(self.array.dtype)
+
+    def chunks(self, size: int) -> Iterator[np.ndarray]:
+        return flat_chunks(self.array, size)
+
+
+def flat_chunks(array: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    """Flat C-order pieces of at most `size` elements, copying only one buffer's worth for non-contiguous arrays."""
+    if array.flags.c_contiguous:
+        flat = array.reshape(-1)
+        for start in range(0, flat.size, size):
+            yield flat[start:start + size]
+        return
+    if array.size == 0:
+        return
+    it = np.nditer(array, flags=["external_loop", "buffered", "zerosize_ok"], op_flags=[["readonly"]],
+                   order="C", buffersize=size)
+    for piece in it:
+        yield piece
+
+
+def _paired(chunks_a: Iterable[np.ndarray], chunks_b: Iterable[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Re-cut two chunk streams so that both sides of each yielded pair have the same length."""
+    it_b = iter(chunks_b)
+    rest_b = np.empty(0)
+    for piece_a in chunks_a:
+        while piece_a.size:
+            if not rest_b.size:
+                rest_b = next(it_b)
+            n = min(piece_a.size, rest_b.size)
+            yield piece_a[:n], rest_b[:n]
+            piece_a, rest_b = piece_a[n:], rest_b[n:]
+
+
+def _compute_dtype(dtype_a: str, dtype_b: str) -> np.dtype:
+    """float32 arithmetic unless a side needs float64 to be exact (float64, int32, int64)."""
+    wide = {"float64", "int32", "int64"}
+    return np.dtype(np.float64 if {dtype_a, dtype_b} & wide else np.float32)
+
+
+def _native(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`array` as C-contiguous `dtype` in native byte order (what the kernel reads), copying only when needed."""
+    return contiguous(array if array.dtype == dtype else array.astype(dtype))
+
+
+def _finish(totals: Totals, metrics: Metrics) -> Metrics:
+    """Write the kernel's totals into `metrics`."""
+    n = totals.count
+    metrics.numel = totals.offset
+    metrics.mismatched = totals.mismatched
+    metrics.nan_a, metrics.nan_b, metrics.inf_a, metrics.inf_b = totals.nan_a, totals.nan_b, totals.inf_a, totals.inf_b
+    metrics.norm_a, metrics.norm_b = math.sqrt(totals.saa), math.sqrt(totals.sbb)
+    if n == 0:
+        return metrics
+    metrics.max_abs_err = totals.max_abs
+    metrics.max_abs_index = tuple(int(i) for i in np.unravel_index(totals.max_abs_at, metrics.shape_b or (1,)))
+    metrics.max_rel_err = totals.max_rel
+    metrics.mean_abs_err = totals.sum_abs / n
+    metrics.rmse = math.sqrt(totals.sdd / n)
+    na, nb, sdd = metrics.norm_a, metrics.norm_b, totals.sdd
+    metrics.cosine = 1.0 if na == nb == 0 else (totals.sab / (na * nb) if na and nb else 0.0)
+    metrics.cosine = max(-1.0, min(1.0, metrics.cosine))
+    signal_to_noise = math.inf if sdd == 0 else totals.sbb / sdd  # 0 for a zero reference or an infinite error
+    metrics.sqnr_db = 10 * math.log10(signal_to_noise) if signal_to_noise > 0 else -math.inf
+    metrics.rel_l2_err = 0.0 if sdd == 0 else (math.sqrt(sdd) / nb if nb else math.inf)
+    return metrics
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(s for s in shape if s != 1)
+
+
+def compare_streams(a: ArrayStream, b: ArrayStream, rtol: float | None = None, atol: float | None = None,
+                    chunk: int = CHUNK) -> Metrics:
+    """Metrics of `a` against the reference `b`, reading both once in chunks (memory independent of tensor size).
+
+    Shapes that differ only by size-1 dimensions (`[1, 10]` vs `[10]`) are compared elementwise but still reported
+    as a shape difference; other shape differences are not compared (method "none").
+    """
+    dtype_a, dtype_b = canonical(a.dtype), canonical(b.dtype)
+    d_rtol, d_atol = default_tolerance(dtype_a, dtype_b)
+    metrics = Metrics(tuple(a.shape), tuple(b.shape), dtype_a, dtype_b,
+                      d_rtol if rtol is None else rtol, d_atol if atol is None else atol)
+    if _squeezed(metrics.shape_a) != _squeezed(metrics.shape_b):
+        metrics.method = "none"
+        metrics.numel = math.prod(metrics.shape_b)
+        return metrics
+    dtype, totals = _compute_dtype(dtype_a, dtype_b), Totals()
+    for piece_a, piece_b in _paired(a.chunks(chunk), b.chunks(chunk)):
+        accumulate(_native(piece_a, dtype), _native(piece_b, dtype), metrics.rtol, metrics.atol, totals)
+    return _finish(totals, metrics)
+
+
+def compare_arrays(a: Any, b: Any, rtol: float | None = None, atol: float | None = None) -> Metrics:
+    """Metrics of array `a` against the reference array `b` (numpy arrays or anything `np.asarray` accepts)."""
+    return compare_streams(MemoryStream(np.asarray(a)), MemoryStream(np.asarray(b)), rtol, atol)
+
+
+def compare_stats(stats_a: dict[str, Any], stats_b: dict[str, Any], shape_a: tuple[int, ...],
+                  shape_b: tuple[int, ...], dtype_a: str, dtype_b: str, rtol: float | None = None,
+                  atol: float | None = None) -> Metrics:
+    """Compare statistics-only records (min/max/mean/l2 over finite values, NaN/Inf counts).
+
+    Each test is implied by elementwise allclose (|max_a-max_b| <= atol + rtol*max|b|, |mean_a-mean_b| <=
+    atol + rtol*rms(b), | ||a||-||b|| | <= atol*sqrt(n) + rtol*||b||), so a failure proves an elementwise mismatch and a
+    clean run is never flagged; a near-zero mean is judged against the tensor's scale, not against itself.
+    """
+    dtype_a, dtype_b = canonical(dtype_a), canonical(dtype_b)
+    d_rtol, d_atol = default_tolerance(dtype_a, dtype_b)
+    m = Metrics(tuple(shape_a), tuple(shape_b), dtype_a, dtype_b, d_rtol if rtol is None else rtol,
+                d_atol if atol is None else atol, method="stats", numel=math.prod(shape_b))
+    if _squeezed(m.shape_a) != _squeezed(m.shape_b):
+        m.method = "none"
+        return m
+    m.nan_a, m.nan_b = int(stats_a.get("nan") or 0), int(stats_b.get("nan") or 0)
+    m.inf_a, m.inf_b = int(stats_a.get("inf") or 0), int(stats_b.get("inf") or 0)
+    m.norm_a, m.norm_b = stats_a.get("l2"), stats_b.get("l2")
+    failed = int(m.nan_a != m.nan_b) + int(m.inf_a != m.inf_b)
+    n = max(m.numel - m.nan_b - m.inf_b, 1)
+    rms_b = (m.norm_b or 0.0) / math.sqrt(n)
+    bound = max(abs(stats_b.get("min") or 0.0), abs(stats_b.get("max") or 0.0))
+    checks = [("max", m.atol + m.rtol * bound), ("min", m.atol + m.rtol * bound), ("mean", m.atol + m.rtol * rms_b),
+              ("l2", m.atol * math.sqrt(n) + m.rtol * (m.norm_b or 0.0))]
+    worst = 0.0
+    for key, allowed in checks:
+        va, vb = stats_a.get(key), stats_b.get(key)
+        if va is None or vb is None:
+            failed += int((va is None) != (vb is None))
+            continue
+        err = abs(float(va) - float(vb))
+        failed += int(err > allowed)
+        if key in ("max", "min"):
+            worst = max(worst, err)
+    m.mismatched = failed
+    m.max_abs_err = worst  # a lower bound on the elementwise max abs error
+    if m.norm_a is not None and m.norm_b is not None:
+        diff = abs(m.norm_a - m.norm_b)
+        m.rel_l2_err = 0.0 if diff == 0 else (diff / m.norm_b if m.norm_b else math.inf)
+    return m

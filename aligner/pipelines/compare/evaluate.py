@@ -1,0 +1,77 @@
+"""Compute the metrics of matched pairs: a thread pool over pairs (the kernel releases the GIL), bad files marking rows."""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+from typing import Callable, Sequence
+
+from aligner.pipelines.compare.matching import Pair
+from aligner.metrics.measure import Metrics, compare_stats, compare_streams
+from aligner.pipelines.compare.sources import Item, TensorError, open_tensor
+
+
+@dataclasses.dataclass
+class Row:
+    """One pair and what comparing it gave: metrics, or the reason it could not be compared."""
+
+    pair: Pair
+    metrics: Metrics | None = None
+    error: str | None = None
+    read: bool = False  # whether this pair was evaluated (bisect reads only a few)
+
+    @property
+    def diverged(self) -> bool:
+        return self.metrics is not None and self.metrics.diverged
+
+    @property
+    def status(self) -> str:
+        """ok | diverged | unmatched | error | unread."""
+        if self.pair.a is None or self.pair.b is None:
+            return "unmatched"
+        if self.error:
+            return "error"
+        if self.metrics is None:
+            return "unread"
+        return "diverged" if self.metrics.diverged else "ok"
+
+
+def _stats_only(item: Item) -> bool:
+    return item.path is None and item.record.stats is not None and not item.error
+
+
+def evaluate(pair: Pair, rtol: float | None, atol: float | None) -> Row:
+    """Compare one pair: streamed tensors, or recorded statistics when either side kept only statistics."""
+    row = Row(pair, read=True)
+    a, b = pair.a, pair.b
+    if a is None or b is None:
+        return row
+    try:
+        if _stats_only(a) or _stats_only(b):
+            if not (a.record.stats and b.record.stats):
+                raise TensorError("one side has only statistics and the other none to compare them with")
+            ra, rb = a.record, b.record
+            row.metrics = compare_stats(ra.stats, rb.stats, tuple(ra.shape), tuple(rb.shape), ra.dtype, rb.dtype,
+                                        rtol, atol)
+        else:
+            row.metrics = compare_streams(open_tensor(a), open_tensor(b), rtol, atol)
+    except (TensorError, OSError) as exc:
+        row.error = str(exc)
+    return row
+
+
+def evaluate_all(pairs: Sequence[Pair], rtol: float | None, atol: float | None, workers: int | None = None,
+                 progress: Callable[[], None] | None = None) -> list[Row]:
+    """Evaluate every pair, `workers` at a time (default: one per CPU), calling `progress` after each."""
+    workers = workers or os.cpu_count() or 1
+
+    def run(pair: Pair) -> Row:
+        row = evaluate(pair, rtol, atol)
+        if progress:
+            progress()
+        return row
+
+    if workers == 1:
+        return [run(p) for p in pairs]
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(run, pairs))

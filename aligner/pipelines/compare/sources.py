@@ -1,0 +1,245 @@
+"""Read one side of a comparison: an aligner dump directory (manifest + .npy) or a plain directory of .npy files.
+
+Readers know nothing of comparison: they list records in execution order and open tensors as chunk streams. A bad
+file or manifest line becomes an `Item.error` (that row is marked, the comparison goes on); only a directory that
+cannot be compared at all raises `AlignerError`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import mmap
+import re
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+import numpy as np
+
+from aligner.dumping import manifest
+from aligner.io.base import drop_pages, populate_pages
+from aligner.core.dtypes import canonical, to_numpy
+from aligner.core.errors import AlignerError
+
+_GRAD_TOKENS = {"backward", "grad", "grads", "gradient"}
+_READ_BLOCK = 1 << 20  # bytes: files up to this size are read in one call, larger ones mapped a block at a time
+
+
+class TensorError(ValueError):
+    """A tensor file that cannot be read (missing, truncated, pickled, not .npy, or not what the manifest says)."""
+
+
+@dataclasses.dataclass
+class NpyHeader:
+    """What a .npy header says, checked against the file's length."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran_order: bool
+    data_offset: int
+
+
+@dataclasses.dataclass
+class Item:
+    """One record of one side, with where its tensor lives and anything wrong with it."""
+
+    record: manifest.Record
+    path: Path | None = None
+    error: str | None = None
+    header: NpyHeader | None = None  # already parsed (plain .npy directories read it to learn shape and dtype)
+
+    @property
+    def link(self) -> str | None:
+        """Identity of the tensor's content (its digest file name, else its statistics) to follow data flow."""
+        if self.record.file:
+            return self.record.file
+        if self.record.stats:
+            return json.dumps([self.record.shape, self.record.stats], sort_keys=True)
+        return None
+
+
+@dataclasses.dataclass
+class Source:
+    """One side: its records in execution order and what the manifest header says."""
+
+    root: Path
+    framework: str           # "pytorch" | "mindspore" | "numpy" | "unknown"
+    mode: str                # "full" | "stats" | "npy" (plain directory of .npy files)
+    items: list[Item]
+    problems: list[str]      # manifest lines that did not parse
+
+
+# The version 1.0 header np.save writes, e.g. "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }" and
+# space padding. Matched directly: numpy's reader runs ast.literal_eval, half the cost of listing many small files.
+_SAVED_HEADER = re.compile(rb"\{'descr': '([<>|=][a-z]\d+)', 'fortran_order': (False|True), "
+                           rb"'shape': \(((?:\d+, )*\d+,?)?\), \} *\n")
+
+
+def _saved_header(fh: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype] | None:
+    """(shape, fortran_order, dtype) of a header exactly as np.save writes it, else None with `fh` rewound."""
+    start = fh.read(10)
+    if start[:8] == b"\x93NUMPY\x01\x00" and len(start) == 10:
+        found = _SAVED_HEADER.fullmatch(fh.read(int.from_bytes(start[8:], "little")))
+        if found:
+            shape = tuple(int(n) for n in (found[3] or b"").split(b",") if n.strip())
+            return shape, found[2] == b"True", np.dtype(found[1].decode())
+    fh.seek(0)
+    return None
+
+
+def read_npy_header(path: Path) -> NpyHeader:
+    """Parse a .npy header without loading data; refuse object arrays and truncated files. Headers np.save did not
+    write (other versions, other spellings, corrupted ones) go to numpy's own reader, which has the last word."""
+    fmt = np.lib.format
+    try:
+        with open(path, "rb") as fh:
+            parsed = _saved_header(fh)
+            if parsed is None:
+                version = fmt.read_magic(fh)
+                read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+                parsed = read(fh)
+            shape, fortran, dtype = parsed
+            offset = fh.tell()
+    except OSError as exc:
+        raise TensorError(f"{path.name}: cannot read ({exc.strerror or exc})") from exc
+    except Exception as exc:  # bad magic, unsupported version, malformed header: numpy raises ValueError and kin
+        if str(exc).startswith("EOF"):  # numpy's reader: "EOF: reading array header, expected N bytes got M"
+            raise TensorError(f"{path.name}: truncated inside its .npy header") from exc
+        raise TensorError(f"{path.name}: not a .npy file or corrupted .npy header") from exc
+    if dtype.hasobject:
+        raise TensorError(f"{path.name}: pickled object array refused (never loaded with allow_pickle)")
+    expected = offset + math.prod(shape) * dtype.itemsize
+    size = path.stat().st_size
+    if size < expected:
+        raise TensorError(f"{path.name}: truncated ({size} of {expected} bytes)")
+    return NpyHeader(tuple(shape), dtype, fortran, offset)
+
+
+@dataclasses.dataclass
+class NpyStream:
+    """A .npy file read in flat C-order chunks (an `ArrayStream`): small files in one read, large ones as views on
+    a memory map."""
+
+    path: Path
+    header: NpyHeader
+    dtype: str  # canonical; bfloat16 files store uint16 bit patterns
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.header.shape
+
+    def _view(self, raw: np.ndarray) -> np.ndarray:
+        return raw.view(to_numpy("bfloat16")) if self.dtype == "bfloat16" else raw
+
+    def chunks(self, size: int) -> Iterator[np.ndarray]:
+        from aligner.metrics.measure import flat_chunks
+
+        stored = self.header.dtype
+        total = math.prod(self.header.shape)
+        if self.header.fortran_order and len(self.header.shape) > 1:
+            array = np.load(self.path, mmap_mode="r", allow_pickle=False)
+            yield from flat_chunks(self._view(array), size)
+            return
+        if total == 0:
+            return
+        if total * stored.itemsize <= _READ_BLOCK:  # small: one read() costs less than mapping and unmapping pages
+            data = np.empty(total, stored)
+            with open(self.path, "rb", buffering=0) as fh:
+                fh.seek(self.header.data_offset)
+                if fh.readinto(data) != data.nbytes:
+                    raise TensorError(f"{self.path.name}: truncated while being compared")
+            yield from (self._view(data[start:start + size]) for start in range(0, total, size))
+            return
+        with open(self.path, "rb") as fh:
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        if len(mapped) < self.header.data_offset + total * stored.itemsize:  # cut short since its header was read
+            raise TensorError(f"{self.path.name}: truncated while being compared")
+        # zero-copy views on the page cache; each block's pages are dropped once read so memory stays flat
+        block = max(size, _READ_BLOCK // stored.itemsize // size * size)
+        data = np.frombuffer(mapped, stored, count=total, offset=self.header.data_offset)
+        for begin in range(0, total, block):
+            part = data[begin:begin + block]
+            populate_pages(part)
+            for start in range(0, len(part), size):
+                yield self._view(part[start:start + size])
+            drop_pages(part)
+
+
+def open_tensor(item: Item) -> NpyStream:
+    """The item's tensor as a stream, checked against its record (shape, dtype); a header read at listing is reused."""
+    if item.error:
+        raise TensorError(item.error)
+    if item.path is None:
+        raise TensorError(f"record {item.record.module!r} has no tensor file (statistics-only dump)")
+    if item.header is not None:
+        return NpyStream(item.path, item.header, item.record.dtype)
+    if not item.path.is_file():
+        raise TensorError(f"{item.path.name}: file missing")
+    header = read_npy_header(item.path)
+    rec = item.record
+    if list(header.shape) != list(rec.shape):
+        raise TensorError(f"{item.path.name}: shape {list(header.shape)} but manifest says {rec.shape}")
+    stored = manifest.to_storable(np.empty(0, to_numpy(rec.dtype))).dtype
+    if header.dtype.newbyteorder("=") != stored:
+        raise TensorError(f"{item.path.name}: dtype {header.dtype} but manifest says {rec.dtype}")
+    return NpyStream(item.path, header, rec.dtype)
+
+
+def _number_key(name: str) -> tuple[tuple[int, ...], str]:
+    """Order plain .npy files by the numbers in their names, then by name ("2_x" before "10_x")."""
+    return tuple(int(n) for n in re.findall(r"\d+", name)), name
+
+
+def _plain_item(path: Path, seq: int) -> Item:
+    """A record for a hand-written .npy: module = file stem without a leading order number."""
+    stem = path.name[:-4]
+    name = re.sub(r"^\d+[_\-.]", "", stem) or stem
+    kind = "backward" if _GRAD_TOKENS & set(re.split(r"[._\-]", stem.lower())) else "forward"
+    rec = manifest.Record(seq=seq, module=name, type="", kind=kind, io="output", index=0, dtype="", shape=[])
+    item = Item(rec, path)
+    try:
+        item.header = read_npy_header(path)
+        rec.shape = list(item.header.shape)
+        rec.dtype = canonical(item.header.dtype)
+    except (TensorError, AlignerError) as exc:
+        item.error = str(exc)
+    return item
+
+
+def _read_plain(root: Path) -> Source:
+    files = sorted((p for p in root.iterdir() if p.suffix == ".npy" and p.is_file()), key=lambda p: _number_key(p.name))
+    return Source(root, "numpy", "npy", [_plain_item(p, i) for i, p in enumerate(files)], [])
+
+
+def _read_dump(root: Path) -> Source:
+    framework, mode = "unknown", "full"
+    items: list[Item] = []
+    problems: list[str] = []
+    try:
+        for lineno, entry in manifest.iter_manifest(root):
+            if isinstance(entry, ValueError):
+                problems.append(str(entry))
+            elif isinstance(entry, dict):
+                framework, mode = str(entry.get("framework", "unknown")), str(entry.get("mode", "full"))
+            elif entry.kind not in manifest.KINDS:
+                problems.append(f"{manifest.MANIFEST} line {lineno}: unknown kind {entry.kind!r}")
+            else:
+                items.append(Item(entry, root / entry.file if entry.file else None))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AlignerError(f"{root}: cannot read {manifest.MANIFEST}: {exc}") from exc
+    items.sort(key=lambda it: (it.record.step, it.record.seq))
+    return Source(root, framework, mode, items, problems)
+
+
+def read_source(path: str | Path) -> Source:
+    """Read a dump directory (if it has a manifest) or a plain directory of .npy files; refuse one with no records."""
+    root = Path(path)
+    if not root.exists():
+        raise AlignerError(f"{root}: no such directory")
+    if not root.is_dir():
+        raise AlignerError(f"{root}: not a directory (expected a dump directory or a directory of .npy files)")
+    source = _read_dump(root) if (root / manifest.MANIFEST).is_file() else _read_plain(root)
+    if not source.items:
+        why = f" ({len(source.problems)} unparsable manifest line(s): {source.problems[0]})" if source.problems else ""
+        raise AlignerError(f"{root}: no records to compare{why}")
+    return source

@@ -1,0 +1,229 @@
+"""From per-row metrics to answers: first divergence per phase, where the error is introduced, first NaN/Inf, bisect.
+
+Data flow between records is recovered from the reference side: a forward output's inputs are the input records of
+the same call; an input record is produced by the latest earlier output with the same content (digest file, or the
+same statistics); backward works the same way with grad_output -> grad_input. Without that information a record's
+input is the record before it (a sequential model).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from typing import Callable, Sequence
+
+from aligner.pipelines.compare.evaluate import Row
+
+AMPLIFICATION = 10.0  # an error this many times its inputs' error is new here, not carried from upstream
+FORWARD = ("forward", "probe")
+BACKWARD = ("backward", "param_grad")
+
+
+@dataclasses.dataclass
+class Finding:
+    """The first divergent row of a phase, the row before it, and the row where its error was introduced."""
+
+    phase: str                 # "forward" | "backward"
+    first: int                 # row index of the first divergent record in execution order
+    previous: int | None       # the matched row just before it
+    origin: int                # the row that introduces the error (== first unless it accumulated)
+    reason: str                # why `origin` is where the error starts, in words
+
+
+@dataclasses.dataclass
+class NanFinding:
+    """The first row whose inputs are finite on a side but whose output is not."""
+
+    row: int
+    side: str                  # "a" | "b"
+    count: int
+
+
+@dataclasses.dataclass
+class Verdict:
+    findings: list[Finding]
+    nan_origin: NanFinding | None
+    labels: dict[int, str]     # row index -> "introduced" | "inherited" for divergent rows (and origins)
+    bisect_reads: int | None = None
+    bisect_confirmed: bool | None = None
+
+
+def phase_of(row: Row) -> str:
+    return "forward" if row.pair.ref.record.kind in FORWARD else "backward"
+
+
+def error_level(row: Row) -> float:
+    """Relative L2 error of a row (0 when it matched without one, inf when it diverged with none measurable)."""
+    m = row.metrics
+    if m is None:
+        return 0.0
+    if m.rel_l2_err is not None and math.isfinite(m.rel_l2_err) and m.method != "none":
+        return m.rel_l2_err if (m.rel_l2_err or not m.diverged) else math.inf
+    return math.inf if m.diverged else 0.0
+
+
+def dataflow(rows: Sequence[Row]) -> dict[int, list[int]]:
+    """Row index -> indices of the rows holding its inputs (see module docstring)."""
+    inputs: dict[int, list[int]] = {}
+    open_calls: dict[str, list[list[int]]] = defaultdict(list)   # module -> stack of input groups
+    closed: dict[str, list[int]] = {}                             # module -> inputs of its last finished call
+    producers: dict[tuple[str, str], int] = {}                    # (phase, content link) -> latest producing row
+    last_bwd: dict[str, list[int]] = {}                           # module -> grad_output rows of its latest call
+    prev_in_phase: dict[str, int] = {}
+    prev: Row | None = None
+    for i, row in enumerate(rows):
+        rec, item = row.pair.ref.record, row.pair.ref
+        phase = phase_of(row)
+        link = item.link
+        ups: list[int] | None = None
+        if rec.kind == "forward" and rec.io == "input":
+            same_call = prev is not None and prev.pair.ref.record.kind == "forward" and \
+                prev.pair.ref.record.io == "input" and prev.pair.ref.record.module == rec.module and rec.index > 0
+            if same_call:
+                open_calls[rec.module][-1].append(i)
+            else:
+                open_calls[rec.module].append([i])
+            ups = [producers[(phase, link)]] if (phase, link) in producers else []
+        elif rec.kind == "forward":
+            if rec.index == 0 and open_calls[rec.module]:
+                closed[rec.module] = open_calls[rec.module].pop()
+            ups = closed.get(rec.module)
+        elif rec.kind == "backward" and rec.io == "grad_output":
+            prev_rec = prev.pair.ref.record if prev is not None else None
+            if prev_rec is None or prev_rec.kind != "backward" or prev_rec.module != rec.module:
+                last_bwd[rec.module] = []
+            last_bwd[rec.module].append(i)
+            ups = [producers[(phase, link)]] if (phase, link) in producers else []
+        elif rec.kind == "backward":
+            ups = last_bwd.get(rec.module)
+        elif rec.kind == "param_grad":
+            ups = last_bwd.get(rec.module.rpartition(".")[0], [])
+        if ups is None:  # no call structure known: assume a sequential model
+            ups = [prev_in_phase[phase]] if phase in prev_in_phase else []
+        inputs[i] = list(ups)
+        if link is not None and rec.io not in ("input", "grad_output"):
+            producers[(phase, link)] = i
+        prev_in_phase[phase] = i
+        prev = row
+    return inputs
+
+
+def _floor(row: Row) -> float:
+    """Error level below which a row only carries float noise: its relative tolerance."""
+    return row.metrics.rtol if row.metrics is not None else 0.0
+
+
+def classify(i: int, rows: Sequence[Row], inputs: dict[int, list[int]]) -> tuple[str, str]:
+    """("introduced" | "inherited", reason in words) for row i: new error, or error its inputs already carried."""
+    ups = [j for j in inputs.get(i, []) if rows[j].metrics is not None]
+    e_out = error_level(rows[i])
+    if not ups:
+        return "introduced", "no upstream record: its inputs were not dumped or it is a model input"
+    worst = max(ups, key=lambda j: error_level(rows[j]))
+    e_in = error_level(rows[worst])
+    word = "input" if len(ups) == 1 else "inputs"
+    if e_in <= _floor(rows[worst]) and not rows[worst].diverged:
+        return "introduced", f"its {word} matched (input error {e_in:.1e}, output error {e_out:.1e})"
+    if e_out > AMPLIFICATION * max(e_in, _floor(rows[i])):
+        ratio = "inf" if e_in == 0 else f"{e_out / e_in:.0f}"
+        return "introduced", f"its error {e_out:.1e} is {ratio}x its {word}' {e_in:.1e}"
+    return "inherited", f"carried from {rows[worst].pair.ref.record.module or '(root)'} (input error {e_in:.1e})"
+
+
+def trace_origin(first: int, rows: Sequence[Row], inputs: dict[int, list[int]]) -> int:
+    """Walk upstream from `first` while its inputs already carried a comparable, above-noise error."""
+    cur, seen = first, {first}
+    while True:
+        ups = [j for j in inputs.get(cur, []) if rows[j].metrics is not None and j not in seen]
+        if not ups:
+            return cur
+        j = max(ups, key=lambda k: error_level(rows[k]))
+        e_in, e_cur = error_level(rows[j]), error_level(rows[cur])
+        if e_in <= _floor(rows[j]) or e_cur > AMPLIFICATION * e_in:
+            return cur
+        cur = j
+        seen.add(j)
+
+
+def _previous(i: int, rows: Sequence[Row], phase: str) -> int | None:
+    for j in range(i - 1, -1, -1):
+        if phase_of(rows[j]) == phase and rows[j].metrics is not None:
+            return j
+    return None
+
+
+def find(rows: Sequence[Row], inputs: dict[int, list[int]], phase: str) -> Finding | None:
+    """The first divergent row of a phase, traced back to where its error is introduced."""
+    first = next((i for i, r in enumerate(rows) if r.diverged and phase_of(r) == phase), None)
+    if first is None:
+        return None
+    origin = trace_origin(first, rows, inputs)
+    return Finding(phase, first, _previous(first, rows, phase), origin, classify(origin, rows, inputs)[1])
+
+
+def nan_origin(rows: Sequence[Row], inputs: dict[int, list[int]]) -> NanFinding | None:
+    """The first row, on either side, with NaN/Inf in its output while its inputs were finite."""
+    def bad(j: int, side: str) -> int:
+        m = rows[j].metrics
+        return 0 if m is None else (m.nan_a + m.inf_a if side == "a" else m.nan_b + m.inf_b)
+
+    for i, row in enumerate(rows):
+        copied = row.pair.ref.record.io in ("input", "grad_output") and inputs.get(i)
+        if row.metrics is None or copied:  # an input record with a producer repeats that producer's output
+            continue
+        for side in ("b", "a"):
+            count = bad(i, side)
+            if count and not any(bad(j, side) for j in inputs.get(i, [])):
+                return NanFinding(i, side, count)
+    return None
+
+
+def judge(rows: Sequence[Row]) -> Verdict:
+    """All verdicts over fully evaluated rows."""
+    inputs = dataflow(rows)
+    labels = {i: classify(i, rows, inputs)[0] for i, r in enumerate(rows) if r.diverged}
+    findings = [f for f in (find(rows, inputs, p) for p in ("forward", "backward")) if f is not None]
+    if len(findings) == 2:
+        findings[1].reason += "; the forward pass had already diverged, so the backward one follows from it"
+    for f in findings:
+        labels[f.origin] = "introduced"
+    return Verdict(findings, nan_origin(rows, inputs), labels)
+
+
+def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
+    """Find each phase's first divergent row reading O(log n) pairs; assumes divergence persists once it starts.
+
+    `evaluate(i)` reads pair i and returns its Row (stored into `rows`). The answer is confirmed by reading the
+    matched row just before it, and its inputs are read to tell whether it introduced the error.
+    """
+    read: set[int] = set()
+
+    def diverged(i: int) -> bool:
+        if i not in read:
+            rows[i] = evaluate(i)
+            read.add(i)
+        return rows[i].diverged
+
+    inputs = dataflow(rows)
+    findings: list[Finding] = []
+    confirmed = True
+    for phase in ("forward", "backward"):
+        cand = [i for i, r in enumerate(rows) if phase_of(r) == phase and r.pair.a is not None and r.pair.b is not None]
+        if not cand or not diverged(cand[-1]):
+            continue
+        lo, hi = 0, len(cand) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if diverged(cand[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        first = cand[hi]
+        previous = cand[hi - 1] if hi else None
+        if previous is not None:
+            confirmed &= not diverged(previous)
+        for j in inputs.get(first, []):
+            diverged(j)
+        findings.append(Finding(phase, first, previous, first, classify(first, rows, inputs)[1]))
+    labels = {f.first: classify(f.first, rows, inputs)[0] for f in findings}
+    return Verdict(findings, None, labels, bisect_reads=len(read), bisect_confirmed=confirmed)

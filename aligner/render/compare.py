@@ -1,0 +1,329 @@
+"""Present a comparison: terminal table, one-paragraph summary, JSON, CSV and an HTML page with an error plot."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import html
+import io
+import json
+import math
+from typing import IO, Any, Sequence
+
+from aligner.pipelines.compare.evaluate import Row
+from aligner.pipelines.compare.verdict import Finding, Verdict, error_level
+
+_CONTEXT = 5          # rows shown around each finding when the table is abbreviated
+_SHORT_TABLE = 60     # tables up to this many rows are always shown whole
+_CSV_FIELDS = ["row", "module", "module_a", "type", "kind", "io", "index", "step", "matched_by", "status", "label",
+               "shape_a", "shape_b", "dtype_a", "dtype_b", "method", "numel", "mismatched", "mismatch_fraction",
+               "max_abs_err", "max_abs_index", "max_rel_err", "mean_abs_err", "rmse", "cosine", "sqnr_db",
+               "rel_l2_err", "nan_a", "nan_b", "inf_a", "inf_b", "rtol", "atol", "error"]
+_METRIC_COLUMNS = frozenset(_CSV_FIELDS) - {"shape_a", "shape_b"}  # what a row takes from its Metrics
+
+
+@dataclasses.dataclass
+class Report:
+    """Everything the presenters need, computed once."""
+
+    side_a: str                # "dumps_ms/ (mindspore)"
+    side_b: str                # the reference side
+    rows: list[Row]
+    verdict: Verdict
+    problems: list[str]        # manifest lines that did not parse, per side
+
+    @property
+    def matched(self) -> dict[str, int]:
+        out = {"name": 0, "order": 0, "unmatched_a": 0, "unmatched_b": 0}
+        for r in self.rows:
+            if r.pair.a is None:
+                out["unmatched_b"] += 1
+            elif r.pair.b is None:
+                out["unmatched_a"] += 1
+            else:
+                out[r.pair.matched_by or "name"] += 1
+        return out
+
+    @property
+    def errors(self) -> list[int]:
+        return [i for i, r in enumerate(self.rows) if r.status == "error"]
+
+
+def _fmt(x: float | None, spec: str = ".2e") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return format(x, spec)
+
+
+def _name(row: Row) -> str:
+    return row.pair.ref.record.module or "(root)"
+
+
+_SHORT = {"forward": "fwd", "backward": "bwd", "param_grad": "pgrad", "probe": "probe", "output": "out",
+          "input": "in", "grad_input": "gin", "grad_output": "gout", "grad": "grad"}
+
+
+def _where(row: Row) -> str:
+    rec = row.pair.ref.record
+    kind = f" ({rec.type})" if rec.type else ""
+    return f"{_name(row)}{kind}, {rec.kind} {rec.io}" + (f" #{rec.index}" if rec.index else "")
+
+
+def _kind_io(row: Row) -> str:
+    rec = row.pair.ref.record
+    return f"{_SHORT.get(rec.kind, rec.kind)} {_SHORT.get(rec.io, rec.io)}" + (f"#{rec.index}" if rec.index else "")
+
+
+def _describe(row: Row) -> str:
+    m = row.metrics
+    if m is None:
+        return "not compared"
+    if m.method == "none":
+        return f"shape {list(m.shape_a)} vs {list(m.shape_b)}"
+    parts = []
+    if not m.dtype_match:
+        parts.append(f"dtype {m.dtype_a} vs {m.dtype_b}")
+    if not m.shape_match:
+        parts.append(f"shape {list(m.shape_a)} vs {list(m.shape_b)}")
+    if m.method == "stats":
+        parts.append(f"statistics differ (norm rel err {_fmt(m.rel_l2_err, '.1e')})")
+    else:
+        parts.append(f"max abs err {_fmt(m.max_abs_err, '.1e')}")
+        if m.mismatch_fraction:
+            parts.append(f"{m.mismatch_fraction:.1%} of elements off")
+    if m.nan_a != m.nan_b or m.inf_a != m.inf_b:
+        parts.append(f"NaN/Inf {m.nan_a + m.inf_a} vs {m.nan_b + m.inf_b}")
+    return ", ".join(parts)
+
+
+def _finding_text(f: Finding, rows: Sequence[Row]) -> str:
+    first, origin = rows[f.first], rows[f.origin]
+    text = f"First {f.phase} divergence at {_where(first)}: {_describe(first)}"
+    if f.origin == f.first:
+        text += f", introduced here: {f.reason}."
+    else:
+        level = "above" if origin.diverged else "below"
+        text += (f"; it was inherited: the error starts at {_where(origin)} (relative error "
+                 f"{error_level(origin):.1e}, {level} tolerance, then accumulated), introduced there: {f.reason}.")
+    if f.previous is not None:
+        prev = rows[f.previous]
+        state = "matched" if prev.status == "ok" else prev.status
+        text += f" The record before it ({_name(prev)}, {prev.pair.ref.record.kind} {prev.pair.ref.record.io}) {state}."
+    return text
+
+
+def summary(report: Report) -> str:
+    """The result in plain words, one paragraph."""
+    c = report.matched
+    rows = report.rows
+    parts = [f"Compared {report.side_a} against the reference {report.side_b}: {c['name'] + c['order']} records "
+             f"matched ({c['name']} by name, {c['order']} by order and shape)"]
+    if c["unmatched_a"] or c["unmatched_b"]:
+        parts[-1] += f", {c['unmatched_a']} only in the first and {c['unmatched_b']} only in the reference"
+    parts[-1] += "."
+    v = report.verdict
+    if v.bisect_reads is not None:
+        parts.append(f"Bisect mode read {v.bisect_reads} of {sum(1 for r in rows if r.pair.a and r.pair.b)} tensor "
+                     f"pairs, assuming divergence persists once it starts; "
+                     + ("the record before each answer matched, which confirms it." if v.bisect_confirmed
+                        else "the record before the answer also diverged, so the assumption failed here."))
+    for f in v.findings:
+        parts.append(_finding_text(f, rows))
+    if not v.findings:
+        parts.append("No divergence: every compared record matches within tolerance." if v.bisect_reads is None
+                     else "No divergence at the last record of either phase.")
+    if v.nan_origin is not None:
+        n = v.nan_origin
+        side = report.side_a if n.side == "a" else report.side_b
+        parts.append(f"First NaN/Inf: {_where(rows[n.row])} produces {n.count} non-finite value(s) on {side} "
+                     f"from finite inputs.")
+    if report.errors:
+        first = rows[report.errors[0]]
+        parts.append(f"{len(report.errors)} record(s) could not be compared (first: {_name(first)}: {first.error}).")
+    if report.problems:
+        parts.append(f"{len(report.problems)} manifest line(s) were skipped (first: {report.problems[0]}).")
+    return " ".join(parts)
+
+
+def row_dict(i: int, row: Row, verdict: Verdict) -> dict[str, Any]:
+    """One row as flat JSON-ready data."""
+    rec = row.pair.ref.record
+    out: dict[str, Any] = {
+        "row": i, "module": rec.module, "module_a": row.pair.a.record.module if row.pair.a else None,
+        "type": rec.type, "kind": rec.kind, "io": rec.io, "index": rec.index, "step": rec.step,
+        "matched_by": row.pair.matched_by, "status": row.status, "label": verdict.labels.get(i),
+        "shape_a": row.pair.a.record.shape if row.pair.a else None,
+        "shape_b": row.pair.b.record.shape if row.pair.b else None,
+        "dtype_a": row.pair.a.record.dtype if row.pair.a else None,
+        "dtype_b": row.pair.b.record.dtype if row.pair.b else None, "error": row.error,
+    }
+    if row.metrics is not None:
+        m = row.metrics.to_dict()
+        out.update({k: v for k, v in m.items() if k in _METRIC_COLUMNS})
+    return out
+
+
+def _finite(flat: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no Infinity/NaN: write them as strings (rows and findings are flat dicts)."""
+    return {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in flat.items()}
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    v = report.verdict
+    return {
+        "side_a": report.side_a, "reference": report.side_b, "summary": summary(report), "counts": report.matched,
+        "findings": [_finite(dataclasses.asdict(f) | {"module": report.rows[f.first].pair.ref.record.module,
+                                                      "origin_module": report.rows[f.origin].pair.ref.record.module})
+                     for f in v.findings],
+        "nan_origin": _finite(dataclasses.asdict(v.nan_origin)) if v.nan_origin else None,
+        "bisect_reads": v.bisect_reads, "bisect_confirmed": v.bisect_confirmed, "manifest_problems": report.problems,
+        "rows": [_finite(row_dict(i, r, v)) for i, r in enumerate(report.rows)],
+    }
+
+
+def write_json(report: Report, fh: IO[str]) -> None:
+    """The report as one JSON document with a key, and then a row, per line: readable and diffable, while each line
+    goes through json's C encoder (json.dump with indent runs its pure-Python one, ~10x slower on big reports)."""
+    data = to_json(report)
+    rows = data.pop("rows")
+    fh.write("{\n" + "".join(f"{json.dumps(key)}: {json.dumps(value)},\n" for key, value in data.items()))
+    fh.write('"rows": [\n' + ",\n".join(map(json.dumps, rows)) + "\n]}\n")
+
+
+def write_csv(report: Report, fh: IO[str]) -> None:
+    writer = csv.DictWriter(fh, _CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for i, row in enumerate(report.rows):
+        writer.writerow({k: (json.dumps(v) if isinstance(v, (list, tuple)) else v)
+                         for k, v in row_dict(i, row, report.verdict).items()})
+
+
+def _shown(report: Report, full: bool) -> list[int | None]:
+    """Row indices to print (None = an elision mark): all of a short table, else the context of each finding."""
+    n = len(report.rows)
+    if full or n <= _SHORT_TABLE:
+        return list(range(n))
+    v = report.verdict
+    keep: set[int] = set(range(min(_CONTEXT, n)))
+    for f in v.findings:
+        for centre in (f.first, f.origin):
+            keep.update(range(max(0, centre - _CONTEXT), min(n, centre + _CONTEXT + 1)))
+    if v.nan_origin:
+        keep.add(v.nan_origin.row)
+    keep.update(report.errors[:_CONTEXT])
+    keep.update([i for i, r in enumerate(report.rows) if r.status == "unmatched"][:_CONTEXT])
+    out: list[int | None] = []
+    for i in sorted(keep):
+        if out and out[-1] is not None and i != out[-1] + 1:
+            out.append(None)
+        out.append(i)
+    if out[-1] != n - 1:
+        out.append(None)
+    return out
+
+
+def _style(i: int, row: Row, verdict: Verdict) -> str:
+    if any(f.origin == i for f in verdict.findings):
+        return "bold white on red"
+    if row.status == "diverged":
+        return "red"
+    if row.status in ("error", "unmatched"):
+        return "yellow"
+    return "dim" if row.status == "unread" else ""
+
+
+def print_table(report: Report, console: Any, full: bool = False) -> None:
+    """A rich table of the rows (abbreviated around the findings unless `full`), origins highlighted."""
+    from rich.table import Table
+
+    table = Table(show_lines=False, header_style="bold")
+    for col, just in [("#", "right"), ("module", "left"), ("type", "left"), ("kind/io", "left"), ("shape", "left"),
+                      ("dtype", "left"), ("max abs err", "right"), ("max rel err", "right"), ("cosine", "right"),
+                      ("off %", "right"), ("verdict", "left")]:
+        table.add_column(col, justify=just, overflow="fold", no_wrap=col not in ("module", "verdict"))
+    v = report.verdict
+    for i in _shown(report, full):
+        if i is None:
+            table.add_row("...", "", "", "", "", "", "", "", "", "", "")
+            continue
+        row = report.rows[i]
+        rec, m = row.pair.ref.record, row.metrics
+        status = row.status
+        if status == "diverged":
+            status = v.labels.get(i, "diverged")
+            if any(f.origin == i for f in v.findings):
+                status = "ORIGIN " + status
+        elif status == "unmatched":
+            status = "only in reference" if row.pair.a is None else "only in first"
+        elif status == "error":
+            status = f"error: {row.error}"
+        frac = m.mismatch_fraction if m is not None else None
+        table.add_row(str(i), rec.module or "(root)", rec.type, _kind_io(row),
+                      "x".join(map(str, rec.shape)) or "scalar",
+                      rec.dtype if m is None or m.dtype_match else f"{m.dtype_a}/{m.dtype_b}",
+                      _fmt(m.max_abs_err if m else None), _fmt(m.max_rel_err if m else None),
+                      _fmt(m.cosine if m else None, ".6f"), "-" if frac is None else f"{100 * frac:.2f}",
+                      status, style=_style(i, row, v))
+    console.print(table)
+    if not full and len(report.rows) > _SHORT_TABLE:
+        console.print(f"[dim]{len(report.rows)} rows; the table shows the context of each finding (--all for every row)[/]")
+
+
+def _plot_svg(report: Report) -> str:
+    """Relative L2 error per record in execution order, log scale, each origin marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    xs = [i for i, r in enumerate(report.rows) if r.metrics is not None]
+    ys = [max(error_level(report.rows[i]), 1e-12) for i in xs]
+    fig = Figure(figsize=(10, 3.5))
+    ax = fig.add_subplot()
+    ax.semilogy(xs, [min(y, 1e6) for y in ys], ".-", lw=0.8, ms=3, label="relative L2 error")
+    tol = [report.rows[i].metrics.rtol for i in xs]  # type: ignore[union-attr]
+    ax.semilogy(xs, [max(t, 1e-12) for t in tol], "--", lw=0.8, color="grey", label="rtol")
+    for f in report.verdict.findings:
+        ax.axvline(f.origin, color="red", lw=1)
+        ax.annotate(f"{f.phase} origin: {_name(report.rows[f.origin])}", (f.origin, 1e-11), color="red", fontsize=8,
+                    rotation=90, va="bottom")
+    ax.set_xlabel("record (execution order)")
+    ax.set_ylabel("||a-b|| / ||b||")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    text = buf.getvalue()
+    return text[text.find("<svg"):]
+
+
+def write_html(report: Report, fh: IO[str]) -> None:
+    """A standalone page: summary, error-per-layer plot, full table with the origins highlighted."""
+    v = report.verdict
+    head = ["#", "module", "type", "kind/io", "shape", "dtype", "max abs err", "max rel err", "rel L2 err", "cosine",
+            "SQNR dB", "off %", "verdict"]
+    lines = []
+    for i, row in enumerate(report.rows):
+        rec, m = row.pair.ref.record, row.metrics
+        frac = m.mismatch_fraction if m is not None else None
+        cls = "origin" if any(f.origin == i for f in v.findings) else row.status
+        verdict = v.labels.get(i, row.status) if row.status == "diverged" else (row.error or row.status)
+        cells = [i, rec.module or "(root)", rec.type, f"{rec.kind}/{rec.io}", "x".join(map(str, rec.shape)),
+                 rec.dtype, _fmt(m.max_abs_err if m else None), _fmt(m.max_rel_err if m else None),
+                 _fmt(m.rel_l2_err if m else None), _fmt(m.cosine if m else None, ".6f"),
+                 _fmt(m.sqnr_db if m else None, ".1f"), "-" if frac is None else f"{100 * frac:.2f}", verdict]
+        lines.append(f'<tr class="{cls}">' + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    fh.write(f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>align compare</title><style>
+body {{ font-family: sans-serif; margin: 1.5em; }} table {{ border-collapse: collapse; font-size: 12px; }}
+td, th {{ border: 1px solid #ddd; padding: 2px 6px; }} tr.diverged {{ color: #b00; }}
+tr.origin {{ background: #c00; color: white; font-weight: bold; }} tr.error, tr.unmatched {{ background: #ffd; }}
+</style></head><body>
+<h1>align compare</h1>
+<p>{html.escape(summary(report))}</p>
+{_plot_svg(report)}
+<table><tr>{"".join(f"<th>{html.escape(h)}</th>" for h in head)}</tr>
+{chr(10).join(lines)}
+</table></body></html>
+""")

@@ -1,1 +1,0 @@
-"""Terminal renderings shared by the commands."""
