@@ -110,7 +110,28 @@ def rand(*size, generator=None, dtype=None):
     return ms.Tensor(np.random.random_sample(_size(size)).astype(_np_dtype(dtype, np.float32)))
 
 
-FUNCTIONAL = {"embedding": embedding, "layer_norm": layer_norm, "conv2d": conv2d, "gelu": gelu}
+def pad(input, pad, mode="constant", value=None):
+    if mode != "constant":
+        raise NotImplementedError(f"ms_compat pad: mode {mode!r}")
+    pad = [int(p) for p in pad]
+    nd = input.ndim
+    pairs = [[0, 0] for _ in range(nd)]
+    for i in range(len(pad) // 2):  # torch order: last dim first
+        pairs[nd - 1 - i] = [pad[2 * i], pad[2 * i + 1]]
+    if any(p < 0 for pr in pairs for p in pr):  # negative padding crops
+        index = tuple(slice(-b if b < 0 else None, (input.shape[d] + a) if a < 0 else None)
+                      for d, (b, a) in enumerate(pairs))
+        input = input[index]
+        pairs = [[max(b, 0), max(a, 0)] for b, a in pairs]
+    prim = ops.Pad(tuple(tuple(p) for p in pairs))
+    out = prim(input)
+    if value is None or value == 0:
+        return out
+    inside = prim(ops.ones_like(input)) > 0
+    return mint.where(inside, out, ops.fill(out.dtype, out.shape, value))
+
+
+FUNCTIONAL = {"pad": pad, "embedding": embedding, "layer_norm": layer_norm, "conv2d": conv2d, "gelu": gelu}
 MINT = {"addmm": addmm, "baddbmm": baddbmm, "arange": arange, "randn": randn, "rand": rand}
 
 
