@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from aligner.core.dtypes import to_storable
 from aligner.dumping import manifest
+from aligner.metrics.stats import tensor_stats
 from aligner.core.dtypes import canonical
 
 
@@ -28,9 +30,9 @@ def write_dump(root: Path, framework: str, records: list[dict[str, Any]], mode: 
             rec = manifest.Record(seq=seq, module=spec["module"], type=spec.get("type", "Layer"),
                                   kind=spec.get("kind", "forward"), io=spec.get("io", "output"),
                                   index=spec.get("index", 0), dtype=canonical(array.dtype), shape=list(array.shape),
-                                  step=spec.get("step", 0), stats=manifest.tensor_stats(array))
+                                  step=spec.get("step", 0), stats=tensor_stats(array))
             if mode == "full":
-                stored = manifest.to_storable(array)
+                stored = to_storable(array)
                 digest = hashlib.sha256(stored.tobytes() + str(stored.shape).encode()).hexdigest()[:16]
                 rec.file = f"{manifest.TENSOR_DIR}/{digest}.npy"
                 if not (root / rec.file).exists():

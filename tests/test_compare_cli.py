@@ -138,7 +138,7 @@ def test_unparsable_manifest_line_and_missing_tensor_file(tmp_path: Path) -> Non
     (a / missing).unlink()
     res = align(str(a), str(b), "--json", "-")
     result = json.loads(res.stdout)
-    assert res.returncode == 1  # m1 exists only in the reference now
+    assert res.returncode == 2  # m2's tensor file is missing: not everything could be compared
     assert "manifest.jsonl line 3" in result["manifest_problems"][0]
     rows = {r["module"]: r for r in result["rows"]}
     assert rows["m1"]["status"] == "unmatched" and "file missing" in rows["m2"]["error"]
@@ -177,11 +177,15 @@ def test_map_renames_the_first_side_and_unmatched_are_reported(tmp_path: Path) -
     a = write_dump(tmp_path / "a", "mindspore", other)
     b = write_dump(tmp_path / "b", "pytorch", ref)
     (tmp_path / "map.yaml").write_text("regex:\n  - ['^enc\\.', 'encoder.']\n")
-    result = json.loads(align(str(a), str(b), "--json", "-", "--map", str(tmp_path / "map.yaml")).stdout)
+    mapped = align(str(a), str(b), "--json", "-", "--map", str(tmp_path / "map.yaml"))
+    result = json.loads(mapped.stdout)
     by = {r["module"]: (r["matched_by"], r["status"]) for r in result["rows"]}
     assert by == {"encoder.fc": ("name", "ok"), "head": ("name", "ok"), "extra": (None, "unmatched")}
+    assert mapped.returncode == 0 and result["counts"]["unmatched_b"] == 1  # listed, not a failure
+    strict = align(str(a), str(b), "--map", str(tmp_path / "map.yaml"), "--strict")
+    assert strict.returncode == 1 and "1 only in the reference (a failure under --strict)" in strict.stdout
     res = align(str(a), str(b), "--json", "-")
-    assert res.returncode == 1
+    assert res.returncode == 0
     assert json.loads(res.stdout)["rows"][0]["matched_by"] == "order"  # without the map: by order and shape
     (tmp_path / "bad.yaml").write_text("rename: [1, 2\n")
     bad = align(str(a), str(b), "--map", str(tmp_path / "bad.yaml"))
@@ -191,5 +195,5 @@ def test_map_renames_the_first_side_and_unmatched_are_reported(tmp_path: Path) -
 def test_help_lists_every_option() -> None:
     res = align("--help")
     for opt in ("--ref", "--map", "--rtol", "--atol", "--bisect", "--json", "--csv", "--html", "--all", "--workers",
-                "--force"):
+                "--force", "--strict"):
         assert opt in res.stdout

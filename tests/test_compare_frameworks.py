@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 ms = pytest.importorskip("mindspore")
 
 import aligner  # noqa: E402
-from aligner.pipelines.compare.run import run_compare  # noqa: E402
+from aligner.pipelines.compare.run import compare  # noqa: E402
+from aligner.render.compare import to_json  # noqa: E402
 from twin_models import example_input, make_twins  # noqa: E402
 
 
@@ -38,9 +39,8 @@ def _dump(tmp: Path, kind: str, tweak_pt: Callable | None = None, tweak_ms: Call
 
 
 def _compare(tmp: Path, a: Path, b: Path, *, bisect: bool = False) -> tuple[int, dict[str, Any]]:
-    out = tmp / "result.json"
-    code = run_compare(str(a), str(b), json_out=str(out), bisect=bisect)
-    return code, json.loads(out.read_text())
+    result = compare(str(a), str(b), bisect=bisect)
+    return int(result.exit_code), json.loads(json.dumps(to_json(result)))
 
 
 def _origin(result: dict[str, Any], phase: str = "forward") -> dict[str, Any]:

@@ -10,8 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aligner.metrics.measure import MemoryStream, compare_arrays, compare_stats, compare_streams, default_tolerance
-from aligner.dumping.manifest import tensor_stats
+from aligner.core.tolerance import Tolerance
+from aligner.metrics.measure import MemoryStream, compare_arrays, compare_stats, compare_streams
+from aligner.metrics.stats import tensor_stats
 
 
 def _noisy(shape: tuple[int, ...], scale: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +46,7 @@ def test_identical_arrays_allclose_and_override_tolerance() -> None:
     assert compare_arrays(b, b.copy()).allclose
     assert compare_arrays(b, b.copy()).sqnr_db == math.inf
     assert not compare_arrays(a, b).allclose
-    assert compare_arrays(a, b, rtol=0, atol=1e-2).allclose
+    assert compare_arrays(a, b, Tolerance(rtol=0, atol=1e-2)).allclose
 
 
 @settings(max_examples=40, deadline=None)
@@ -85,10 +86,10 @@ def test_nan_and_inf_counts_and_agreement() -> None:
 
 
 def test_per_dtype_default_tolerances() -> None:
-    assert default_tolerance("float16", "float16") == (1e-3, 1e-5)
-    assert default_tolerance("bfloat16", "float32") == (1.6e-2, 1e-5)
-    assert default_tolerance("float64", "float64") == (1e-7, 1e-7)
-    assert default_tolerance("int64", "int64") == (0.0, 0.0)
+    assert Tolerance.for_dtype("float16", "float16") == Tolerance(1e-3, 1e-5)
+    assert Tolerance.for_dtype("bfloat16", "float32") == Tolerance(1.6e-2, 1e-5)
+    assert Tolerance.for_dtype("float64", "float64") == Tolerance(1e-7, 1e-7)
+    assert Tolerance.for_dtype("int64", "int64") == Tolerance(0.0, 0.0)
     b = np.linspace(1, 2, 100, dtype=np.float32)
     a16 = (b * (1 + 5e-4)).astype(np.float16)
     assert compare_arrays(a16, b.astype(np.float16)).allclose

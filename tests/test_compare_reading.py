@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from aligner.core.tolerance import ToleranceSpec
 from aligner.pipelines.compare.evaluate import evaluate
 from aligner.pipelines.compare.matching import match
 from aligner.pipelines.compare.sources import read_source
@@ -17,5 +18,5 @@ def test_file_cut_short_after_listing_marks_its_row(tmp_path, numel: int) -> Non
     pairs = match(read_source(tmp_path / "a").items, read_source(tmp_path / "b").items, None, None)
     path = tmp_path / "a" / "0_x.npy"
     path.write_bytes(path.read_bytes()[:-8])  # truncated between listing and reading
-    row = evaluate(pairs[0], None, None)
+    row = evaluate(pairs[0], ToleranceSpec())
     assert row.status == "error" and "truncated while being compared" in row.error

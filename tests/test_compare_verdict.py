@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aligner.pipelines.compare.run import run_compare
+from aligner.pipelines.compare.run import compare
+from aligner.render.compare import to_json
 from compare_fixtures import chain, write_dump
 
 RNG = np.random.default_rng(0)
@@ -19,9 +20,8 @@ LAYERS = [lambda h, w=w: h @ w for w in WEIGHTS]
 
 def _run(tmp: Path, ref: list[dict[str, Any]], other: list[dict[str, Any]], **kw: Any) -> tuple[int, dict[str, Any]]:
     a, b = write_dump(tmp / "a", "mindspore", other), write_dump(tmp / "b", "pytorch", ref)
-    out = tmp / "r.json"
-    code = run_compare(str(a), str(b), json_out=str(out), **kw)
-    return code, json.loads(out.read_text())
+    result = compare(str(a), str(b), **kw)
+    return int(result.exit_code), json.loads(json.dumps(to_json(result)))
 
 
 def _rows(result: dict[str, Any], module: str) -> list[dict[str, Any]]:

@@ -12,7 +12,9 @@ import torch
 
 import aligner
 from aligner.core.errors import AlignerError
-from aligner.dumping.manifest import MANIFEST, Record, from_stored, iter_manifest, tensor_stats
+from aligner.core.dtypes import from_stored
+from aligner.dumping.manifest import MANIFEST, Record, iter_manifest
+from aligner.metrics.stats import tensor_stats
 from twin_models import NAME_MAPS, example_input, make_twins
 
 ms.set_context(mode=ms.PYNATIVE_MODE)

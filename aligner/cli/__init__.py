@@ -29,7 +29,7 @@ class LazyGroup(click.Group):
         if name not in COMMANDS:
             return None
         module, _ = COMMANDS[name]
-        return getattr(importlib.import_module(module), "command")
+        return importlib.import_module(module).command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]

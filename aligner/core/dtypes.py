@@ -83,3 +83,18 @@ def torch_to_numpy(tensor: Any) -> np.ndarray:
 def to_numpy(name: str) -> np.dtype:
     """The numpy dtype that stores a canonical dtype losslessly."""
     return NUMPY[canonical(name)]
+
+
+def contiguous(array: np.ndarray) -> np.ndarray:
+    """C-contiguous array, copying only when needed (unlike np.ascontiguousarray, keeps 0-d arrays 0-d)."""
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def to_storable(array: np.ndarray) -> np.ndarray:
+    """The array as written to .npy: bfloat16 becomes its uint16 bit pattern, everything else is unchanged."""
+    return array.view(np.uint16) if array.dtype == to_numpy("bfloat16") else array
+
+
+def from_stored(array: np.ndarray, dtype: str) -> np.ndarray:
+    """Undo `to_storable` given the record's canonical dtype."""
+    return array.view(to_numpy("bfloat16")) if canonical(dtype) == "bfloat16" else array

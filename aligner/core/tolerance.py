@@ -72,12 +72,16 @@ class ToleranceSpec:
     default: Tolerance | None = None
     overrides: tuple[tuple[str, Tolerance], ...] = ()
 
-    def resolve(self, name: str, *dtypes: str) -> Tolerance:
-        """The tolerance for one named tensor of these dtypes."""
+    def explicit(self, name: str) -> Tolerance | None:
+        """The user's tolerance for this name (the last matching override, else the default); None: per dtype."""
         for pattern, tol in reversed(self.overrides):
             if fnmatch.fnmatchcase(name, pattern):
                 return tol
-        return self.default if self.default is not None else Tolerance.for_dtype(*dtypes)
+        return self.default
+
+    def resolve(self, name: str, *dtypes: str) -> Tolerance:
+        """The tolerance for one named tensor of these dtypes."""
+        return self.explicit(name) or Tolerance.for_dtype(*dtypes)
 
     @property
     def is_default(self) -> bool:

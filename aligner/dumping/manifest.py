@@ -18,9 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
-
-from aligner.core.dtypes import canonical, to_numpy
+from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
 
 MANIFEST = "manifest.jsonl"
@@ -65,36 +63,6 @@ class Record:
         rec.dtype = canonical(rec.dtype)
         rec.shape = [int(s) for s in rec.shape]
         return rec
-
-
-def tensor_stats(array: np.ndarray) -> dict[str, Any]:
-    """min/max/mean/L2 norm over the finite elements (None if there are none) and NaN/Inf counts."""
-    a = np.asarray(array)
-    if a.dtype.kind not in "fc" and a.dtype != to_numpy("bfloat16"):
-        a64 = a.astype(np.float64)
-        return {"min": float(a64.min()) if a.size else None, "max": float(a64.max()) if a.size else None,
-                "mean": float(a64.mean()) if a.size else None, "l2": float(np.sqrt(np.square(a64).sum())),
-                "nan": 0, "inf": 0}
-    a32 = a.astype(np.float32) if a.dtype.itemsize < 4 else a
-    finite = np.isfinite(a32)
-    nan = int(np.isnan(a32).sum())
-    inf = int(a32.size - finite.sum() - nan)
-    vals = a32[finite] if nan or inf else a32.reshape(-1)
-    if vals.size == 0:
-        return {"min": None, "max": None, "mean": None, "l2": None, "nan": nan, "inf": inf}
-    return {"min": float(vals.min()), "max": float(vals.max()), "mean": float(vals.mean(dtype=np.float64)),
-            "l2": float(np.sqrt(np.dot(vals.astype(np.float64, copy=False), vals.astype(np.float64, copy=False)))),
-            "nan": nan, "inf": inf}
-
-
-def to_storable(array: np.ndarray) -> np.ndarray:
-    """The array as written to .npy: bfloat16 becomes its uint16 bit pattern, everything else is unchanged."""
-    return array.view(np.uint16) if array.dtype == to_numpy("bfloat16") else array
-
-
-def from_stored(array: np.ndarray, dtype: str) -> np.ndarray:
-    """Undo `to_storable` given the record's canonical dtype."""
-    return array.view(to_numpy("bfloat16")) if canonical(dtype) == "bfloat16" else array
 
 
 def write_header(path: str | os.PathLike, framework: str, framework_version: str, mode: str,

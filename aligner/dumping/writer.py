@@ -14,8 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from aligner.core.dtypes import to_storable
 from aligner.core.errors import AlignerError
-from aligner.dumping.manifest import MANIFEST, TENSOR_DIR, Record, tensor_stats, to_storable
+from aligner.dumping.manifest import MANIFEST, TENSOR_DIR, Record
+from aligner.metrics.stats import tensor_stats
 
 _STOP = object()
 

@@ -110,8 +110,3 @@ def populate_pages(array: np.ndarray) -> None:
     """madvise(POPULATE_READ) a file-backed view about to be read: one call maps its cached pages, instead of a
     page fault per 64 KiB (Linux >= 5.14; older kernels refuse it and the faults happen as before)."""
     _advise(array, 22)  # MADV_POPULATE_READ
-
-
-def contiguous(array: np.ndarray) -> np.ndarray:
-    """C-contiguous array, copying only when needed (unlike np.ascontiguousarray, keeps 0-d arrays 0-d)."""
-    return array if array.flags.c_contiguous else array.copy(order="C")

@@ -13,9 +13,9 @@ from typing import Iterable
 
 import numpy as np
 
-from aligner.core.dtypes import MINDSPORE_NAME, canonical, to_numpy
+from aligner.core.dtypes import MINDSPORE_NAME, canonical, contiguous, to_numpy
 from aligner.core.errors import AlignerError
-from aligner.io.base import TensorInfo, TensorSource, contiguous
+from aligner.io.base import TensorInfo, TensorSource
 
 _MS_TO_CANON = {ms: canon for canon, ms in MINDSPORE_NAME.items()}
 CHUNK = 256 * 1024 * 1024  # bytes of tensor content per Value (MindSpore uses 512 MiB)

@@ -8,9 +8,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from aligner.core.dtypes import canonical, to_numpy, torch_to_numpy
+from aligner.core.dtypes import canonical, contiguous, to_numpy, torch_to_numpy
 from aligner.core.errors import AlignerError
-from aligner.io.base import TensorInfo, TensorSource, contiguous
+from aligner.io.base import TensorInfo, TensorSource
 
 NEST_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
 

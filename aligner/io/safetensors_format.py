@@ -12,9 +12,9 @@ from typing import Iterable
 
 import numpy as np
 
-from aligner.core.dtypes import SAFETENSORS_CODE, canonical, to_numpy
+from aligner.core.dtypes import SAFETENSORS_CODE, canonical, contiguous, to_numpy
 from aligner.core.errors import AlignerError
-from aligner.io.base import TensorInfo, TensorSource, contiguous
+from aligner.io.base import TensorInfo, TensorSource
 
 _CODE_TO_CANON = {code: name for name, code in SAFETENSORS_CODE.items()}
 
@@ -40,7 +40,7 @@ class SafetensorsSource(TensorSource):
                 raise AlignerError(f"{path}: corrupted safetensors header ({exc})") from None
             self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size > 8 + hlen else None
         meta = header.pop("__metadata__", None) or {}
-        self.framework = meta.get("framework") or (("mindspore" if meta.get("format") == "ms" else None))
+        self.framework = meta.get("framework") or ("mindspore" if meta.get("format") == "ms" else None)
         self._base = 8 + hlen
         self._spans: dict[str, tuple[int, int]] = {}
         data_len = size - self._base

@@ -68,7 +68,7 @@ class LayerRule:
         return dict(self.rename) if src == "pytorch" else {v: k for k, v in self.rename.items()}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_rules(name: str = RULES_FILE) -> tuple[LayerRule, ...]:
     """Parse a rules file of the installed `aligner.mappings` package once (a checkout and a wheel alike)."""
     data = yaml.safe_load(resources.files("aligner.mappings").joinpath(name).read_text(encoding="utf-8"))

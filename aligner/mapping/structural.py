@@ -16,12 +16,12 @@ MIN_SIMILARITY = 0.5
 MIN_MARGIN = 0.15
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _neutral_leaves() -> dict[str, str]:
     return {ms: pt for rule in load_rules() for pt, ms in rule.rename.items()}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _optional_leaves() -> frozenset[str]:
     """Leaves only one side keeps (num_batches_tracked): they may be absent in a group of the same layout."""
     return frozenset(leaf for rule in load_rules() for leaf in rule.pytorch_only)

@@ -8,27 +8,27 @@ can be compared with `compare_streams`, which is how dump files are read without
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Any, Iterable, Iterator, Protocol
 
 import numpy as np
 
+from aligner.core.dtypes import canonical, contiguous
+from aligner.core.tolerance import Tolerance
 from aligner.metrics.kernel import Totals, accumulate
-from aligner.io.base import contiguous
-from aligner.core.dtypes import canonical
 
 CHUNK = 1 << 18  # elements per chunk: one kernel call per MiB of float32; converted chunks stay in L2 cache
 
-# torch.testing.assert_close defaults: canonical dtype -> (rtol, atol); integers and bool must match exactly
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7),
-}
+class Method(str, enum.Enum):
+    """How a pair was compared: element by element, by recorded statistics only, or not at all (shapes differ)."""
 
+    ELEMENTS = "elements"
+    STATS = "stats"
+    NONE = "none"
 
-def default_tolerance(dtype_a: str, dtype_b: str) -> tuple[float, float]:
-    """The looser of the two dtypes' default (rtol, atol); exact (0, 0) for integer and bool tensors."""
-    tols = [TOLERANCES.get(canonical(d), (0.0, 0.0)) for d in (dtype_a, dtype_b)]
-    return max(t[0] for t in tols), max(t[1] for t in tols)
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclasses.dataclass
@@ -41,7 +41,7 @@ class Metrics:
     dtype_b: str
     rtol: float
     atol: float
-    method: str = "elements"           # "elements" | "stats" (statistics-only dumps) | "none" (shapes differ)
+    method: Method = Method.ELEMENTS
     numel: int = 0
     mismatched: int = 0                # elements outside atol + rtol*|b| incl. NaN/Inf disagreements (stats: failed checks)
     max_abs_err: float | None = None
@@ -70,7 +70,7 @@ class Metrics:
     @property
     def mismatch_fraction(self) -> float | None:
         """Fraction of elements outside tolerance (None unless compared elementwise)."""
-        if self.method != "elements":
+        if self.method != Method.ELEMENTS:
             return None
         return self.mismatched / self.numel if self.numel else 0.0
 
@@ -81,7 +81,7 @@ class Metrics:
     @property
     def allclose(self) -> bool:
         """Values agree within tolerance (identical NaN/Inf positions count as agreeing)."""
-        return self.method != "none" and self.mismatched == 0
+        return self.method != Method.NONE and self.mismatched == 0
 
     @property
     def diverged(self) -> bool:
@@ -193,19 +193,18 @@ def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(s for s in shape if s != 1)
 
 
-def compare_streams(a: ArrayStream, b: ArrayStream, rtol: float | None = None, atol: float | None = None,
-                    chunk: int = CHUNK) -> Metrics:
+def compare_streams(a: ArrayStream, b: ArrayStream, tolerance: Tolerance | None = None, chunk: int = CHUNK) -> Metrics:
     """Metrics of `a` against the reference `b`, reading both once in chunks (memory independent of tensor size).
 
     Shapes that differ only by size-1 dimensions (`[1, 10]` vs `[10]`) are compared elementwise but still reported
-    as a shape difference; other shape differences are not compared (method "none").
+    as a shape difference; other shape differences are not compared (method NONE). Without a `tolerance`, the
+    dtypes' torch.testing defaults apply.
     """
     dtype_a, dtype_b = canonical(a.dtype), canonical(b.dtype)
-    d_rtol, d_atol = default_tolerance(dtype_a, dtype_b)
-    metrics = Metrics(tuple(a.shape), tuple(b.shape), dtype_a, dtype_b,
-                      d_rtol if rtol is None else rtol, d_atol if atol is None else atol)
+    tol = tolerance or Tolerance.for_dtype(dtype_a, dtype_b)
+    metrics = Metrics(tuple(a.shape), tuple(b.shape), dtype_a, dtype_b, tol.rtol, tol.atol)
     if _squeezed(metrics.shape_a) != _squeezed(metrics.shape_b):
-        metrics.method = "none"
+        metrics.method = Method.NONE
         metrics.numel = math.prod(metrics.shape_b)
         return metrics
     dtype, totals = _compute_dtype(dtype_a, dtype_b), Totals()
@@ -214,14 +213,14 @@ def compare_streams(a: ArrayStream, b: ArrayStream, rtol: float | None = None, a
     return _finish(totals, metrics)
 
 
-def compare_arrays(a: Any, b: Any, rtol: float | None = None, atol: float | None = None) -> Metrics:
+def compare_arrays(a: Any, b: Any, tolerance: Tolerance | None = None) -> Metrics:
     """Metrics of array `a` against the reference array `b` (numpy arrays or anything `np.asarray` accepts)."""
-    return compare_streams(MemoryStream(np.asarray(a)), MemoryStream(np.asarray(b)), rtol, atol)
+    return compare_streams(MemoryStream(np.asarray(a)), MemoryStream(np.asarray(b)), tolerance)
 
 
 def compare_stats(stats_a: dict[str, Any], stats_b: dict[str, Any], shape_a: tuple[int, ...],
-                  shape_b: tuple[int, ...], dtype_a: str, dtype_b: str, rtol: float | None = None,
-                  atol: float | None = None) -> Metrics:
+                  shape_b: tuple[int, ...], dtype_a: str, dtype_b: str,
+                  tolerance: Tolerance | None = None) -> Metrics:
     """Compare statistics-only records (min/max/mean/l2 over finite values, NaN/Inf counts).
 
     Each test is implied by elementwise allclose (|max_a-max_b| <= atol + rtol*max|b|, |mean_a-mean_b| <=
@@ -229,11 +228,11 @@ def compare_stats(stats_a: dict[str, Any], stats_b: dict[str, Any], shape_a: tup
     clean run is never flagged; a near-zero mean is judged against the tensor's scale, not against itself.
     """
     dtype_a, dtype_b = canonical(dtype_a), canonical(dtype_b)
-    d_rtol, d_atol = default_tolerance(dtype_a, dtype_b)
-    m = Metrics(tuple(shape_a), tuple(shape_b), dtype_a, dtype_b, d_rtol if rtol is None else rtol,
-                d_atol if atol is None else atol, method="stats", numel=math.prod(shape_b))
+    tol = tolerance or Tolerance.for_dtype(dtype_a, dtype_b)
+    m = Metrics(tuple(shape_a), tuple(shape_b), dtype_a, dtype_b, tol.rtol, tol.atol, method=Method.STATS,
+                numel=math.prod(shape_b))
     if _squeezed(m.shape_a) != _squeezed(m.shape_b):
-        m.method = "none"
+        m.method = Method.NONE
         return m
     m.nan_a, m.nan_b = int(stats_a.get("nan") or 0), int(stats_b.get("nan") or 0)
     m.inf_a, m.inf_b = int(stats_a.get("inf") or 0), int(stats_b.get("inf") or 0)

@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import html
 import io
 import json
 import math
 from typing import IO, Any, Sequence
 
-from aligner.pipelines.compare.evaluate import Row
-from aligner.pipelines.compare.verdict import Finding, Verdict, error_level
+from rich.console import Console
+from rich.table import Table
+
+from aligner.pipelines.compare.evaluate import Row, RowStatus
+from aligner.pipelines.compare.result import CompareResult
+from aligner.pipelines.compare.verdict import Divergence, Verdict, error_level
+from aligner.render.jsonout import jsonable
 
 _CONTEXT = 5          # rows shown around each finding when the table is abbreviated
 _SHORT_TABLE = 60     # tables up to this many rows are always shown whole
@@ -19,33 +23,6 @@ _CSV_FIELDS = ["row", "module", "module_a", "type", "kind", "io", "index", "step
                "max_abs_err", "max_abs_index", "max_rel_err", "mean_abs_err", "rmse", "cosine", "sqnr_db",
                "rel_l2_err", "nan_a", "nan_b", "inf_a", "inf_b", "rtol", "atol", "error"]
 _METRIC_COLUMNS = frozenset(_CSV_FIELDS) - {"shape_a", "shape_b"}  # what a row takes from its Metrics
-
-
-@dataclasses.dataclass
-class Report:
-    """Everything the presenters need, computed once."""
-
-    side_a: str                # "dumps_ms/ (mindspore)"
-    side_b: str                # the reference side
-    rows: list[Row]
-    verdict: Verdict
-    problems: list[str]        # manifest lines that did not parse, per side
-
-    @property
-    def matched(self) -> dict[str, int]:
-        out = {"name": 0, "order": 0, "unmatched_a": 0, "unmatched_b": 0}
-        for r in self.rows:
-            if r.pair.a is None:
-                out["unmatched_b"] += 1
-            elif r.pair.b is None:
-                out["unmatched_a"] += 1
-            else:
-                out[r.pair.matched_by or "name"] += 1
-        return out
-
-    @property
-    def errors(self) -> list[int]:
-        return [i for i, r in enumerate(self.rows) if r.status == "error"]
 
 
 def _fmt(x: float | None, spec: str = ".2e") -> str:
@@ -97,7 +74,7 @@ def _describe(row: Row) -> str:
     return ", ".join(parts)
 
 
-def _finding_text(f: Finding, rows: Sequence[Row]) -> str:
+def _finding_text(f: Divergence, rows: Sequence[Row]) -> str:
     first, origin = rows[f.first], rows[f.origin]
     text = f"First {f.phase} divergence at {_where(first)}: {_describe(first)}"
     if f.origin == f.first:
@@ -108,21 +85,23 @@ def _finding_text(f: Finding, rows: Sequence[Row]) -> str:
                  f"{error_level(origin):.1e}, {level} tolerance, then accumulated), introduced there: {f.reason}.")
     if f.previous is not None:
         prev = rows[f.previous]
-        state = "matched" if prev.status == "ok" else prev.status
+        state = "matched" if prev.status is RowStatus.OK else prev.status.value
         text += f" The record before it ({_name(prev)}, {prev.pair.ref.record.kind} {prev.pair.ref.record.io}) {state}."
     return text
 
 
-def summary(report: Report) -> str:
+def summary(result: CompareResult) -> str:
     """The result in plain words, one paragraph."""
-    c = report.matched
-    rows = report.rows
-    parts = [f"Compared {report.side_a} against the reference {report.side_b}: {c['name'] + c['order']} records "
+    c = result.matched
+    rows = result.rows
+    parts = [f"Compared {result.side_a} against the reference {result.side_b}: {c['name'] + c['order']} records "
              f"matched ({c['name']} by name, {c['order']} by order and shape)"]
     if c["unmatched_a"] or c["unmatched_b"]:
-        parts[-1] += f", {c['unmatched_a']} only in the first and {c['unmatched_b']} only in the reference"
-    parts[-1] += "."
-    v = report.verdict
+        parts[-1] += (f", {c['unmatched_a']} only in the first and {c['unmatched_b']} only in the reference ("
+                      + ("a failure under --strict" if result.strict else "listed, not a failure without --strict")
+                      + ")")
+    parts[-1] += f". Tolerance: {result.tolerance.describe()}."
+    v = result.verdict
     if v.bisect_reads is not None:
         parts.append(f"Bisect mode read {v.bisect_reads} of {sum(1 for r in rows if r.pair.a and r.pair.b)} tensor "
                      f"pairs, assuming divergence persists once it starts; "
@@ -135,84 +114,53 @@ def summary(report: Report) -> str:
                      else "No divergence at the last record of either phase.")
     if v.nan_origin is not None:
         n = v.nan_origin
-        side = report.side_a if n.side == "a" else report.side_b
+        side = result.side_a if n.side == "a" else result.side_b
         parts.append(f"First NaN/Inf: {_where(rows[n.row])} produces {n.count} non-finite value(s) on {side} "
                      f"from finite inputs.")
-    if report.errors:
-        first = rows[report.errors[0]]
-        parts.append(f"{len(report.errors)} record(s) could not be compared (first: {_name(first)}: {first.error}).")
-    if report.problems:
-        parts.append(f"{len(report.problems)} manifest line(s) were skipped (first: {report.problems[0]}).")
+    if result.errors:
+        first = rows[result.errors[0]]
+        parts.append(f"{len(result.errors)} record(s) could not be compared (first: {_name(first)}: {first.error}).")
+    if result.problems:
+        parts.append(f"{len(result.problems)} manifest line(s) were skipped (first: {result.problems[0]}).")
     return " ".join(parts)
 
 
-def row_dict(i: int, row: Row, verdict: Verdict) -> dict[str, Any]:
-    """One row as flat JSON-ready data."""
-    rec = row.pair.ref.record
-    out: dict[str, Any] = {
-        "row": i, "module": rec.module, "module_a": row.pair.a.record.module if row.pair.a else None,
-        "type": rec.type, "kind": rec.kind, "io": rec.io, "index": rec.index, "step": rec.step,
-        "matched_by": row.pair.matched_by, "status": row.status, "label": verdict.labels.get(i),
-        "shape_a": row.pair.a.record.shape if row.pair.a else None,
-        "shape_b": row.pair.b.record.shape if row.pair.b else None,
-        "dtype_a": row.pair.a.record.dtype if row.pair.a else None,
-        "dtype_b": row.pair.b.record.dtype if row.pair.b else None, "error": row.error,
-    }
-    if row.metrics is not None:
-        m = row.metrics.to_dict()
-        out.update({k: v for k, v in m.items() if k in _METRIC_COLUMNS})
-    return out
+def to_json(result: CompareResult) -> dict[str, Any]:
+    """The result as JSON-ready data, with the summary paragraph."""
+    return jsonable({"summary": summary(result)} | result.to_dict())
 
 
-def _finite(flat: dict[str, Any]) -> dict[str, Any]:
-    """JSON has no Infinity/NaN: write them as strings (rows and findings are flat dicts)."""
-    return {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in flat.items()}
-
-
-def to_json(report: Report) -> dict[str, Any]:
-    v = report.verdict
-    return {
-        "side_a": report.side_a, "reference": report.side_b, "summary": summary(report), "counts": report.matched,
-        "findings": [_finite(dataclasses.asdict(f) | {"module": report.rows[f.first].pair.ref.record.module,
-                                                      "origin_module": report.rows[f.origin].pair.ref.record.module})
-                     for f in v.findings],
-        "nan_origin": _finite(dataclasses.asdict(v.nan_origin)) if v.nan_origin else None,
-        "bisect_reads": v.bisect_reads, "bisect_confirmed": v.bisect_confirmed, "manifest_problems": report.problems,
-        "rows": [_finite(row_dict(i, r, v)) for i, r in enumerate(report.rows)],
-    }
-
-
-def write_json(report: Report, fh: IO[str]) -> None:
-    """The report as one JSON document with a key, and then a row, per line: readable and diffable, while each line
+def write_json(result: CompareResult, fh: IO[str]) -> None:
+    """The result as one JSON document with a key, and then a row, per line: readable and diffable, while each line
     goes through json's C encoder (json.dump with indent runs its pure-Python one, ~10x slower on big reports)."""
-    data = to_json(report)
+    data = to_json(result)
     rows = data.pop("rows")
     fh.write("{\n" + "".join(f"{json.dumps(key)}: {json.dumps(value)},\n" for key, value in data.items()))
     fh.write('"rows": [\n' + ",\n".join(map(json.dumps, rows)) + "\n]}\n")
 
 
-def write_csv(report: Report, fh: IO[str]) -> None:
+def write_csv(result: CompareResult, fh: IO[str]) -> None:
     writer = csv.DictWriter(fh, _CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    for i, row in enumerate(report.rows):
+    for i in range(len(result.rows)):
         writer.writerow({k: (json.dumps(v) if isinstance(v, (list, tuple)) else v)
-                         for k, v in row_dict(i, row, report.verdict).items()})
+                         for k, v in jsonable(result.row_dict(i)).items()})
 
 
-def _shown(report: Report, full: bool) -> list[int | None]:
+def _shown(result: CompareResult, full: bool) -> list[int | None]:
     """Row indices to print (None = an elision mark): all of a short table, else the context of each finding."""
-    n = len(report.rows)
+    n = len(result.rows)
     if full or n <= _SHORT_TABLE:
         return list(range(n))
-    v = report.verdict
+    v = result.verdict
     keep: set[int] = set(range(min(_CONTEXT, n)))
     for f in v.findings:
         for centre in (f.first, f.origin):
             keep.update(range(max(0, centre - _CONTEXT), min(n, centre + _CONTEXT + 1)))
     if v.nan_origin:
         keep.add(v.nan_origin.row)
-    keep.update(report.errors[:_CONTEXT])
-    keep.update([i for i, r in enumerate(report.rows) if r.status == "unmatched"][:_CONTEXT])
+    keep.update(result.errors[:_CONTEXT])
+    keep.update(result.unmatched[:_CONTEXT])
     out: list[int | None] = []
     for i in sorted(keep):
         if out and out[-1] is not None and i != out[-1] + 1:
@@ -226,38 +174,40 @@ def _shown(report: Report, full: bool) -> list[int | None]:
 def _style(i: int, row: Row, verdict: Verdict) -> str:
     if any(f.origin == i for f in verdict.findings):
         return "bold white on red"
-    if row.status == "diverged":
+    if row.status is RowStatus.DIVERGED:
         return "red"
-    if row.status in ("error", "unmatched"):
+    if row.status in (RowStatus.ERROR, RowStatus.UNMATCHED):
         return "yellow"
-    return "dim" if row.status == "unread" else ""
+    return "dim" if row.status is RowStatus.UNREAD else ""
 
 
-def print_table(report: Report, console: Any, full: bool = False) -> None:
+def _verdict_cell(i: int, row: Row, v: Verdict) -> str:
+    """The verdict column of one row in words."""
+    if row.status is RowStatus.DIVERGED:
+        label = str(v.labels.get(i, RowStatus.DIVERGED))
+        return "ORIGIN " + label if any(f.origin == i for f in v.findings) else label
+    if row.status is RowStatus.UNMATCHED:
+        return "only in reference" if row.pair.a is None else "only in first"
+    if row.status is RowStatus.ERROR:
+        return f"error: {row.error}"
+    return row.status.value
+
+
+def print_table(result: CompareResult, console: Console, full: bool = False) -> None:
     """A rich table of the rows (abbreviated around the findings unless `full`), origins highlighted."""
-    from rich.table import Table
-
     table = Table(show_lines=False, header_style="bold")
     for col, just in [("#", "right"), ("module", "left"), ("type", "left"), ("kind/io", "left"), ("shape", "left"),
                       ("dtype", "left"), ("max abs err", "right"), ("max rel err", "right"), ("cosine", "right"),
                       ("off %", "right"), ("verdict", "left")]:
         table.add_column(col, justify=just, overflow="fold", no_wrap=col not in ("module", "verdict"))
-    v = report.verdict
-    for i in _shown(report, full):
+    v = result.verdict
+    for i in _shown(result, full):
         if i is None:
             table.add_row("...", "", "", "", "", "", "", "", "", "", "")
             continue
-        row = report.rows[i]
+        row = result.rows[i]
         rec, m = row.pair.ref.record, row.metrics
-        status = row.status
-        if status == "diverged":
-            status = v.labels.get(i, "diverged")
-            if any(f.origin == i for f in v.findings):
-                status = "ORIGIN " + status
-        elif status == "unmatched":
-            status = "only in reference" if row.pair.a is None else "only in first"
-        elif status == "error":
-            status = f"error: {row.error}"
+        status = _verdict_cell(i, row, v)
         frac = m.mismatch_fraction if m is not None else None
         table.add_row(str(i), rec.module or "(root)", rec.type, _kind_io(row),
                       "x".join(map(str, rec.shape)) or "scalar",
@@ -266,27 +216,28 @@ def print_table(report: Report, console: Any, full: bool = False) -> None:
                       _fmt(m.cosine if m else None, ".6f"), "-" if frac is None else f"{100 * frac:.2f}",
                       status, style=_style(i, row, v))
     console.print(table)
-    if not full and len(report.rows) > _SHORT_TABLE:
-        console.print(f"[dim]{len(report.rows)} rows; the table shows the context of each finding (--all for every row)[/]")
+    if not full and len(result.rows) > _SHORT_TABLE:
+        console.print(f"[dim]{len(result.rows)} rows; the table shows the context of each finding "
+                      "(--all for every row)[/]")
 
 
-def _plot_svg(report: Report) -> str:
+def _plot_svg(result: CompareResult) -> str:
     """Relative L2 error per record in execution order, log scale, each origin marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    xs = [i for i, r in enumerate(report.rows) if r.metrics is not None]
-    ys = [max(error_level(report.rows[i]), 1e-12) for i in xs]
+    xs = [i for i, r in enumerate(result.rows) if r.metrics is not None]
+    ys = [max(error_level(result.rows[i]), 1e-12) for i in xs]
     fig = Figure(figsize=(10, 3.5))
     ax = fig.add_subplot()
     ax.semilogy(xs, [min(y, 1e6) for y in ys], ".-", lw=0.8, ms=3, label="relative L2 error")
-    tol = [report.rows[i].metrics.rtol for i in xs]  # type: ignore[union-attr]
+    tol = [result.rows[i].metrics.rtol for i in xs]  # type: ignore[union-attr]
     ax.semilogy(xs, [max(t, 1e-12) for t in tol], "--", lw=0.8, color="grey", label="rtol")
-    for f in report.verdict.findings:
+    for f in result.verdict.findings:
         ax.axvline(f.origin, color="red", lw=1)
-        ax.annotate(f"{f.phase} origin: {_name(report.rows[f.origin])}", (f.origin, 1e-11), color="red", fontsize=8,
+        ax.annotate(f"{f.phase} origin: {_name(result.rows[f.origin])}", (f.origin, 1e-11), color="red", fontsize=8,
                     rotation=90, va="bottom")
     ax.set_xlabel("record (execution order)")
     ax.set_ylabel("||a-b|| / ||b||")
@@ -298,13 +249,13 @@ def _plot_svg(report: Report) -> str:
     return text[text.find("<svg"):]
 
 
-def write_html(report: Report, fh: IO[str]) -> None:
+def write_html(result: CompareResult, fh: IO[str]) -> None:
     """A standalone page: summary, error-per-layer plot, full table with the origins highlighted."""
-    v = report.verdict
+    v = result.verdict
     head = ["#", "module", "type", "kind/io", "shape", "dtype", "max abs err", "max rel err", "rel L2 err", "cosine",
             "SQNR dB", "off %", "verdict"]
     lines = []
-    for i, row in enumerate(report.rows):
+    for i, row in enumerate(result.rows):
         rec, m = row.pair.ref.record, row.metrics
         frac = m.mismatch_fraction if m is not None else None
         cls = "origin" if any(f.origin == i for f in v.findings) else row.status
@@ -321,8 +272,8 @@ td, th {{ border: 1px solid #ddd; padding: 2px 6px; }} tr.diverged {{ color: #b0
 tr.origin {{ background: #c00; color: white; font-weight: bold; }} tr.error, tr.unmatched {{ background: #ffd; }}
 </style></head><body>
 <h1>align compare</h1>
-<p>{html.escape(summary(report))}</p>
-{_plot_svg(report)}
+<p>{html.escape(summary(result))}</p>
+{_plot_svg(result)}
 <table><tr>{"".join(f"<th>{html.escape(h)}</th>" for h in head)}</tr>
 {chr(10).join(lines)}
 </table></body></html>

@@ -1,14 +1,29 @@
-"""Compute the metrics of matched pairs: a thread pool over pairs (the kernel releases the GIL), bad files marking rows."""
+"""Compute the metrics of matched pairs: a thread pool over pairs (the kernel releases the GIL); bad files mark rows."""
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import enum
 import os
 from typing import Callable, Sequence
 
-from aligner.pipelines.compare.matching import Pair
+from aligner.core.tolerance import ToleranceSpec
 from aligner.metrics.measure import Metrics, compare_stats, compare_streams
+from aligner.pipelines.compare.matching import Pair
 from aligner.pipelines.compare.sources import Item, TensorError, open_tensor
+
+
+class RowStatus(str, enum.Enum):
+    """What comparing one pair gave."""
+
+    OK = "ok"
+    DIVERGED = "diverged"
+    UNMATCHED = "unmatched"    # the record exists on one side only
+    ERROR = "error"            # a tensor file could not be read
+    UNREAD = "unread"          # not evaluated (bisect reads only a few pairs)
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclasses.dataclass
@@ -25,48 +40,52 @@ class Row:
         return self.metrics is not None and self.metrics.diverged
 
     @property
-    def status(self) -> str:
-        """ok | diverged | unmatched | error | unread."""
+    def status(self) -> RowStatus:
         if self.pair.a is None or self.pair.b is None:
-            return "unmatched"
+            return RowStatus.UNMATCHED
         if self.error:
-            return "error"
+            return RowStatus.ERROR
         if self.metrics is None:
-            return "unread"
-        return "diverged" if self.metrics.diverged else "ok"
+            return RowStatus.UNREAD
+        return RowStatus.DIVERGED if self.metrics.diverged else RowStatus.OK
+
+    @property
+    def name(self) -> str:
+        """The reference side's module path: what per-name tolerances match."""
+        return self.pair.ref.record.module
 
 
 def _stats_only(item: Item) -> bool:
     return item.path is None and item.record.stats is not None and not item.error
 
 
-def evaluate(pair: Pair, rtol: float | None, atol: float | None) -> Row:
+def evaluate(pair: Pair, tolerance: ToleranceSpec) -> Row:
     """Compare one pair: streamed tensors, or recorded statistics when either side kept only statistics."""
     row = Row(pair, read=True)
     a, b = pair.a, pair.b
     if a is None or b is None:
         return row
+    tol = tolerance.explicit(pair.ref.record.module)  # None: the dtypes' defaults, once the files tell the dtypes
     try:
         if _stats_only(a) or _stats_only(b):
             if not (a.record.stats and b.record.stats):
                 raise TensorError("one side has only statistics and the other none to compare them with")
             ra, rb = a.record, b.record
-            row.metrics = compare_stats(ra.stats, rb.stats, tuple(ra.shape), tuple(rb.shape), ra.dtype, rb.dtype,
-                                        rtol, atol)
+            row.metrics = compare_stats(ra.stats, rb.stats, tuple(ra.shape), tuple(rb.shape), ra.dtype, rb.dtype, tol)
         else:
-            row.metrics = compare_streams(open_tensor(a), open_tensor(b), rtol, atol)
+            row.metrics = compare_streams(open_tensor(a), open_tensor(b), tol)
     except (TensorError, OSError) as exc:
         row.error = str(exc)
     return row
 
 
-def evaluate_all(pairs: Sequence[Pair], rtol: float | None, atol: float | None, workers: int | None = None,
+def evaluate_all(pairs: Sequence[Pair], tolerance: ToleranceSpec, workers: int | None = None,
                  progress: Callable[[], None] | None = None) -> list[Row]:
     """Evaluate every pair, `workers` at a time (default: one per CPU), calling `progress` after each."""
     workers = workers or os.cpu_count() or 1
 
     def run(pair: Pair) -> Row:
-        row = evaluate(pair, rtol, atol)
+        row = evaluate(pair, tolerance)
         if progress:
             progress()
         return row

@@ -11,8 +11,8 @@ import dataclasses
 from collections import defaultdict
 from typing import Callable, Hashable, Sequence
 
-from aligner.pipelines.compare.sources import Item
 from aligner.dumping.manifest import Record
+from aligner.pipelines.compare.sources import Item
 
 Namer = Callable[[Record], "str | None"]  # the name a record is matched under (None: match by order only)
 _MAX_DP_CELLS = 250_000

@@ -16,10 +16,10 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
+from aligner.core.dtypes import canonical, to_numpy, to_storable
+from aligner.core.errors import AlignerError
 from aligner.dumping import manifest
 from aligner.io.base import drop_pages, populate_pages
-from aligner.core.dtypes import canonical, to_numpy
-from aligner.core.errors import AlignerError
 
 _GRAD_TOKENS = {"backward", "grad", "grads", "gradient"}
 _READ_BLOCK = 1 << 20  # bytes: files up to this size are read in one call, larger ones mapped a block at a time
@@ -179,7 +179,7 @@ def open_tensor(item: Item) -> NpyStream:
     rec = item.record
     if list(header.shape) != list(rec.shape):
         raise TensorError(f"{item.path.name}: shape {list(header.shape)} but manifest says {rec.shape}")
-    stored = manifest.to_storable(np.empty(0, to_numpy(rec.dtype))).dtype
+    stored = to_storable(np.empty(0, to_numpy(rec.dtype))).dtype
     if header.dtype.newbyteorder("=") != stored:
         raise TensorError(f"{item.path.name}: dtype {header.dtype} but manifest says {rec.dtype}")
     return NpyStream(item.path, header, rec.dtype)

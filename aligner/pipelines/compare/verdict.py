@@ -8,6 +8,7 @@ input is the record before it (a sequential model).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from collections import defaultdict
 from typing import Callable, Sequence
@@ -19,11 +20,31 @@ FORWARD = ("forward", "probe")
 BACKWARD = ("backward", "param_grad")
 
 
+class Phase(str, enum.Enum):
+    """Forward records (and probes) or backward ones (gradients)."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Label(str, enum.Enum):
+    """Whether a divergent row makes its own error or carries its inputs' error."""
+
+    INTRODUCED = "introduced"
+    INHERITED = "inherited"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclasses.dataclass
-class Finding:
+class Divergence:
     """The first divergent row of a phase, the row before it, and the row where its error was introduced."""
 
-    phase: str                 # "forward" | "backward"
+    phase: Phase
     first: int                 # row index of the first divergent record in execution order
     previous: int | None       # the matched row just before it
     origin: int                # the row that introduces the error (== first unless it accumulated)
@@ -41,15 +62,15 @@ class NanFinding:
 
 @dataclasses.dataclass
 class Verdict:
-    findings: list[Finding]
+    findings: list[Divergence]
     nan_origin: NanFinding | None
-    labels: dict[int, str]     # row index -> "introduced" | "inherited" for divergent rows (and origins)
+    labels: dict[int, Label]   # row index -> introduced | inherited, for divergent rows (and origins)
     bisect_reads: int | None = None
     bisect_confirmed: bool | None = None
 
 
-def phase_of(row: Row) -> str:
-    return "forward" if row.pair.ref.record.kind in FORWARD else "backward"
+def phase_of(row: Row) -> Phase:
+    return Phase.FORWARD if row.pair.ref.record.kind in FORWARD else Phase.BACKWARD
 
 
 def error_level(row: Row) -> float:
@@ -113,21 +134,21 @@ def _floor(row: Row) -> float:
     return row.metrics.rtol if row.metrics is not None else 0.0
 
 
-def classify(i: int, rows: Sequence[Row], inputs: dict[int, list[int]]) -> tuple[str, str]:
+def classify(i: int, rows: Sequence[Row], inputs: dict[int, list[int]]) -> tuple[Label, str]:
     """("introduced" | "inherited", reason in words) for row i: new error, or error its inputs already carried."""
     ups = [j for j in inputs.get(i, []) if rows[j].metrics is not None]
     e_out = error_level(rows[i])
     if not ups:
-        return "introduced", "no upstream record: its inputs were not dumped or it is a model input"
+        return Label.INTRODUCED, "no upstream record: its inputs were not dumped or it is a model input"
     worst = max(ups, key=lambda j: error_level(rows[j]))
     e_in = error_level(rows[worst])
     word = "input" if len(ups) == 1 else "inputs"
     if e_in <= _floor(rows[worst]) and not rows[worst].diverged:
-        return "introduced", f"its {word} matched (input error {e_in:.1e}, output error {e_out:.1e})"
+        return Label.INTRODUCED, f"its {word} matched (input error {e_in:.1e}, output error {e_out:.1e})"
     if e_out > AMPLIFICATION * max(e_in, _floor(rows[i])):
         ratio = "inf" if e_in == 0 else f"{e_out / e_in:.0f}"
-        return "introduced", f"its error {e_out:.1e} is {ratio}x its {word}' {e_in:.1e}"
-    return "inherited", f"carried from {rows[worst].pair.ref.record.module or '(root)'} (input error {e_in:.1e})"
+        return Label.INTRODUCED, f"its error {e_out:.1e} is {ratio}x its {word}' {e_in:.1e}"
+    return Label.INHERITED, f"carried from {rows[worst].pair.ref.record.module or '(root)'} (input error {e_in:.1e})"
 
 
 def trace_origin(first: int, rows: Sequence[Row], inputs: dict[int, list[int]]) -> int:
@@ -145,20 +166,20 @@ def trace_origin(first: int, rows: Sequence[Row], inputs: dict[int, list[int]]) 
         seen.add(j)
 
 
-def _previous(i: int, rows: Sequence[Row], phase: str) -> int | None:
+def _previous(i: int, rows: Sequence[Row], phase: Phase) -> int | None:
     for j in range(i - 1, -1, -1):
         if phase_of(rows[j]) == phase and rows[j].metrics is not None:
             return j
     return None
 
 
-def find(rows: Sequence[Row], inputs: dict[int, list[int]], phase: str) -> Finding | None:
+def find(rows: Sequence[Row], inputs: dict[int, list[int]], phase: Phase) -> Divergence | None:
     """The first divergent row of a phase, traced back to where its error is introduced."""
     first = next((i for i, r in enumerate(rows) if r.diverged and phase_of(r) == phase), None)
     if first is None:
         return None
     origin = trace_origin(first, rows, inputs)
-    return Finding(phase, first, _previous(first, rows, phase), origin, classify(origin, rows, inputs)[1])
+    return Divergence(phase, first, _previous(first, rows, phase), origin, classify(origin, rows, inputs)[1])
 
 
 def nan_origin(rows: Sequence[Row], inputs: dict[int, list[int]]) -> NanFinding | None:
@@ -182,11 +203,11 @@ def judge(rows: Sequence[Row]) -> Verdict:
     """All verdicts over fully evaluated rows."""
     inputs = dataflow(rows)
     labels = {i: classify(i, rows, inputs)[0] for i, r in enumerate(rows) if r.diverged}
-    findings = [f for f in (find(rows, inputs, p) for p in ("forward", "backward")) if f is not None]
+    findings = [f for f in (find(rows, inputs, p) for p in Phase) if f is not None]
     if len(findings) == 2:
         findings[1].reason += "; the forward pass had already diverged, so the backward one follows from it"
     for f in findings:
-        labels[f.origin] = "introduced"
+        labels[f.origin] = Label.INTRODUCED
     return Verdict(findings, nan_origin(rows, inputs), labels)
 
 
@@ -205,9 +226,9 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
         return rows[i].diverged
 
     inputs = dataflow(rows)
-    findings: list[Finding] = []
+    findings: list[Divergence] = []
     confirmed = True
-    for phase in ("forward", "backward"):
+    for phase in Phase:
         cand = [i for i, r in enumerate(rows) if phase_of(r) == phase and r.pair.a is not None and r.pair.b is not None]
         if not cand or not diverged(cand[-1]):
             continue
@@ -224,6 +245,6 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
             confirmed &= not diverged(previous)
         for j in inputs.get(first, []):
             diverged(j)
-        findings.append(Finding(phase, first, previous, first, classify(first, rows, inputs)[1]))
+        findings.append(Divergence(phase, first, previous, first, classify(first, rows, inputs)[1]))
     labels = {f.first: classify(f.first, rows, inputs)[0] for f in findings}
     return Verdict(findings, None, labels, bisect_reads=len(read), bisect_confirmed=confirmed)

@@ -1,0 +1,107 @@
+"""What `compare` returns to the CLI and to library users: rows, verdicts, counts and the exit code, no formatting."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from aligner.core.errors import ExitCode
+from aligner.core.tolerance import ToleranceSpec
+from aligner.metrics.measure import Metrics
+from aligner.pipelines.compare.evaluate import Row, RowStatus
+from aligner.pipelines.compare.verdict import Divergence, Verdict
+
+_ROW_METRICS = ("method", "numel", "mismatched", "mismatch_fraction", "max_abs_err", "max_abs_index", "max_rel_err",
+                "mean_abs_err", "rmse", "cosine", "sqnr_db", "rel_l2_err", "nan_a", "nan_b", "inf_a", "inf_b",
+                "rtol", "atol")
+
+
+@dataclasses.dataclass
+class CompareResult:
+    """The comparison of side A against the reference side B, computed once; `bool(result)` is `passed`."""
+
+    side_a: str                # "dumps_ms/ (mindspore)"
+    side_b: str                # the reference side
+    rows: list[Row]
+    verdict: Verdict
+    problems: list[str]        # manifest lines that did not parse, per side
+    tolerance: ToleranceSpec = dataclasses.field(default_factory=ToleranceSpec)
+    strict: bool = False       # records on one side only fail the comparison
+
+    @property
+    def matched(self) -> dict[str, int]:
+        """Pairs matched by name, by order, and records only in A or only in the reference B."""
+        out = {"name": 0, "order": 0, "unmatched_a": 0, "unmatched_b": 0}
+        for r in self.rows:
+            if r.pair.a is None:
+                out["unmatched_b"] += 1
+            elif r.pair.b is None:
+                out["unmatched_a"] += 1
+            else:
+                out[r.pair.matched_by or "name"] += 1
+        return out
+
+    @property
+    def errors(self) -> list[int]:
+        """Rows whose tensor files could not be read."""
+        return [i for i, r in enumerate(self.rows) if r.status is RowStatus.ERROR]
+
+    @property
+    def unmatched(self) -> list[int]:
+        """Rows with a record on one side only."""
+        return [i for i, r in enumerate(self.rows) if r.status is RowStatus.UNMATCHED]
+
+    @property
+    def passed(self) -> bool:
+        """No divergence (and, with `strict`, every record matched). NaN/Inf in the same places on both sides agree:
+        the NaN origin is reported, but it is not a difference between the frameworks."""
+        return not self.verdict.findings and not (self.strict and self.unmatched)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """1 for a divergence (or, with `strict`, an unmatched record); else 2 if inputs were unreadable; else 0."""
+        if not self.passed:
+            return ExitCode.FOUND
+        return ExitCode.USAGE if self.errors or self.problems else ExitCode.OK
+
+    def module(self, row: int) -> str:
+        return self.rows[row].pair.ref.record.module
+
+    def row_dict(self, i: int) -> dict[str, Any]:
+        """One row as flat data (a JSON/CSV record)."""
+        row = self.rows[i]
+        rec = row.pair.ref.record
+        a, b = row.pair.a, row.pair.b
+        out: dict[str, Any] = {
+            "row": i, "module": rec.module, "module_a": a.record.module if a else None, "type": rec.type,
+            "kind": rec.kind, "io": rec.io, "index": rec.index, "step": rec.step, "matched_by": row.pair.matched_by,
+            "status": row.status.value, "label": self.verdict.labels.get(i),
+            "shape_a": a.record.shape if a else None, "shape_b": b.record.shape if b else None,
+            "dtype_a": a.record.dtype if a else None, "dtype_b": b.record.dtype if b else None, "error": row.error,
+        }
+        if row.metrics is not None:
+            out.update(_metrics(row.metrics))
+        return out
+
+    def finding_dict(self, f: Divergence) -> dict[str, Any]:
+        return dataclasses.asdict(f) | {"module": self.module(f.first), "origin_module": self.module(f.origin)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything as plain data (enums as their values; non-finite floats stay floats until rendered)."""
+        v = self.verdict
+        return {
+            "side_a": self.side_a, "reference": self.side_b, "passed": self.passed, "exit_code": int(self.exit_code),
+            "counts": self.matched, "tolerance": self.tolerance.to_dict(), "strict": self.strict,
+            "findings": [self.finding_dict(f) for f in v.findings],
+            "nan_origin": dataclasses.asdict(v.nan_origin) | {"module": self.module(v.nan_origin.row)}
+            if v.nan_origin else None,
+            "bisect_reads": v.bisect_reads, "bisect_confirmed": v.bisect_confirmed, "manifest_problems": self.problems,
+            "rows": [self.row_dict(i) for i in range(len(self.rows))],
+        }
+
+
+def _metrics(m: Metrics) -> dict[str, Any]:
+    d = m.to_dict()
+    return {k: d[k] for k in _ROW_METRICS}
