@@ -8,14 +8,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from aligner.core.version import __version__ as __version__
 
 # public name -> module that defines it
 _API = {
     "fix_random": "aligner.dumping.randomness",
     "disable_dropout": "aligner.dumping.randomness",
     "check_determinism": "aligner.dumping.randomness",
-    "dump": "aligner.dumping",
+    "dump": "aligner.api",
+    "compare": "aligner.api",
     "save": "aligner.dumping",
 }
 

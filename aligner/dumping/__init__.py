@@ -13,12 +13,13 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
+from aligner.core.errors import AlignerError
+from aligner.core.progress import SILENT, Progress
 from aligner.dumping.directory import claim
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session, activate, active
 from aligner.dumping.tensors import MINDSPORE, framework_version, model_framework
 from aligner.dumping.writer import BackgroundWriter, MemorySink
-from aligner.core.errors import AlignerError
 
 __all__ = ["dump", "save", "DumpContext", "MemoryCapture"]
 
@@ -94,9 +95,10 @@ class _DirectoryDump(DumpContext):
     """A DumpContext that writes a dump directory for the selected steps."""
 
     def __init__(self, model: Any, directory: str | os.PathLike, opts: Options, step: int,
-                 steps: Iterable[int] | None, stats_only: bool, overwrite: bool) -> None:
+                 steps: Iterable[int] | None, stats_only: bool, overwrite: bool, progress: Progress) -> None:
         super().__init__(model, model_framework(model), opts, step)
         self.directory, self.stats_only, self.overwrite = directory, stats_only, overwrite
+        self.progress = progress
         self.steps = None if steps is None else frozenset(int(s) for s in steps)
         self._dir = None
 
@@ -107,7 +109,8 @@ class _DirectoryDump(DumpContext):
                           self.overwrite, pinned())
         if self.steps is not None and self.step not in self.steps:
             return None
-        return BackgroundWriter(self._dir.path, self.stats_only, self._dir.written), self._dir.next_seq
+        writer = BackgroundWriter(self._dir.path, self.stats_only, self._dir.written, progress=self.progress)
+        return writer, self._dir.next_seq
 
     def _closed(self, session: Session) -> None:
         self._dir.next_seq = session.seq
@@ -129,17 +132,18 @@ class MemoryCapture(DumpContext):
 def dump(model: Any, directory: str | os.PathLike, *, step: int = 0, steps: Iterable[int] | None = None,
          include: str | None = None, exclude: str | None = None, leaves_only: bool = True, forward: bool = True,
          backward: bool = True, inputs: bool = False, stats_only: bool = False,
-         overwrite: bool = False) -> DumpContext:
+         overwrite: bool = False, progress: Progress = SILENT) -> DumpContext:
     """Context manager recording `model`'s forward outputs, backward gradients and parameter gradients to `directory`.
 
     The first `dump` on a directory in a process checks it is empty (or clears a previous dump with overwrite=True)
     and writes the header; later contexts on the same directory (one per training step) append to it. Only steps in
     `steps` (all when None) are recorded; `include`/`exclude` are regexes searched in module paths and parameter names.
+    `progress` shows the writes still queued when the context exits (`aligner.dump` passes a terminal bar).
     """
     if not isinstance(step, int):
         raise AlignerError(f"aligner.dump step must be an int, got {type(step).__name__}")
     opts = Options.build(include, exclude, leaves_only, forward, backward, inputs)
-    return _DirectoryDump(model, directory, opts, step, steps, stats_only, overwrite)
+    return _DirectoryDump(model, directory, opts, step, steps, stats_only, overwrite, progress)
 
 
 def save(name: str, tensor: Any) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
+from aligner.core.version import __version__
 
 MANIFEST = "manifest.jsonl"
 TENSOR_DIR = "tensors"
@@ -68,8 +69,6 @@ class Record:
 def write_header(path: str | os.PathLike, framework: str, framework_version: str, mode: str,
                  seed: dict[str, Any] | None = None) -> None:
     """Start a manifest with its header line (the dump writer appends records after it)."""
-    from aligner import __version__
-
     header = {"format": FORMAT, "version": VERSION, "framework": framework, "framework_version": framework_version,
               "aligner_version": __version__, "mode": mode, "seed": seed}
     with open(Path(path) / MANIFEST, "w", encoding="utf-8") as fh:
@@ -77,7 +76,7 @@ def write_header(path: str | os.PathLike, framework: str, framework_version: str
 
 
 def iter_manifest(directory: str | os.PathLike) -> Iterator[tuple[int, Record | dict[str, Any] | ValueError]]:
-    """Yield (line number, header dict | Record | ValueError) for each line; a bad line yields its error, not a raise."""
+    """Yield (line number, header dict | Record | ValueError) per line; a bad line yields its error, never raises."""
     with open(Path(directory) / MANIFEST, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():

@@ -16,6 +16,7 @@ import numpy as np
 
 from aligner.core.dtypes import to_storable
 from aligner.core.errors import AlignerError
+from aligner.core.progress import SILENT, Progress
 from aligner.dumping.manifest import MANIFEST, TENSOR_DIR, Record
 from aligner.metrics.stats import tensor_stats
 
@@ -47,8 +48,11 @@ class MemorySink:
 class BackgroundWriter:
     """Appends records to a dump directory from a worker thread; `close` joins it and raises any write error."""
 
-    def __init__(self, directory: Path, stats_only: bool, written: set[str], max_queue: int = 256) -> None:
+    def __init__(self, directory: Path, stats_only: bool, written: set[str], max_queue: int = 256,
+                 progress: Progress = SILENT) -> None:
         self.directory = directory
+        self.progress = progress
+        self.stored = 0  # records written so far (read by close() for its progress bar)
         self.stats_only = stats_only
         self.written = written  # digests already on disk in this directory (shared across context entries)
         self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
@@ -62,9 +66,17 @@ class BackgroundWriter:
         self._queue.put((record, array))
 
     def close(self) -> None:
-        """Write everything still queued, stop the thread, and raise the first write error if there was one."""
+        """Write everything still queued (with a progress bar where the caller gave one), stop the thread, and raise
+        the first write error if there was one."""
+        start, pending = self.stored, self._queue.qsize()
         self._queue.put(_STOP)
-        self._thread.join()
+        with self.progress.task("writing dump", total=pending) as task:
+            shown = 0
+            while self._thread.is_alive():
+                self._thread.join(timeout=0.1)
+                done = min(self.stored - start, pending)
+                task.advance(done - shown)
+                shown = done
         self._raise_if_failed()
 
     def _raise_if_failed(self) -> None:
@@ -83,6 +95,7 @@ class BackgroundWriter:
             if self._error is None:
                 try:
                     manifest.write(self._store(self.directory / TENSOR_DIR, *item) + "\n")
+                    self.stored += 1
                 except BaseException as exc:
                     self._error = exc
         if manifest is not None:

@@ -12,6 +12,10 @@ import numpy as np
 from aligner.core.atomic import atomic_open, atomic_path
 from aligner.core.errors import AlignerError
 from aligner.io.base import TensorInfo, TensorSource
+from aligner.io.mindspore_ckpt import MindSporeCkptSource, write_ckpt
+from aligner.io.npy_files import open_npy
+from aligner.io.pytorch_pth import TorchSource, write_pth
+from aligner.io.safetensors_format import SafetensorsSource, write_safetensors
 
 EXTENSIONS = {".pth": "pytorch", ".pt": "pytorch", ".bin": "pytorch", ".tar": "pytorch", ".ckpt": "mindspore",
               ".safetensors": "safetensors", ".npy": "npy", ".npz": "npy"}
@@ -57,15 +61,11 @@ def open_checkpoint(path: str, allow_pickle: bool = False, fmt: str | None = Non
         raise AlignerError(f"{path}: permission denied")
     fmt = fmt or detect_format(path)
     if fmt == "pytorch":
-        from aligner.io.pytorch_pth import TorchSource
         return TorchSource(path, allow_pickle=allow_pickle)
     if fmt == "mindspore":
-        from aligner.io.mindspore_ckpt import MindSporeCkptSource
         return MindSporeCkptSource(path)
     if fmt == "safetensors":
-        from aligner.io.safetensors_format import SafetensorsSource
         return SafetensorsSource(path)
-    from aligner.io.npy_files import open_npy
     return open_npy(path)
 
 
@@ -76,16 +76,13 @@ def write_checkpoint(path: str, fmt: str, items: Iterable[tuple[str, np.ndarray]
         raise AlignerError(f"cannot write format {fmt!r} (writable: {', '.join(WRITABLE)})")
     try:
         if fmt == "pytorch":
-            from aligner.io.pytorch_pth import write_pth
             with atomic_path(path) as tmp:
                 write_pth(str(tmp), items)
             return
         with atomic_open(path) as fh:
             if fmt == "mindspore":
-                from aligner.io.mindspore_ckpt import write_ckpt
                 write_ckpt(fh, items)
             else:
-                from aligner.io.safetensors_format import write_safetensors
                 write_safetensors(fh, items, infos, framework)
     except OSError as exc:
         raise AlignerError(f"cannot write {path}: {exc.strerror or exc}") from None

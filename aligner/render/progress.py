@@ -20,8 +20,8 @@ DELAY_S = 1.0  # work shorter than this shows no bar at all
 class _DelayedTask:
     """Counts work; a bar appears once the task has run DELAY_S seconds, and is removed when it ends."""
 
-    def __init__(self, description: str, total: int) -> None:
-        self.description, self.total, self.done = description, total, 0
+    def __init__(self, description: str, total: int, console: Console) -> None:
+        self.description, self.total, self.done, self.console = description, total, 0, console
         self.start = time.monotonic()
         self.bar: RichBar | None = None
         self.task_id: int | None = None
@@ -32,7 +32,7 @@ class _DelayedTask:
             self.done += amount
             if self.bar is None and time.monotonic() - self.start >= DELAY_S:
                 self.bar = RichBar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                   TimeRemainingColumn(), transient=True, console=_stderr_console())
+                                   TimeRemainingColumn(), transient=True, console=self.console)
                 self.bar.start()
                 self.task_id = self.bar.add_task(self.description, total=self.total, completed=self.done)
             elif self.bar is not None and self.task_id is not None:
@@ -43,16 +43,15 @@ class _DelayedTask:
             self.bar.stop()
 
 
-def _stderr_console() -> Console:
-    return make_console(stderr=True)
-
-
 class TerminalProgress:
-    """Progress bars on stderr for work that runs longer than about a second."""
+    """Progress bars (on stderr unless given a console) for work that runs longer than about a second."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console
 
     @contextlib.contextmanager
     def task(self, description: str, total: int) -> Iterator[_DelayedTask]:
-        task = _DelayedTask(description, total)
+        task = _DelayedTask(description, total, self.console or make_console(stderr=True))
         try:
             yield task
         finally:

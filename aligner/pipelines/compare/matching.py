@@ -12,6 +12,8 @@ from collections import defaultdict
 from typing import Callable, Hashable, Sequence
 
 from aligner.dumping.manifest import Record
+from aligner.io.base import TensorInfo
+from aligner.mapping import build_plan
 from aligner.pipelines.compare.sources import Item
 
 Namer = Callable[[Record], "str | None"]  # the name a record is matched under (None: match by order only)
@@ -39,9 +41,6 @@ def param_namer(items: Sequence[Item], src: str, dst: str, rename: Callable[[str
     gradients between PyTorch and MindSpore, the conversion's layer rules (`gamma` <-> `weight`, ...)."""
     params: dict[str, str] = {}
     if {src, dst} == {"pytorch", "mindspore"}:
-        from aligner.io.base import TensorInfo
-        from aligner.mapping import build_plan
-
         infos = {it.record.module: TensorInfo(tuple(it.record.shape), it.record.dtype or "float32")
                  for it in items if it.record.kind == "param_grad"}
         for entry in build_plan(infos, src, dst).entries if infos else []:

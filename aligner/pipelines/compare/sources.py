@@ -20,6 +20,7 @@ from aligner.core.dtypes import canonical, to_numpy, to_storable
 from aligner.core.errors import AlignerError
 from aligner.dumping import manifest
 from aligner.io.base import drop_pages, populate_pages
+from aligner.metrics.measure import flat_chunks
 
 _GRAD_TOKENS = {"backward", "grad", "grads", "gradient"}
 _READ_BLOCK = 1 << 20  # bytes: files up to this size are read in one call, larger ones mapped a block at a time
@@ -132,8 +133,6 @@ class NpyStream:
         return raw.view(to_numpy("bfloat16")) if self.dtype == "bfloat16" else raw
 
     def chunks(self, size: int) -> Iterator[np.ndarray]:
-        from aligner.metrics.measure import flat_chunks
-
         stored = self.header.dtype
         total = math.prod(self.header.shape)
         if self.header.fortran_order and len(self.header.shape) > 1:

@@ -1,0 +1,106 @@
+"""The package's shape: imports point one way (cli -> render -> pipelines -> {mapping, metrics, dumping, io} -> core),
+aligner's own modules are imported at module level (only torch/mindspore and heavy optional libraries lazily), and
+nothing below render/ formats output with rich."""
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+from pathlib import Path
+
+import aligner
+
+PACKAGE = Path(aligner.__file__).resolve().parent
+# Layer of each top-level room; a module may import only rooms of a lower layer, or its own room.
+LAYERS = {"core": 0, "io": 1, "metrics": 1, "mapping": 2, "dumping": 2, "pipelines": 3, "render": 4, "cli": 5,
+          "mappings": 0}
+FACADE = {"aligner", "aligner.api", "aligner.cli.__main__"}  # the public API entry points, above every room
+FORMATTING = ("rich", "matplotlib", "plotly")
+FRAMEWORKS = ("torch", "mindspore")
+
+
+def _modules() -> list[tuple[str, Path]]:
+    out = [("aligner", PACKAGE / "__init__.py")]
+    for info in pkgutil.walk_packages([str(PACKAGE)], "aligner."):
+        spec = importlib.util.find_spec(info.name)
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            out.append((info.name, Path(spec.origin)))
+    return out
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "aligner" else None
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _imports(path: Path, module: str) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at module level?) for every import of the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top = {id(n) for n in tree.body}
+    for block in tree.body:  # `if TYPE_CHECKING:` and `try: ... except ImportError:` at module level count as top
+        if isinstance(block, (ast.If, ast.Try)):
+            top |= {id(n) for n in block.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno, id(node) in top) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = module.split(".")[: len(module.split(".")) - node.level + (path.name == "__init__.py")]
+                base = ".".join(pkg + ([node.module] if node.module else []))
+            names = [f"{base}.{a.name}" if _is_module(f"{base}.{a.name}") else base for a in node.names] \
+                if base.startswith("aligner") else [base]
+            found += [(n, node.lineno, id(node) in top) for n in names]
+    return found
+
+
+def test_every_module_imports() -> None:
+    for name, _ in _modules():
+        if name != "aligner.cli.__main__":
+            importlib.import_module(name)
+
+
+def test_imports_point_down() -> None:
+    upward = []
+    for name, path in _modules():
+        if name in FACADE:
+            continue
+        mine = LAYERS[_room(name) or ""]
+        for target, line, _ in _imports(path, name):
+            room = _room(target)
+            if room is None or room == _room(name):
+                continue
+            if LAYERS.get(room, 99) >= mine:
+                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target} (layer {room})")
+    assert not upward, "imports that point up or sideways:\n" + "\n".join(upward)
+
+
+def _imports_framework(module: str) -> bool:
+    """Whether a module imports torch or MindSpore when loaded (then importing it lazily is the design)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return False
+    return any(top and target.split(".")[0] in FRAMEWORKS for target, _, top in _imports(Path(spec.origin), module))
+
+
+def test_own_modules_imported_at_module_level() -> None:
+    lazy = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
+            for name, path in _modules() if name not in FACADE
+            for target, line, top in _imports(path, name)
+            if not top and target.startswith("aligner") and not _imports_framework(target)]
+    assert not lazy, "function-level imports of aligner's own modules hide the structure:\n" + "\n".join(lazy)
+
+
+def test_only_render_formats() -> None:
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
+             for name, path in _modules() if _room(name) not in ("render", "cli") and name not in FACADE
+             for target, line, _ in _imports(path, name) if target.split(".")[0] in FORMATTING]
+    assert not found, "formatting libraries below render/:\n" + "\n".join(found)

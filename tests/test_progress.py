@@ -1,0 +1,35 @@
+"""Progress bars: drawn by rich on a terminal once work outlasts the delay; never on a pipe."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from aligner.core.progress import SILENT
+from aligner.render import progress as bars
+from compare_fixtures import write_dump
+from conftest import run_align
+
+
+def test_bar_appears_only_after_the_delay(monkeypatch) -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=80)
+    with bars.TerminalProgress(console).task("comparing", total=3) as task:
+        task.advance()
+    assert out.getvalue() == ""  # finished well within DELAY_S: no bar at all
+    monkeypatch.setattr(bars, "DELAY_S", 0.0)
+    with bars.TerminalProgress(console).task("comparing", total=3) as task:
+        for _ in range(3):
+            task.advance()
+    assert "comparing" in out.getvalue() and "3/3" in out.getvalue()
+
+
+def test_nothing_on_a_pipe(tmp_path: Path) -> None:
+    assert bars.terminal_progress() is SILENT  # pytest captures stderr: not a terminal
+    x = np.ones(8, np.float32)
+    a = write_dump(tmp_path / "a", "mindspore", [{"module": f"m{i}", "array": x} for i in range(300)])
+    b = write_dump(tmp_path / "b", "pytorch", [{"module": f"m{i}", "array": x} for i in range(300)])
+    proc = run_align("compare", a, b)
+    assert proc.returncode == 0 and proc.stderr == ""
