@@ -5,20 +5,19 @@ import csv
 import json
 import pickle
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
 from compare_fixtures import write_dump
+from conftest import run_align
 
 RNG = np.random.default_rng(1)
 
 
 def align(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aligner.cli", "compare", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    """`align compare ARGS...` through the suite's harness."""
+    return run_align("compare", *args, cwd=cwd)
 
 
 def _npy_dirs(tmp: Path, n: int = 6, bug_at: int | None = None) -> tuple[Path, Path]:

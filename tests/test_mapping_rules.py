@@ -53,9 +53,11 @@ def read(path) -> dict[str, np.ndarray]:
 
 def cli(*args) -> int:
     """`align ...` in-process; returns the exit code."""
-    with pytest.raises(SystemExit) as exit_info:
+    try:
         align_main([str(a) for a in args])
-    return exit_info.value.code
+    except SystemExit as exit_info:
+        return exit_info.code if isinstance(exit_info.code, int) else 0
+    return 0
 
 
 def statuses(plan) -> dict[str, str]:
