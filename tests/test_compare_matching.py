@@ -25,8 +25,8 @@ def test_repeated_calls_match_by_occurrence() -> None:
 def test_renamed_records_fall_back_to_order_and_shape() -> None:
     a = _items(["conv", "bn_x", "relu", "fc_x"], [[8], [8], [8], [2]])
     b = _items(["conv", "bn", "relu", "extra", "fc"], [[8], [8], [8], [3], [2]])
-    assert _pairs(match(a, b)) == [("conv", "conv", "name"), ("bn_x", "bn", "order"), ("relu", "relu", "name"),
-                                   (None, "extra", None), ("fc_x", "fc", "order")]
+    assert _pairs(match(a, b)) == [("conv", "conv", "name"), ("bn_x", "bn", "content"), ("relu", "relu", "name"),
+                                   (None, "extra", None), ("fc_x", "fc", "content")]
 
 
 def test_only_in_first_side_rows_sit_after_their_predecessor() -> None:
@@ -37,7 +37,7 @@ def test_only_in_first_side_rows_sit_after_their_predecessor() -> None:
 def test_forward_and_backward_records_do_not_cross_match() -> None:
     a = _items(["fc"]) + _items(["fc_grad"], kind="backward")
     b = _items(["fc"]) + _items(["fc_g"], kind="backward")
-    assert [p.matched_by for p in match(a, b)] == ["name", "order"]
+    assert [p.matched_by for p in match(a, b)] == ["name", "content"]
     assert [p.matched_by for p in match(_items(["fc_x"]), _items(["fc"], kind="backward"))] == [None, None]
 
 
@@ -48,4 +48,4 @@ def test_thousands_of_records_with_renames_scattered_through_them() -> None:
     b = _items(names)
     pairs = match(a, b)  # anchors + per-gap alignment: an O(n*m) table would be 4e8 cells
     assert len(pairs) == n and all(p.a is not None and p.b is not None for p in pairs)
-    assert sum(p.matched_by == "order" for p in pairs) == n // 10
+    assert sum(p.matched_by == "content" for p in pairs) == n // 10

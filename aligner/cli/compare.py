@@ -13,8 +13,9 @@ from aligner.cli.options import (
 )
 from aligner.core.errors import AlignerError
 from aligner.pipelines.compare.run import compare
-from aligner.render.compare import print_table, summary, write_csv, write_html, write_json
+from aligner.render.compare import print_table, summary, write_csv, write_json
 from aligner.render.console import make_console
+from aligner.render.html import write_html
 from aligner.render.jsonout import write_json as write_output
 from aligner.render.progress import terminal_progress
 

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import csv
-import html
-import io
 import json
 import math
 from typing import IO, Any, Sequence
@@ -94,12 +92,15 @@ def summary(result: CompareResult) -> str:
     """The result in plain words, one paragraph."""
     c = result.matched
     rows = result.rows
-    parts = [f"Compared {result.side_a} against the reference {result.side_b}: {c['name'] + c['order']} records "
-             f"matched ({c['name']} by name, {c['order']} by order and shape)"]
+    parts = [f"Compared {result.side_a} against the reference {result.side_b}: {c['name'] + c['content']} records "
+             f"matched ({c['name']} by name, {c['content']} by content, type and shape)"]
     if c["unmatched_a"] or c["unmatched_b"]:
         parts[-1] += (f", {c['unmatched_a']} only in the first and {c['unmatched_b']} only in the reference ("
                       + ("a failure under --strict" if result.strict else "listed, not a failure without --strict")
                       + ")")
+    if c["folded_a"] or c["folded_b"]:
+        parts[-1] += (f"; {c['folded_a'] + c['folded_b']} pass-through call(s) with no twin (e.g. Identity) folded "
+                      f"into their producers")
     parts[-1] += f". Tolerance: {result.tolerance.describe()}."
     v = result.verdict
     if v.bisect_reads is not None:
@@ -188,6 +189,8 @@ def _verdict_cell(i: int, row: Row, v: Verdict) -> str:
         return "ORIGIN " + label if any(f.origin == i for f in v.findings) else label
     if row.status is RowStatus.UNMATCHED:
         return "only in reference" if row.pair.a is None else "only in first"
+    if row.status is RowStatus.FOLDED:
+        return "pass-through (folded)"
     if row.status is RowStatus.ERROR:
         return f"error: {row.error}"
     return row.status.value
@@ -219,62 +222,3 @@ def print_table(result: CompareResult, console: Console, full: bool = False) -> 
     if not full and len(result.rows) > _SHORT_TABLE:
         console.print(f"[dim]{len(result.rows)} rows; the table shows the context of each finding "
                       "(--all for every row)[/]")
-
-
-def _plot_svg(result: CompareResult) -> str:
-    """Relative L2 error per record in execution order, log scale, each origin marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    xs = [i for i, r in enumerate(result.rows) if r.metrics is not None]
-    ys = [max(error_level(result.rows[i]), 1e-12) for i in xs]
-    fig = Figure(figsize=(10, 3.5))
-    ax = fig.add_subplot()
-    ax.semilogy(xs, [min(y, 1e6) for y in ys], ".-", lw=0.8, ms=3, label="relative L2 error")
-    tol = [result.rows[i].metrics.rtol for i in xs]  # type: ignore[union-attr]
-    ax.semilogy(xs, [max(t, 1e-12) for t in tol], "--", lw=0.8, color="grey", label="rtol")
-    for f in result.verdict.findings:
-        ax.axvline(f.origin, color="red", lw=1)
-        ax.annotate(f"{f.phase} origin: {_name(result.rows[f.origin])}", (f.origin, 1e-11), color="red", fontsize=8,
-                    rotation=90, va="bottom")
-    ax.set_xlabel("record (execution order)")
-    ax.set_ylabel("||a-b|| / ||b||")
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg")
-    text = buf.getvalue()
-    return text[text.find("<svg"):]
-
-
-def write_html(result: CompareResult, fh: IO[str]) -> None:
-    """A standalone page: summary, error-per-layer plot, full table with the origins highlighted."""
-    v = result.verdict
-    head = ["#", "module", "type", "kind/io", "shape", "dtype", "max abs err", "max rel err", "rel L2 err", "cosine",
-            "SQNR dB", "off %", "verdict"]
-    lines = []
-    for i, row in enumerate(result.rows):
-        rec, m = row.pair.ref.record, row.metrics
-        frac = m.mismatch_fraction if m is not None else None
-        cls = "origin" if any(f.origin == i for f in v.findings) else row.status
-        verdict = v.labels.get(i, row.status) if row.status == "diverged" else (row.error or row.status)
-        cells = [i, rec.module or "(root)", rec.type, f"{rec.kind}/{rec.io}", "x".join(map(str, rec.shape)),
-                 rec.dtype, _fmt(m.max_abs_err if m else None), _fmt(m.max_rel_err if m else None),
-                 _fmt(m.rel_l2_err if m else None), _fmt(m.cosine if m else None, ".6f"),
-                 _fmt(m.sqnr_db if m else None, ".1f"), "-" if frac is None else f"{100 * frac:.2f}", verdict]
-        lines.append(f'<tr class="{cls}">' + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
-    fh.write(f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>align compare</title><style>
-body {{ font-family: sans-serif; margin: 1.5em; }} table {{ border-collapse: collapse; font-size: 12px; }}
-td, th {{ border: 1px solid #ddd; padding: 2px 6px; }} tr.diverged {{ color: #b00; }}
-tr.origin {{ background: #c00; color: white; font-weight: bold; }} tr.error, tr.unmatched {{ background: #ffd; }}
-</style></head><body>
-<h1>align compare</h1>
-<p>{html.escape(summary(result))}</p>
-{_plot_svg(result)}
-<table><tr>{"".join(f"<th>{html.escape(h)}</th>" for h in head)}</tr>
-{chr(10).join(lines)}
-</table></body></html>
-""")

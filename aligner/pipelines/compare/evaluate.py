@@ -19,6 +19,7 @@ class RowStatus(str, enum.Enum):
     OK = "ok"
     DIVERGED = "diverged"
     UNMATCHED = "unmatched"    # the record exists on one side only
+    FOLDED = "folded"          # a call that only passes a tensor through, with no twin: not compared
     ERROR = "error"            # a tensor file could not be read
     UNREAD = "unread"          # not evaluated (bisect reads only a few pairs)
 
@@ -42,7 +43,7 @@ class Row:
     @property
     def status(self) -> RowStatus:
         if self.pair.a is None or self.pair.b is None:
-            return RowStatus.UNMATCHED
+            return RowStatus.FOLDED if self.pair.matched_by == "folded" else RowStatus.UNMATCHED
         if self.error:
             return RowStatus.ERROR
         if self.metrics is None:

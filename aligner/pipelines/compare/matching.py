@@ -1,13 +1,20 @@
-"""Pair the records of two sides: by (mapped) module path first, then by execution order and shape in the gaps.
+"""Pair the records of two sides: by (mapped) module path first, then by content, type and shape in the gaps.
 
-Records with the same key (kind, module, io, index, step, occurrence) on both sides are matched by name. The name
-matches that keep execution order (longest increasing subsequence, O(n log n)) anchor the order; between consecutive
-anchors, the leftovers of each side are aligned by (kind, io, shape) with a small LCS, or greedily when a gap is big.
+Real migrations do not call the same modules in the same order: a zoo model calls Identity modules the other side
+lacks, or reuses one activation cell where the other has one module per call. So, per side, calls that only pass a
+tensor through (their outputs are bitwise their inputs or the record before them) are *folded* into their producer
+and kept out of the pairing. Records with the same key (kind, module, io, index, step, occurrence) on both sides are
+matched by name; the name matches that keep execution order (longest increasing subsequence, O(n log n)) anchor the
+order; between consecutive anchors, the leftovers are aligned by a weighted sequence alignment whose score needs the
+same kind, io and shape and rewards similar content (the recorded statistics), module type and path. A record with
+no twin is reported as "only in X" and does not shift the later pairs.
 """
 from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
+import re
 from collections import defaultdict
 from typing import Callable, Hashable, Sequence
 
@@ -18,7 +25,12 @@ from aligner.pipelines.compare.sources import Item
 
 Namer = Callable[[Record], "str | None"]  # the name a record is matched under (None: match by order only)
 _MAX_DP_CELLS = 250_000
-_GREEDY_LOOKAHEAD = 64
+_BAND = 64  # a long gap is aligned within this distance of its diagonal
+_INPUTS = ("input", "grad_output")  # records that repeat what flows into a call
+# Module types that are the same layer under another name in the other framework.
+_TYPE_ALIASES = {"dense": "linear", "sequentialcell": "sequential", "celllist": "modulelist", "dropout2d": "dropout",
+                 "gelu": "gelu", "softmax": "softmax", "embedding": "embedding", "batchnorm1d": "batchnorm",
+                 "batchnorm2d": "batchnorm", "batchnorm3d": "batchnorm", "conv2d": "conv2d", "conv1d": "conv1d"}
 
 
 @dataclasses.dataclass
@@ -27,7 +39,7 @@ class Pair:
 
     a: Item | None
     b: Item | None
-    matched_by: str | None = None  # "name" | "order" | None (unmatched)
+    matched_by: str | None = None  # "name" | "content" | "folded" (a pass-through call, not paired) | None
 
     @property
     def ref(self) -> Item:
@@ -35,23 +47,38 @@ class Pair:
         return self.b if self.b is not None else self.a  # type: ignore[return-value]
 
 
-def param_namer(items: Sequence[Item], src: str, dst: str, rename: Callable[[str], "str | None"] | None = None
-                ) -> Namer:
-    """Names under which one side's records match the other's: the user's renames (`--map`), then, for parameter
-    gradients between PyTorch and MindSpore, the conversion's layer rules (`gamma` <-> `weight`, ...)."""
+def namers(first: Sequence[Item], framework_first: str, framework_second: str, second: Sequence[Item],
+           rename: Callable[[str], "str | None"] | None = None) -> tuple[Namer, Namer]:
+    """The names under which each side's records match the other's.
+
+    The user's renames (`--map`) apply to the first side and win. Parameter-gradient names between PyTorch and
+    MindSpore go through the conversion's layer rules (`gamma` <-> `weight`, `embedding_table` <-> `weight`),
+    always planned from the MindSpore side toward PyTorch's names, so the argument order changes nothing.
+    """
     params: dict[str, str] = {}
-    if {src, dst} == {"pytorch", "mindspore"}:
+    ms_first = framework_first == "mindspore"
+    if {framework_first, framework_second} == {"pytorch", "mindspore"}:
+        ms_items = first if ms_first else second
         infos = {it.record.module: TensorInfo(tuple(it.record.shape), it.record.dtype or "float32")
-                 for it in items if it.record.kind == "param_grad"}
-        for entry in build_plan(infos, src, dst).entries if infos else []:
+                 for it in ms_items if it.record.kind == "param_grad"}
+        for entry in build_plan(infos, "mindspore", "pytorch").entries if infos else []:
             if entry.target and len(entry.sources) == 1:
                 params[entry.sources[0]] = entry.target
 
-    def name(record: Record) -> str | None:
-        module = record.module if rename is None else rename(record.module)
-        return params.get(record.module, module) if record.kind == "param_grad" and module is not None else module
+    def builtin(record: Record, module: str) -> str:
+        return params.get(module, module) if record.kind == "param_grad" else module
 
-    return name
+    def name_first(record: Record) -> str | None:
+        if rename is not None:
+            renamed = rename(record.module)
+            if renamed != record.module:
+                return renamed
+        return builtin(record, record.module) if ms_first else record.module
+
+    def name_second(record: Record) -> str | None:
+        return record.module if ms_first else builtin(record, record.module)
+
+    return name_first, name_second
 
 
 def _keys(items: Sequence[Item], namer: Namer | None) -> list[Hashable | None]:
@@ -97,64 +124,145 @@ def _signature(item: Item) -> tuple:
     return r.kind, r.io, tuple(s for s in r.shape if s != 1)
 
 
-def _align_gap(ga: list[int], gb: list[int], sa: list[tuple], sb: list[tuple]) -> list[tuple[int, int]]:
-    """Match two short runs of unnamed leftovers by signature, keeping order (LCS; greedy when the run is long)."""
+def _tokens(path: str) -> frozenset[str]:
+    return frozenset(t for t in re.split(r"[._]", path.lower()) if t)
+
+
+def _type(record: Record) -> str:
+    name = record.type.lower()
+    return _TYPE_ALIASES.get(name, name)
+
+
+def _content(x: Record, y: Record) -> float:
+    """1 for statistics that agree to float noise, falling to 0 as they part (0 when either has none)."""
+    sx, sy = x.stats or {}, y.stats or {}
+    worst = 0.0
+    for key in ("l2", "mean", "max", "min"):
+        vx, vy = sx.get(key), sy.get(key)
+        if vx is None or vy is None:
+            return 0.0
+        scale = max(abs(vx), abs(vy), (sx.get("l2") or 0.0) / math.sqrt(max(math.prod(x.shape or [1]), 1)), 1e-30)
+        worst = max(worst, abs(vx - vy) / scale)
+    return 1.0 if worst < 1e-4 else 0.7 if worst < 1e-2 else 0.3 if worst < 1e-1 else 0.0
+
+
+def _score(x: Item, y: Item, name_x: str | None, name_y: str | None) -> float:
+    """How good a pair two unnamed leftovers make: 0 when they cannot pair (kind, io or shape differ)."""
+    if _signature(x) != _signature(y):
+        return 0.0
+    rx, ry = x.record, y.record
+    tx, ty = _tokens(name_x or rx.module), _tokens(name_y or ry.module)
+    path = len(tx & ty) / len(tx | ty) if tx or ty else 0.0
+    return 1.0 + 3.0 * _content(rx, ry) + 1.0 * (_type(rx) == _type(ry) and bool(rx.type)) + 1.0 * path
+
+
+def _align_gap(ga: list[int], gb: list[int], score: Callable[[int, int], float]) -> list[tuple[int, int]]:
+    """The order-keeping pairing of two runs of leftovers with the highest total score (unpaired costs nothing);
+    a long run is aligned within a band around its diagonal, so the work stays linear in the run's length."""
     if not ga or not gb:
         return []
-    if len(ga) * len(gb) > _MAX_DP_CELLS:
-        out, j = [], 0
-        for i in ga:
-            for k in range(j, min(j + _GREEDY_LOOKAHEAD, len(gb))):
-                if sa[i] == sb[gb[k]]:
-                    out.append((i, gb[k]))
-                    j = k + 1
-                    break
-        return out
     n, m = len(ga), len(gb)
-    table = [[0] * (m + 1) for _ in range(n + 1)]
+    band = None if n * m <= _MAX_DP_CELLS else _BAND + abs(n - m)
+
+    def cells(x: int) -> range:
+        if band is None:
+            return range(m)
+        centre = x * m // n
+        return range(max(0, centre - band), min(m, centre + band + 1))
+
+    best: dict[tuple[int, int], float] = {}
+    table = [[0.0] * (m + 1) for _ in range(n + 1)] if band is None else None
+
+    def get(x: int, y: int) -> float:
+        if x >= n or y >= m:
+            return 0.0
+        return table[x][y] if table is not None else best.get((x, y), 0.0)
+
     for x in range(n - 1, -1, -1):
-        row, below = table[x], table[x + 1]
-        for y in range(m - 1, -1, -1):
-            row[y] = below[y + 1] + 1 if sa[ga[x]] == sb[gb[y]] else max(below[y], row[y + 1])
+        for y in reversed(cells(x)):
+            s = score(ga[x], gb[y])
+            value = max(get(x + 1, y), get(x, y + 1), get(x + 1, y + 1) + s if s > 0 else 0.0)
+            if table is not None:
+                table[x][y] = value
+            else:
+                best[(x, y)] = value
     out, x, y = [], 0, 0
     while x < n and y < m:
-        if sa[ga[x]] == sb[gb[y]]:
+        s = score(ga[x], gb[y])
+        here = get(x, y)
+        if s > 0 and here == get(x + 1, y + 1) + s:
             out.append((ga[x], gb[y]))
             x, y = x + 1, y + 1
-        elif table[x + 1][y] >= table[x][y + 1]:
+        elif get(x + 1, y) >= get(x, y + 1):
             x += 1
         else:
             y += 1
     return out
 
 
+def passthrough(items: Sequence[Item]) -> dict[int, int]:
+    """Records of calls that only pass a tensor through: {index: index of the record holding that tensor}.
+
+    A call is a run of consecutive records of one module and kind; it is a pass-through when each of its output
+    records holds bitwise (or, in statistics-only dumps, statistically) the same tensor as one of its input records
+    or as the record just before the call. Parameter gradients and probes never fold.
+    """
+    folded: dict[int, int] = {}
+    i = 0
+    while i < len(items):
+        rec = items[i].record
+        j = i
+        while j + 1 < len(items) and items[j + 1].record.module == rec.module and \
+                items[j + 1].record.kind == rec.kind:
+            j += 1
+        if rec.kind in ("forward", "backward") and i > 0:
+            sources = {items[k].link: k for k in range(i, j + 1) if items[k].record.io in _INPUTS}
+            before = items[i - 1].link
+            if before is not None:
+                sources.setdefault(before, i - 1)
+            outputs = [k for k in range(i, j + 1) if items[k].record.io not in _INPUTS]
+            links = [items[k].link for k in outputs]
+            if outputs and all(link is not None and link in sources for link in links):
+                for k in range(i, j + 1):
+                    folded[k] = sources[items[k].link] if k in outputs else i - 1
+        i = j + 1
+    return folded
+
+
 def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None = None,
           name_b: Namer | None = None) -> list[Pair]:
-    """All records of both sides as pairs, in the reference side's (`b`) execution order, unmatched ones included."""
+    """All records of both sides as pairs, in the reference side's (`b`) execution order, unmatched and folded ones
+    included."""
+    fold_a, fold_b = passthrough(items_a), passthrough(items_b)
     keys_a, keys_b = _keys(items_a, name_a), _keys(items_b, name_b)
     where_b = {k: i for i, k in enumerate(keys_b) if k is not None}
     named = sorted((i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b)
     partner: dict[int, tuple[int, str]] = {ia: (ib, "name") for ia, ib in named}
     used_b = {ib for _, ib in named}
     anchors = [(-1, -1)] + _increasing(named) + [(len(items_a), len(items_b))]
-    sig_a, sig_b = [_signature(it) for it in items_a], [_signature(it) for it in items_b]
+    names_a = [name_a(it.record) if name_a else it.record.module for it in items_a]
+    names_b = [name_b(it.record) if name_b else it.record.module for it in items_b]
+
+    def score(ia: int, ib: int) -> float:
+        return _score(items_a[ia], items_b[ib], names_a[ia], names_b[ib])
+
     for (a0, b0), (a1, b1) in zip(anchors, anchors[1:]):
-        gap_a = [i for i in range(a0 + 1, a1) if i not in partner]
-        gap_b = [j for j in range(b0 + 1, b1) if j not in used_b]
-        for ia, ib in _align_gap(gap_a, gap_b, sig_a, sig_b):
-            partner[ia] = (ib, "order")
+        gap_a = [i for i in range(a0 + 1, a1) if i not in partner and i not in fold_a]
+        gap_b = [j for j in range(b0 + 1, b1) if j not in used_b and j not in fold_b]
+        for ia, ib in _align_gap(gap_a, gap_b, score):
+            partner[ia] = (ib, "content")
             used_b.add(ib)
-    # order rows by the reference position; an unmatched `a` record sits right after its predecessor's row
+    # order rows by the reference position; a record only in `a` sits right after its predecessor's row
     rows: list[tuple[float, int, Pair]] = []
     by_b = {ib: (ia, how) for ia, (ib, how) in partner.items()}
     for ib, item in enumerate(items_b):
-        ia, how = by_b.get(ib, (None, None))
+        ia, how = by_b.get(ib, (None, "folded" if ib in fold_b else None))
         rows.append((ib, 0, Pair(items_a[ia] if ia is not None else None, item, how)))
     last = -1.0
     for ia, item in enumerate(items_a):
         if ia in partner:
             last = partner[ia][0]
         else:
-            rows.append((last + 0.5, ia + 1, Pair(item, None, None)))
+            rows.append((last + 0.5, ia + 1, Pair(item, None, "folded" if ia in fold_a else None)))
     rows.sort(key=lambda r: (r[0], r[1]))
     return [pair for _, _, pair in rows]

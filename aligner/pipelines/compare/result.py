@@ -29,10 +29,13 @@ class CompareResult:
 
     @property
     def matched(self) -> dict[str, int]:
-        """Pairs matched by name, by order, and records only in A or only in the reference B."""
-        out = {"name": 0, "order": 0, "unmatched_a": 0, "unmatched_b": 0}
+        """Pairs matched by name or by content; records only in A or only in the reference B; pass-through calls
+        folded away on either side."""
+        out = {"name": 0, "content": 0, "unmatched_a": 0, "unmatched_b": 0, "folded_a": 0, "folded_b": 0}
         for r in self.rows:
-            if r.pair.a is None:
+            if r.pair.matched_by == "folded":
+                out["folded_b" if r.pair.a is None else "folded_a"] += 1
+            elif r.pair.a is None:
                 out["unmatched_b"] += 1
             elif r.pair.b is None:
                 out["unmatched_a"] += 1

@@ -15,7 +15,7 @@ from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import ToleranceSpec
 from aligner.mapping import load_user_map
 from aligner.pipelines.compare.evaluate import Row, evaluate, evaluate_all
-from aligner.pipelines.compare.matching import match, param_namer
+from aligner.pipelines.compare.matching import match, namers
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.sources import Source, read_source
 from aligner.pipelines.compare.verdict import bisect as bisect_rows
@@ -127,8 +127,8 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
     r = choose_reference(ref, (sources[0].framework, sources[1].framework))
     side_a, side_b = sources[1 - r], sources[r]
     first, second = sources
-    namer = param_namer(first.items, first.framework, second.framework, rename)
-    pairs = match(side_a.items, side_b.items, namer if r == 1 else None, namer if r == 0 else None)
+    name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
+    pairs = match(side_a.items, side_b.items, *((name_first, name_second) if r == 1 else (name_second, name_first)))
     if bisect:
         rows = [Row(p) for p in pairs]
         verdict = bisect_rows(rows, lambda i: evaluate(pairs[i], tolerance))

@@ -1,0 +1,442 @@
+"""The HTML page of `align compare --html`: the page a user sends to a colleague.
+
+One self-contained file that works offline (plotly.js is inlined, nothing is fetched):
+
+1. a headline: the verdict (divergence / NaN origin / records on one side only under --strict / unreadable records /
+   no divergence), the origin module in big text with the reason the error starts there, the tolerance the verdict
+   used in words, and the next command to run (zoom into the origin module; or, when everything matches, compare the
+   weights after one optimizer step);
+2. the plain-words summary (`render.compare.summary`);
+3. one interactive plotly chart: relative L2 error ||a-b||/||b|| per record in execution order, log scale, forward and
+   backward as separate traces, records outside tolerance drawn over them in red, each origin marked, and the tolerance
+   band the verdict used. Its lower edge is the row's rtol; its upper edge is rtol + atol*sqrt(n)/||b||, the largest
+   relative L2 error an elementwise-matching tensor can have (|a_i-b_i| <= atol + rtol*|b_i| for every i implies
+   ||a-b|| <= atol*sqrt(n) + rtol*||b||), so every matching record lies below the band's top;
+4. the full table of rows, module names escaped, origin rows highlighted and linked from the headline.
+
+Near-zero references. A record whose reference has ||b|| <= atol*sqrt(n) (its RMS is within the absolute tolerance,
+e.g. the gradient of a zero-initialised bias) is judged by atol alone, and its relative error is noise divided by
+almost nothing: 1e-9 of float noise on a 1e-9 tensor plots as a 100% error. Such records that *matched* are moved to
+their own grey trace, hidden by default (`visible: "legendonly"`, one click on the legend shows it), kept out of the
+tolerance band, counted in a note under the chart and marked in the table. A near-zero record that diverged stays in
+its phase's trace: the verdict says it is wrong, so the chart must show it. Values off the axis (inf, or beyond
+`_CAP`) are drawn at its edge as triangles, exact zeros at the bottom edge; the hover always shows the true value.
+
+Speed: each row's text is formatted once (shared by the hover and the table), the figure is a plain dict handed to
+plotly with validation off, and the table is one string join: 10,000 rows take about 0.5 s of CPU, plotly.js included.
+"""
+from __future__ import annotations
+
+import html
+import math
+import re
+from typing import IO, Any, NamedTuple, Sequence
+
+from aligner.core.tolerance import Tolerance
+from aligner.pipelines.compare.evaluate import Row, RowStatus
+from aligner.pipelines.compare.result import CompareResult
+from aligner.pipelines.compare.verdict import Divergence, Phase, error_level, phase_of
+from aligner.render.compare import _describe, _fmt, _kind_io, _where, summary
+
+_CAP = 1e3            # relative errors above this (and inf) are drawn at the top edge of the chart
+_MIN_FLOOR = 1e-16    # the chart's bottom edge never goes below this
+_COLORS = {"forward": "#1f77b4", "backward": "#ff7f0e", "diverged": "#d62728", "nearzero": "#9e9e9e",
+           "band": "rgba(120,120,120,0.18)"}
+_HOVER = ("<b>%{customdata[0]}</b><br>%{customdata[1]} · %{customdata[2]}<br>"
+          "rel L2 err %{customdata[3]}<br>max abs err %{customdata[4]}<br>cosine %{customdata[5]}<br>"
+          "tolerance %{customdata[6]}<br>%{customdata[7]}<extra>#%{x}</extra>")
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #222; }
+main { max-width: 1400px; margin: 0 auto; padding: 1.2em 1.5em 3em; }
+header.verdict { border-left: 10px solid #999; background: #f6f6f6; padding: 1em 1.4em; margin-bottom: 1.2em; }
+header.bad { border-color: #c62828; background: #fdecea; } header.good { border-color: #2e7d32; background: #edf7ed; }
+header.warn { border-color: #ef6c00; background: #fff4e5; }
+.label { font-size: 1.05em; text-transform: uppercase; letter-spacing: .06em; font-weight: 600; }
+.origin { font-size: 2.4em; font-weight: 700; font-family: ui-monospace, Menlo, Consolas, monospace;
+          word-break: break-all; margin: .15em 0; }
+.origin a { color: inherit; text-decoration: none; }
+.where { color: #444; } .reason { margin: .4em 0; } .extra { margin: .3em 0; color: #333; }
+.next { margin-top: .8em; } .next pre { background: #272822; color: #f8f8f2; padding: .7em 1em; overflow-x: auto;
+        border-radius: 4px; font-size: 13px; }
+.tol { color: #333; font-size: .95em; }
+.note { color: #555; font-size: .9em; }
+#chart { width: 100%; height: 440px; }
+table { border-collapse: collapse; font-size: 12px; width: 100%; }
+th { position: sticky; top: 0; background: #eee; } td, th { border: 1px solid #ddd; padding: 2px 6px; }
+td.num { text-align: right; font-family: ui-monospace, Menlo, Consolas, monospace; }
+td.mod { font-family: ui-monospace, Menlo, Consolas, monospace; word-break: break-all; }
+tr.diverged { color: #b00; } tr.error, tr.unmatched { background: #fff8d6; } tr.unread { color: #999; }
+tr.nearzero { color: #888; }
+tr.origin { background: #c62828; color: white; font-weight: bold; } tr.origin:target { outline: 3px solid #000; }
+"""
+
+
+_SPECIAL = re.compile(r"""[&<>"']""")
+
+
+def _e(value: Any) -> str:
+    """HTML-escaped text (most names need no escaping: a quick search skips html.escape's five replaces)."""
+    text = str(value)
+    return html.escape(text, quote=True) if _SPECIAL.search(text) else text
+
+
+def _pe(value: str) -> str:
+    """Text for plotly labels, which take a little HTML and decode &lt; &gt; &amp; (but not &quot;)."""
+    return html.escape(value, quote=False) if _SPECIAL.search(value) else value
+
+
+def near_zero(row: Row) -> bool:
+    """Whether the row's reference is so small that its relative error means nothing: ||b|| <= atol * sqrt(n)."""
+    m = row.metrics
+    if m is None or m.method == "none" or m.norm_b is None:
+        return False
+    return m.norm_b <= m.atol * math.sqrt(max(m.numel, 0))
+
+
+def _tol_text(row: Row) -> str:
+    m = row.metrics
+    return "-" if m is None else f"rtol {m.rtol:.2g}, atol {m.atol:.2g}"
+
+
+def tolerance_words(result: CompareResult) -> str:
+    """The tolerance the verdict used, in words: the rule, what was asked for, then each (rtol, atol) actually applied
+    with how many records and where it came from."""
+    spec = result.tolerance
+    symmetric = any(t.symmetric for t in ([spec.default] if spec.default else []) + [t for _, t in spec.overrides])
+    rule = ("Tolerance: an element matches when |a − b| ≤ atol + rtol·" + ("max(|a|, |b|)" if symmetric else "|b|")
+            + ", b being the reference" + ("" if spec.is_default else f"; asked for: {spec.describe()}") + ".")
+    groups: dict[tuple[float, float], list[Any]] = {}   # (rtol, atol) -> [count, dtypes, all dtype defaults]
+    defaults: dict[tuple[str, str], tuple[float, float]] = {}
+    for row in result.rows:
+        m = row.metrics
+        if m is None:
+            continue
+        g = groups.setdefault((m.rtol, m.atol), [0, set(), True])
+        g[0] += 1
+        g[1].add(m.dtype_b if m.dtype_a == m.dtype_b else f"{m.dtype_a}/{m.dtype_b}")
+        if g[2]:
+            key = (m.dtype_a, m.dtype_b)
+            if key not in defaults:
+                tol = Tolerance.for_dtype(*key)
+                defaults[key] = (tol.rtol, tol.atol)
+            g[2] = defaults[key] == (m.rtol, m.atol) and (spec.is_default or spec.explicit(row.name) is None)
+    if not groups:
+        return rule + " No record was compared."
+    parts = []
+    for (rtol, atol), (count, dtypes, default) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:4]:
+        why = f"torch.testing's default for {', '.join(sorted(dtypes))}" if default else "from --rtol/--atol"
+        parts.append(f"rtol = {rtol:.3g}, atol = {atol:.3g} ({why}; {count} record{'s' if count != 1 else ''})")
+    more = f"; and {len(groups) - 4} other tolerance(s), see the table" if len(groups) > 4 else ""
+    return rule + " Used here: " + "; ".join(parts) + more + "."
+
+
+def _py_regex(pattern: str) -> str:
+    return f'r"{pattern}"' if '"' not in pattern and not pattern.endswith("\\") else repr(pattern)
+
+
+def _path(label: str) -> str:
+    """The directory of a side label such as "dumps_ms/ (mindspore)"."""
+    return label.rpartition(" (")[0] or label
+
+
+def _zoom(module: str, backward: bool) -> str:
+    """Code to re-dump one module with its inputs and everything inside it, on both sides."""
+    pattern = "^" + re.escape(module) + r"(\.|$)"
+    scope = f", include={_py_regex(pattern)}" if module else ""
+    run = "    loss = loss_fn(model(batch), target)\n    loss.backward()" if backward else "    model(batch)"
+    return (f"# on each side, same weights and batch (MindSpore into zoom_ms/):\n"
+            f'with aligner.dump(model, "zoom_pt/"{scope}, leaves_only=False, inputs=True):\n{run}\n'
+            f"align compare zoom_ms/ zoom_pt/ --html zoom.html")
+
+
+def next_step(result: CompareResult) -> tuple[str, str]:
+    """(what to do next in words, the code or command for it) for this verdict."""
+    v, rows = result.verdict, result.rows
+    finding = _main_finding(result)
+    if finding is not None:
+        rec = rows[finding.origin].pair.ref.record
+        scope = rec.module.rpartition(".")[0] if rec.kind == "param_grad" else rec.module
+        return (f"Zoom in: dump {scope or 'the whole model'} with its inputs and every submodule on both sides, then "
+                f"compare again; the first record that diverges inside it is the operation to fix.",
+                _zoom(scope, finding.phase == Phase.BACKWARD))
+    a, b = _path(result.side_a), _path(result.side_b)
+    if result.strict and result.unmatched:
+        return ("Pair the records: write a name map (rename/regex rules from the first side's module paths to the "
+                "reference's) and compare again.",
+                f"align compare {a} {b} --strict --map map.yaml\n"
+                "# map.yaml:  regex: [['^old_prefix\\.', 'new_prefix.']]")
+    if v.nan_origin is not None:
+        rec = rows[v.nan_origin.row].pair.ref.record
+        return (f"Zoom in: dump {rec.module or 'the whole model'} with its inputs and every submodule to find the "
+                f"operation that produces the first NaN/Inf.",
+                _zoom(rec.module, phase_of(rows[v.nan_origin.row]) == Phase.BACKWARD))
+    if result.errors or result.problems:
+        return ("Re-dump the records that could not be read (marked in the table) and compare again.",
+                f"align compare {a} {b}")
+    if any(r.metrics is not None and phase_of(r) == Phase.BACKWARD for r in rows):
+        return ("Forward and backward match. Next, compare the weights after one optimizer step: a difference there is "
+                "in the update itself (learning rate, weight decay, momentum, clipping).",
+                "align diff step1_ms.ckpt step1_pt.pth --init init.pth")
+    return ("The forward pass matches. Next, dump a training step (loss.backward() inside aligner.dump) to compare "
+            "gradients, then compare the weights after one optimizer step.",
+            "align diff step1_ms.ckpt step1_pt.pth --init init.pth")
+
+
+def _main_finding(result: CompareResult) -> Divergence | None:
+    """The finding to headline: the forward one when there is one (a backward divergence follows from it)."""
+    found = result.verdict.findings
+    return next((f for f in found if f.phase == Phase.FORWARD), found[0] if found else None)
+
+
+def _link(rows: Sequence[Row], i: int) -> str:
+    return f'<a href="#row-{i}">{_e(_where(rows[i]))}</a>'
+
+
+def _headline(result: CompareResult) -> str:
+    v, rows = result.verdict, result.rows
+    finding = _main_finding(result)
+    extra: list[str] = []
+    origin: int | None
+    if finding is not None:
+        cls, label, origin = "bad", f"{finding.phase.value} divergence", finding.origin
+        first = rows[finding.first]
+        reason = f"The error is introduced here: {finding.reason}."
+        if finding.first != finding.origin:
+            reason += (f" It first exceeds the tolerance later, at {_where(first)} ({_describe(first)}), carried "
+                       f"there from this record.")
+        else:
+            described = _describe(first)
+            reason += f" {described[:1].upper()}{described[1:]}."
+        for other in v.findings:
+            if other is not finding:
+                extra.append(f"Also a {_e(other.phase.value)} divergence, introduced at {_link(rows, other.origin)}: "
+                             f"{_e(other.reason)}.")
+    elif result.strict and result.unmatched:
+        origin = result.unmatched[0]
+        cls, label = "bad", "records on one side only"
+        reason = (f"{len(result.unmatched)} record(s) have no partner on the other side (a failure under --strict); "
+                  f"the first is shown. Every matched record agrees within tolerance.")
+    elif v.nan_origin is not None:
+        cls, label, origin = "warn", "no divergence, but NaN/Inf", v.nan_origin.row
+        side = result.side_a if v.nan_origin.side == "a" else result.side_b
+        reason = (f"Both sides agree, NaN/Inf included; this is the first record producing non-finite values from "
+                  f"finite inputs: {v.nan_origin.count} on {side}.")
+    elif result.errors:
+        cls, label, origin = "warn", "could not compare every record", result.errors[0]
+        reason = (f"{len(result.errors)} record(s) could not be read, the first shown: {rows[origin].error}. "
+                  f"Every record that was read agrees within tolerance.")
+    else:
+        cls, label, origin = "good", "verdict", None
+        compared = sum(r.metrics is not None for r in rows)
+        reason = f"All {compared} compared records match within tolerance."
+    if finding is not None and v.nan_origin is not None:
+        extra.append(f"First NaN/Inf at {_link(rows, v.nan_origin.row)}.")
+    if result.unmatched and not result.strict:
+        extra.append(f"{len(result.unmatched)} record(s) exist on one side only (listed in the table; they fail the "
+                     f"comparison only with --strict).")
+    if result.problems:
+        extra.append(f"{len(result.problems)} manifest line(s) were skipped (first: {_e(result.problems[0])}).")
+    if origin is not None:
+        rec = rows[origin].pair.ref.record
+        big = f'<div class="origin"><a href="#row-{origin}">{_e(rec.module or "(root)")}</a></div>'
+        where = (f'<div class="where">{_e(rec.type or "-")} · {_e(rec.kind)} {_e(rec.io)}'
+                 + (f" #{rec.index}" if rec.index else "") + f" · record #{origin} · step {rec.step}</div>")
+    else:
+        big, where = '<div class="origin">No divergence</div>', ""
+    words, code = next_step(result)
+    return (f'<header class="verdict {cls}" id="headline"><div class="label">{_e(label)}</div>{big}{where}'
+            f'<p class="reason">{_e(reason)}</p>' + "".join(f'<p class="extra">{x}</p>' for x in extra)
+            + f'<p class="tol">{_e(tolerance_words(result))}</p>'
+            f'<div class="next"><b>Next step.</b> {_e(words)}<pre><code>{_e(code)}</code></pre></div></header>')
+
+
+class _Text(NamedTuple):
+    """One row's table cells, computed once for the chart's hover and the table (HTML-escaped where text)."""
+
+    module: str        # HTML-escaped
+    cells: str         # the table's <td> cells after the module
+    status: RowStatus
+    verdict: str       # in words, not escaped
+    plot: list[str]    # the chart's hover fields (plotly's escaping)
+
+
+def _texts(result: CompareResult) -> list[_Text]:
+    v = result.verdict
+    out = []
+    for i, row in enumerate(result.rows):
+        rec, m, status = row.pair.ref.record, row.metrics, row.status
+        if status is RowStatus.DIVERGED:
+            verdict = str(v.labels.get(i, "diverged"))
+        elif status is RowStatus.UNMATCHED:
+            verdict = "only in reference" if row.pair.a is None else "only in first"
+        elif status is RowStatus.ERROR:
+            verdict = f"error: {row.error}"
+        else:
+            verdict = status.value
+        if status is RowStatus.OK and near_zero(row):
+            verdict += " (reference ≈ 0)"
+        kind_io = f"{rec.kind}/{rec.io}" + (f" #{rec.index}" if rec.index else "")
+        tol = _tol_text(row)
+        if m is None:
+            nums = ["-"] * 6
+            max_abs = cosine = "-"
+        else:
+            frac = m.mismatch_fraction
+            max_abs, cosine = _fmt(m.max_abs_err), _fmt(m.cosine, ".6f")
+            nums = [max_abs, _fmt(m.max_rel_err), _fmt(m.rel_l2_err), cosine, _fmt(m.sqnr_db, ".1f"),
+                    "-" if frac is None else f"{100 * frac:.2f}"]
+        dtype = rec.dtype if m is None or m.dtype_match else f"{m.dtype_a}/{m.dtype_b}"
+        cells = (f"<td>{_e(rec.type)}</td><td>{_e(kind_io)}</td><td>{'x'.join(map(str, rec.shape)) or 'scalar'}</td>"
+                 f"<td>{_e(dtype)}</td>" + "".join(f'<td class="num">{n}</td>' for n in nums)
+                 + f"<td>{tol}</td>")
+        module = rec.module or "(root)"
+        note = (f"outside tolerance ({verdict})" if status is RowStatus.DIVERGED else
+                "within tolerance" if status is RowStatus.OK else verdict)
+        out.append(_Text(_e(module), cells, status, verdict,
+                         [_pe(module), _pe(rec.type or "-"), _pe(_kind_io(row)), "", max_abs, cosine, tol, _pe(note)]))
+    return out
+
+
+def _figure(result: CompareResult, texts: Sequence[_Text]) -> tuple[dict[str, Any], int]:
+    """The plotly figure as a plain dict, and the number of near-zero records hidden by default."""
+    rows, v = result.rows, result.verdict
+    metrics = {i: r.metrics for i, r in enumerate(rows) if r.metrics is not None}
+    levels = {i: error_level(rows[i]) for i in metrics}
+    hidden = {i for i in levels if texts[i].status is RowStatus.OK and near_zero(rows[i])}
+    shown = [i for i in levels if i not in hidden]
+    positive = [levels[i] for i in shown if 0 < levels[i] < math.inf]
+    positive += [metrics[i].rtol for i in shown if metrics[i].rtol > 0]
+    floor = max(min(positive) / 10, _MIN_FLOOR) if positive else 1e-8
+    floor = 10 ** math.floor(math.log10(floor))
+
+    def bounds(i: int) -> tuple[float, float]:
+        m = metrics[i]
+        hi = m.rtol + (m.atol * math.sqrt(m.numel) / m.norm_b if m.norm_b else math.inf)
+        return max(m.rtol, floor), min(max(hi, floor), _CAP)
+
+    def y(level: float) -> float:
+        return floor if level <= floor else min(level, _CAP)
+
+    def symbol(level: float) -> str:
+        return "triangle-up" if level > _CAP else ("triangle-down" if level < floor else "circle")
+
+    def custom(i: int) -> list[str]:
+        fields = list(texts[i].plot)
+        fields[3] = _fmt(levels[i])
+        if i in hidden:
+            fields[7] += "; reference near zero: relative error not meaningful"
+        return fields
+
+    def trace(uid: str, name: str, idx: list[int], **kw: Any) -> dict[str, Any]:
+        return {"type": "scatter", "uid": uid, "name": name, "x": idx, "y": [y(levels[i]) for i in idx],
+                "customdata": [custom(i) for i in idx], "hovertemplate": _HOVER,
+                "marker": {"symbol": [symbol(levels[i]) for i in idx], **kw.pop("marker", {})}, **kw}
+
+    data: list[dict[str, Any]] = []
+    band = sorted(shown)
+    if band:
+        b = [bounds(i) for i in band]
+        data.append({"type": "scatter", "uid": "tol-lo", "name": "tolerance band", "legendgroup": "tol",
+                     "x": band, "y": [lo for lo, _ in b], "mode": "lines", "line": {"width": 0.5, "color": "#888",
+                                                                                       "shape": "hvh"},
+                     "hoverinfo": "skip", "showlegend": False})
+        data.append({"type": "scatter", "uid": "tol-hi", "name": "tolerance band (rtol … rtol + atol·√n/‖b‖)",
+                     "legendgroup": "tol", "x": band, "y": [hi for _, hi in b], "mode": "lines", "fill": "tonexty",
+                     "fillcolor": _COLORS["band"], "line": {"width": 0.5, "color": "#888", "shape": "hvh"},
+                     "hoverinfo": "skip"})
+    for phase in (Phase.FORWARD, Phase.BACKWARD):
+        idx = [i for i in shown if phase_of(rows[i]) is phase]
+        if idx:
+            color = _COLORS[phase.value]
+            data.append(trace(phase.value, phase.value, idx, mode="lines+markers", line={"width": 1, "color": color},
+                              marker={"size": 5, "color": color}))
+    bad = [i for i in shown if texts[i].status is RowStatus.DIVERGED]
+    if bad:
+        data.append(trace("diverged", "outside tolerance", bad, mode="markers",
+                          marker={"size": 7, "color": _COLORS["diverged"]}))
+    if hidden:
+        idx = sorted(hidden)
+        data.append(trace("nearzero", f"near-zero reference ({len(idx)}, hidden)", idx, mode="markers",
+                          visible="legendonly", marker={"size": 5, "color": _COLORS["nearzero"]}))
+    marks = [(f.origin, f"{f.phase.value} origin") for f in v.findings]
+    if v.nan_origin is not None:
+        marks.append((v.nan_origin.row, "first NaN/Inf"))
+    marks = [(i, text) for i, text in marks if i in levels]
+    shapes, notes = [], []
+    for i, text in marks:
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": i, "x1": i, "y0": 0, "y1": 1,
+                       "line": {"color": _COLORS["diverged"], "width": 1, "dash": "dot"}})
+        notes.append({"x": i, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "showarrow": False,
+                      "font": {"color": _COLORS["diverged"], "size": 12},
+                      "text": f"{text}: {_pe(rows[i].pair.ref.record.module or '(root)')}"})
+    if marks:
+        data.append(trace("origin", "origin", [i for i, _ in marks], mode="markers",
+                          marker={"size": 18, "color": _COLORS["diverged"], "line": {"width": 2.5}}))
+        data[-1]["marker"]["symbol"] = "circle-open"
+    top = max([y(levels[i]) for i in shown] + [hi for _, hi in (bounds(i) for i in shown)] + [floor * 10])
+    layout = {
+        "margin": {"l": 70, "r": 20, "t": 40, "b": 50}, "hovermode": "closest",
+        "xaxis": {"title": {"text": "record (execution order)"}, "zeroline": False},
+        "yaxis": {"title": {"text": "relative L2 error ‖a−b‖ / ‖b‖"}, "type": "log", "exponentformat": "e",
+                  "range": [math.log10(floor) - 0.2, math.log10(top) + 0.3]},
+        "legend": {"orientation": "h", "y": -0.18}, "shapes": shapes, "annotations": notes,
+    }
+    return {"data": data, "layout": layout}, len(hidden)
+
+
+def _chart(result: CompareResult, texts: Sequence[_Text]) -> str:
+    import plotly.io  # lazily: every `align compare` imports this module, only --html needs plotly
+
+    figure, hidden = _figure(result, texts)
+    div = plotly.io.to_html(figure, include_plotlyjs=True, full_html=False, validate=False, div_id="chart",
+                            config={"responsive": True, "displaylogo": False}, default_height="440px")
+    notes = ["Hover a point for the layer, its error and the tolerance used; click a legend entry to show or hide it. "
+             "The grey band runs from the record's rtol to rtol + atol·√n/‖b‖, the most a matching record can reach. "
+             "Errors beyond the axis (and exact zeros) are drawn at its edges as triangles."]
+    if hidden:
+        notes.append(f"{hidden} record(s) whose reference is near zero (‖b‖ ≤ atol·√n, e.g. gradients of "
+                     f"zero-initialised biases) matched within the absolute tolerance; their relative error is not "
+                     f"meaningful, so they are hidden (legend: “near-zero reference”) and greyed in the table.")
+    return div + "".join(f'<p class="note">{_e(n)}</p>' for n in notes)
+
+
+_HEAD = ["#", "module", "type", "kind/io", "shape", "dtype", "max abs err", "max rel err", "rel L2 err", "cosine",
+         "SQNR dB", "off %", "tolerance", "verdict"]
+
+
+def _table(result: CompareResult, texts: Sequence[_Text]) -> str:
+    v = result.verdict
+    origins = {f.origin for f in v.findings}
+    if v.nan_origin is not None:
+        origins.add(v.nan_origin.row)
+    out = ["<table><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in _HEAD) + "</tr></thead><tbody>"]
+    for i, t in enumerate(texts):
+        cls, verdict = t.status.value, t.verdict
+        if verdict.endswith("≈ 0)"):
+            cls += " nearzero"
+        if i in origins:
+            cls += " origin"
+            verdict = "ORIGIN " + verdict
+        out.append(f'<tr id="row-{i}" class="{cls}"><td class="num">{i}</td><td class="mod">{t.module}</td>{t.cells}'
+                   f"<td>{_e(verdict)}</td></tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def write_html(result: CompareResult, fh: IO[str]) -> None:
+    """Write the standalone report page (see the module docstring for what it shows)."""
+    title = "align compare: " + ("divergence" if result.verdict.findings else
+                                 "records on one side only" if not result.passed else
+                                 "unreadable records" if result.errors else "no divergence")
+    fh.write(f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title>'
+             f"<style>{_CSS}</style></head><body><main>\n")
+    texts = _texts(result)
+    fh.write(_headline(result))
+    fh.write(f'\n<section id="summary"><h2>Summary</h2><p>{_e(summary(result))}</p></section>\n')
+    fh.write('<section id="plot"><h2>Error by layer</h2>\n')
+    fh.write(_chart(result, texts))
+    fh.write(f'</section>\n<section id="rows"><h2>All records ({len(result.rows)})</h2>\n')
+    fh.write(_table(result, texts))
+    fh.write("\n</section></main></body></html>\n")
