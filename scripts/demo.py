@@ -38,15 +38,13 @@ def shown(path: object) -> str:
     return str(path).replace(str(ROOT) + "/", "")
 
 
-def align(*args: object, stdout_to: Path | None = None) -> int:
-    """Run `align ARGS` as a user would, echoing the command and its output (or saving stdout to `stdout_to`)."""
-    print(f"$ align {' '.join(map(shown, args))}" + (f" > {shown(stdout_to)}" if stdout_to else ""), flush=True)
+def align(*args: object) -> int:
+    """Run `align ARGS` as a user would, echoing the command and its output."""
+    print(f"$ align {' '.join(map(shown, args))}", flush=True)
     env = dict(os.environ, PYTHONWARNINGS="ignore", COLUMNS="120")
     proc = subprocess.run([sys.executable, "-m", "aligner.cli", *map(str, args)], cwd=ROOT, env=env, text=True,
                           capture_output=True)
-    if stdout_to:
-        stdout_to.write_text(proc.stdout)
-    print(("" if stdout_to else proc.stdout) + proc.stderr + f"[exit {proc.returncode}]", flush=True)
+    print(proc.stdout + proc.stderr + f"[exit {proc.returncode}]", flush=True)
     return proc.returncode
 
 
@@ -112,8 +110,7 @@ def workflow(run: Path, init_pt: Path, init_ms: Path, ln_epsilon: float | None) 
     train_mindspore(run, init_ms, ln_epsilon)
     header(f"{run.name}: do the loss curves agree?")
     logs = (run / "train_ms.log", run / "train_pt.log")
-    codes = {"losses": align("losses", *logs, "--plot", run / "losses.png")}
-    align("losses", *logs, "--json", stdout_to=run / "losses.json")
+    codes = {"losses": align("losses", *logs, "--plot", run / "losses.png", "--json", run / "losses.json")}
     header(f"{run.name}: which layer diverges first?")
     codes["compare"] = align("compare", run / "dumps_ms", run / "dumps_pt", "--json", run / "compare.json",
                              "--html", run / "compare.html")

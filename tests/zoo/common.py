@@ -54,6 +54,18 @@ def perturb_constants_(model: Any, seed: int = 0, scale: float = 0.1) -> None:
                 t.add_(noise)
 
 
+def torch_default_init_(model: Any) -> None:
+    """Re-initialise every Linear/Conv/Embedding with torch's own default (`reset_parameters`: uniform
+    +-1/sqrt(fan_in), N(0, 1) embeddings). Zoo inits (std 0.02) keep activations so small that e.g. tanh vs erf GELU
+    or LayerNorm eps 1e-7 vs 1e-6 stay below 1e-5 in the logits; with O(1) activations they show."""
+    import torch
+
+    kinds = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Embedding)
+    for module in model.modules():
+        if isinstance(module, kinds):
+            module.reset_parameters()
+
+
 @dataclass
 class Pair:
     """One torch zoo model and its MindSpore zoo twin.

@@ -12,13 +12,13 @@ Migration differences found:
   assigns `self.decoder.bias = self.bias`; legacy `nn.Dense.construct` only adds the bias when `has_bias` is set,
   so the MLM bias is never applied on the MindSpore side (logits differ by exactly the bias, max ~0.31 here with
   randomised biases; 0 with the all-zero default init, which is why it hides). The pair builder sets
-  `decoder.has_bias = True` (one line; `bias_add` exists on every Dense).
+  `decoder.has_bias = True` and gives it the `ops.BiasAdd()` a biased Dense would have (two lines).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from tests.zoo.common import Pair, perturb_constants_, seed_all
+from tests.zoo.common import Pair, perturb_constants_, seed_all, torch_default_init_
 
 CFG = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
            max_position_embeddings=64, type_vocab_size=2)
@@ -27,13 +27,16 @@ CFG = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_he
 def build(seed: int = 0, batch: int = 2, seq: int = 12) -> Pair:
     import transformers
     from mindone.transformers import BertForMaskedLM as MsBert
+    from mindspore import ops
 
     seed_all(seed)
     cfg = transformers.BertConfig(**CFG)
     pt = transformers.BertForMaskedLM(cfg).eval()
+    torch_default_init_(pt)
     perturb_constants_(pt, seed)
     msm = MsBert(cfg)
-    msm.cls.predictions.decoder.has_bias = True  # the mindone bug above
+    msm.cls.predictions.decoder.has_bias = True  # the mindone bug above (Dense only makes bias_add when has_bias)
+    msm.cls.predictions.decoder.bias_add = ops.BiasAdd()
     msm.set_train(False)
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, CFG["vocab_size"], (batch, seq)).astype(np.int64)

@@ -131,8 +131,45 @@ def pad(input, pad, mode="constant", value=None):
     return mint.where(inside, out, ops.fill(out.dtype, out.shape, value))
 
 
-FUNCTIONAL = {"pad": pad, "embedding": embedding, "layer_norm": layer_norm, "conv2d": conv2d, "gelu": gelu}
-MINT = {"addmm": addmm, "baddbmm": baddbmm, "arange": arange, "randn": randn, "rand": rand}
+_ORIGINAL_INTERPOLATE = mint.nn.functional.interpolate
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
+                antialias=False):
+    """bilinear via ops.ResizeBilinearV2 (torch align_corners=False == half_pixel_centers); other modes unchanged."""
+    if mode != "bilinear" or antialias:
+        return _ORIGINAL_INTERPOLATE(input, size, scale_factor, mode, align_corners, recompute_scale_factor,
+                                     antialias)
+    if size is None:
+        sf = _pair(scale_factor) if not isinstance(scale_factor, float) else (scale_factor, scale_factor)
+        size = (int(math.floor(input.shape[-2] * sf[0])), int(math.floor(input.shape[-1] * sf[1])))
+        exact = all(float(s).is_integer() for s in sf)
+        if not exact and not recompute_scale_factor:
+            raise NotImplementedError("ms_compat interpolate: non-integer scale_factor without recompute")
+    size = _pair(size) if isinstance(size, int) else tuple(int(s) for s in size)
+    ac = bool(align_corners)
+    return ops.ResizeBilinearV2(align_corners=ac, half_pixel_centers=not ac)(input, size)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """Inference-mode batch norm via the legacy ops.BatchNorm (the zoo models run in eval mode)."""
+    if training:
+        raise NotImplementedError("ms_compat batch_norm: training mode")
+    c = input.shape[1]
+    weight = ops.ones((c,), input.dtype) if weight is None else weight
+    bias = ops.zeros((c,), input.dtype) if bias is None else bias
+    shape = input.shape
+    x = input if input.ndim == 4 else input.reshape(shape[0], c, -1, 1)
+    out = ops.BatchNorm(is_training=False, epsilon=float(eps))(x, weight, bias, running_mean, running_var)[0]
+    return out if input.ndim == 4 else out.reshape(shape)
+
+
+def linspace(start, end, steps, *, dtype=None):
+    return ms.Tensor(np.linspace(start, end, steps).astype(_np_dtype(dtype, np.float32)))
+
+
+FUNCTIONAL = {"interpolate": interpolate, "pad": pad, "embedding": embedding, "layer_norm": layer_norm, "conv2d": conv2d, "gelu": gelu}
+MINT = {"linspace": linspace, "addmm": addmm, "baddbmm": baddbmm, "arange": arange, "randn": randn, "rand": rand}
 
 
 # ---- cell replacements -------------------------------------------------------------------------------------
@@ -154,20 +191,51 @@ def _gelu_construct(self, input):
     return gelu(input, self.approximate)
 
 
+def _tensor_repeat(self, *repeats):
+    """torch `Tensor.repeat(*sizes)` (= tile); the CPU build's torch-style overload raises 'not supported'."""
+    if len(repeats) == 1 and isinstance(repeats[0], (tuple, list)):
+        repeats = tuple(repeats[0])
+    return ops.tile(self, tuple(int(r) for r in repeats))
+
+
+_SAVED: list[tuple[object, str, object]] = []
+_SENTINEL = object()
+
+
+def _swap(owner, name, value, label):
+    _SAVED.append((owner, name, owner.__dict__.get(name, _SENTINEL)))
+    setattr(owner, name, value)
+    PATCHED.append(label)
+
+
 def install() -> None:
-    """Idempotent."""
+    """Idempotent; `uninstall()` restores everything (the zoo tests share worker processes with the rest)."""
     global _INSTALLED
     if _INSTALLED:
         return
-    ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
+    _SAVED.append((None, "mode", ms.get_context("mode")))
+    ms.set_context(mode=ms.PYNATIVE_MODE)  # the dump hooks need PyNative
     for name, fn in FUNCTIONAL.items():
-        setattr(mint.nn.functional, name, fn)
-        PATCHED.append(f"mint.nn.functional.{name}")
+        _swap(mint.nn.functional, name, fn, f"mint.nn.functional.{name}")
+    _swap(mint.functional, "batch_norm", batch_norm, "mint.functional.batch_norm")
     for name, fn in MINT.items():
-        setattr(mint, name, fn)
-        PATCHED.append(f"mint.{name}")
+        _swap(mint, name, fn, f"mint.{name}")
     for cls, fn in ((mint.nn.Embedding, _embedding_construct), (mint.nn.LayerNorm, _layer_norm_construct),
                     (mint.nn.Conv2d, _conv2d_construct), (mint.nn.GELU, _gelu_construct)):
-        cls.construct = fn
-        PATCHED.append(f"{cls.__module__}.{cls.__name__}.construct")
+        _swap(cls, "construct", fn, f"{cls.__module__}.{cls.__name__}.construct")
+    _swap(ms.Tensor, "repeat", _tensor_repeat, "mindspore.Tensor.repeat")
     _INSTALLED = True
+
+
+def uninstall() -> None:
+    global _INSTALLED
+    while _SAVED:
+        owner, name, old = _SAVED.pop()
+        if owner is None:
+            ms.set_context(mode=old)
+        elif old is _SENTINEL:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, old)
+    PATCHED.clear()
+    _INSTALLED = False

@@ -83,9 +83,18 @@ def error_level(row: Row) -> float:
     return math.inf if m.diverged else 0.0
 
 
-def dataflow(rows: Sequence[Row]) -> dict[int, list[int]]:
+class Flow(dict):
+    """Row index -> indices of the rows holding its inputs; `inferred` lists the rows whose inputs were not recorded
+    (their "input" is only the record before them, so nothing proves what entered the call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inferred: set[int] = set()
+
+
+def dataflow(rows: Sequence[Row]) -> Flow:
     """Row index -> indices of the rows holding its inputs (see module docstring)."""
-    inputs: dict[int, list[int]] = {}
+    inputs = Flow()
     open_calls: dict[str, list[list[int]]] = defaultdict(list)   # module -> stack of input groups
     closed: dict[str, list[int]] = {}                             # module -> inputs of its last finished call
     producers: dict[tuple[str, str], int] = {}                    # (phase, content link) -> latest producing row
@@ -121,6 +130,7 @@ def dataflow(rows: Sequence[Row]) -> dict[int, list[int]]:
             ups = last_bwd.get(rec.module.rpartition(".")[0], [])
         if ups is None:  # no call structure known: assume a sequential model
             ups = [prev_in_phase[phase]] if phase in prev_in_phase else []
+            inputs.inferred.add(i)
         inputs[i] = list(ups)
         if link is not None and rec.io not in ("input", "grad_output"):
             producers[(phase, link)] = i
@@ -144,11 +154,35 @@ def classify(i: int, rows: Sequence[Row], inputs: dict[int, list[int]]) -> tuple
     e_in = error_level(rows[worst])
     word = "input" if len(ups) == 1 else "inputs"
     if e_in <= _floor(rows[worst]) and not rows[worst].diverged:
+        if i in getattr(inputs, "inferred", ()):
+            return Label.INTRODUCED, _between(rows[worst], rows[i], e_in, e_out)
         return Label.INTRODUCED, f"its {word} matched (input error {e_in:.1e}, output error {e_out:.1e})"
     if e_out > AMPLIFICATION * max(e_in, _floor(rows[i])):
         ratio = "inf" if e_in == 0 else f"{e_out / e_in:.0f}"
         return Label.INTRODUCED, f"its error {e_out:.1e} is {ratio}x its {word}' {e_in:.1e}"
     return Label.INHERITED, f"carried from {rows[worst].pair.ref.record.module or '(root)'} (input error {e_in:.1e})"
+
+
+def parent_of(a: str, b: str) -> str:
+    """The deepest module containing both paths ('' for the root)."""
+    pa, pb = a.split("."), b.split(".")
+    common = []
+    for x, y in zip(pa[:-1], pb[:-1]):
+        if x != y:
+            break
+        common.append(x)
+    return ".".join(common)
+
+
+def _between(before: Row, row: Row, e_in: float, e_out: float) -> str:
+    """What is known when a call's input was not recorded: where the numbers part, and who may be at fault."""
+    x, y = before.pair.ref.record.module, row.pair.ref.record.module
+    parent = parent_of(x, y)
+    where = f"inside the forward of {parent}" if parent else "in the model's own forward"
+    return (f"the numbers part between {x or '(root)'} (last matching record, error {e_in:.1e}) and {y or '(root)'} "
+            f"(error {e_out:.1e}), {where}: {y or '(root)'} itself or the code of "
+            f"{parent or 'the top-level forward'} that runs between the two calls (its input was not recorded; "
+            f"dump with inputs=True to tell them apart)")
 
 
 def trace_origin(first: int, rows: Sequence[Row], inputs: dict[int, list[int]]) -> int:
