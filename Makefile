@@ -4,25 +4,31 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-shuffled bench clean
+.PHONY: install demo test test-shuffled lint bench clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py aligner/metrics/_kernel.c
+$(STAMP): pyproject.toml setup.py aligner/metrics/_kernel.c requirements-zoo.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check "torch==2.13.0" -e ".[dev]"
 	$(PY) -c "import torch, mindspore, numpy, safetensors, click; assert numpy.__version__ < '2'"
+	scripts/install_zoo.sh $(VENV)
 	touch $(STAMP)
 
 demo: install
 	$(PY) scripts/demo.py
 
-# In file order; `make test-shuffled` runs the same suite in a random order (pytest-randomly prints the seed).
-test: install
+# Lint and types first, then the suite in file order; `make test-shuffled` runs the suite in a random order
+# (pytest-randomly prints the seed to repeat it with -p randomly -p "randomly_seed=N").
+test: install lint
 	$(PY) -m pytest -n 2 -q -p no:randomly tests
 
 test-shuffled: install
 	$(PY) -m pytest -n 2 -q -p randomly tests
+
+lint: install
+	$(PY) -m ruff check aligner tests scripts
+	$(PY) -m mypy
 
 bench: install
 	$(PY) scripts/bench_convert.py

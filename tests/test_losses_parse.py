@@ -9,7 +9,8 @@ import pytest
 
 from aligner.cli import main
 from aligner.core.errors import AlignerError
-from aligner.pipelines.losses.diagnose import compare_curves, diagnose
+from aligner.core.tolerance import Tolerance
+from aligner.pipelines.losses import StepStatus, Verdict, compare_curves
 from aligner.pipelines.losses.parse import compile_pattern, read_losses
 
 
@@ -144,55 +145,82 @@ def test_compile_pattern_errors(pattern, fragment):
 
 # --- comparison edge cases -------------------------------------------------------------------------------------
 
-def curves(tmp_path: Path, a: str, b: str, **tolerance: float):
-    """Compare two 'loss X' logs and diagnose."""
-    comparison = compare_curves(read_losses(write(tmp_path, "a.log", a)), read_losses(write(tmp_path, "b.log", b)),
-                                **tolerance)
-    return comparison, diagnose(comparison)
+def curves(tmp_path: Path, a: str, b: str, tolerance: Tolerance | None = None, noise: float | None = None):
+    """Compare two 'loss X' logs: the LossReport, twice so the old (comparison, diagnosis) unpacking reads."""
+    report = compare_curves(read_losses(write(tmp_path, "a.log", a)), read_losses(write(tmp_path, "b.log", b)),
+                            tolerance, noise=noise)
+    return report, report
 
 
 def test_tolerance_is_symmetric_and_relative(tmp_path):
-    c, d = curves(tmp_path, "loss 1.00000000\nloss 1.00000000\n", "loss 1.00009000\nloss 1.00011000\n")
-    assert list(c.close) == [True, False] and c.first_part == 2 and d.verdict == "update"
-    assert c.rel_diff[1] == pytest.approx(1.1e-4 / 1.00011)
+    # noise 1e-3: the noise bound (4e-3) is far above these differences, so the tolerance alone decides
+    c, d = curves(tmp_path, "loss 1.00000000\nloss 1.00000000\n", "loss 1.00009000\nloss 1.00011000\n",
+                  noise=1e-3)
+    assert [row.close for row in c.steps] == [True, False] and c.first_part == 2 and d.verdict == Verdict.UPDATE
+    assert c.steps[1].rel_diff == pytest.approx(1.1e-4 / 1.00011)
+    assert c.steps[1].status == StepStatus.DIFFERS and "beyond the tolerance" in d.summary
 
 
-def test_coarse_print_widens_the_tolerance_and_warns(tmp_path):
+def test_difference_above_the_float32_noise_is_real_even_within_the_tolerance(tmp_path):
+    # 9e-5 at step 1: inside rtol=1e-4, but ~190x the estimated float32 noise of 4*eps32*1 = 4.8e-7
+    c, d = curves(tmp_path, "loss 1.00000000\nloss 1.00000000\n", "loss 1.00009000\nloss 1.00000000\n")
+    assert (c.first_part, d.verdict, d.exit_code, bool(d)) == (1, Verdict.FORWARD, 1, False)
+    assert c.steps[0].status == StepStatus.ABOVE_NOISE and c.steps[1].status == StepStatus.OK
+    assert "x the estimated float32 noise of 4.77e-07: likely a real difference, although within the tolerance" \
+        in d.summary
+
+
+def test_tolerance_tighter_than_the_noise_still_decides(tmp_path):
+    c, d = curves(tmp_path, "loss 1.0\nloss 1.0\n", "loss 1.0\nloss 1.00000012\n", Tolerance(0.0, 0.0, True))
+    assert (c.first_part, c.steps[1].status, d.verdict) == (2, StepStatus.DIFFERS, Verdict.UPDATE)
+
+
+def test_coarse_print_cannot_decide_and_warns(tmp_path):
     c, d = curves(tmp_path, "loss 1.2345678\nloss 1.1234567\n", "loss 1.235\nloss 1.123\n")
-    assert d.verdict == "agree" and c.b.resolution == pytest.approx(1e-3)
+    assert (d.verdict, d.exit_code, d.first_part) == (Verdict.UNDECIDED, 1, None)
+    assert c.b.resolution == pytest.approx(1e-3)
+    assert [row.status for row in c.steps] == [StepStatus.UNRESOLVED] * 2
+    assert d.summary.startswith("Cannot decide: A prints losses rounded to 1e-07 and B prints losses rounded to "
+                                "0.001, so differences below 0.0005 are invisible, while a real difference can be "
+                                "as small as 2.36e-06")
     assert d.warnings == ("B prints losses rounded to 0.001: differences below 0.0005 cannot be seen "
-                          "(the tolerance is widened by that); log more digits",)
+                          "(the bounds are widened by that); log more digits",)
+
+
+def test_coarse_print_still_shows_a_large_difference(tmp_path):
+    c, d = curves(tmp_path, "loss 1.2345678\nloss 1.1234567\n", "loss 1.236\nloss 1.123\n")
+    assert (d.verdict, c.steps[0].status) == (Verdict.FORWARD, StepStatus.DIFFERS)
 
 
 def test_exact_float32_values_do_not_look_rounded(tmp_path):
     c, d = curves(tmp_path, "loss 2.5\nloss 1.26095449924469\n", "loss 2.5\nloss 1.2609545\n")
-    assert (c.a.resolution, c.b.resolution, d.warnings) == (0.0, pytest.approx(1e-7), ())
+    assert (c.a.resolution, c.b.resolution, d.warnings, d.verdict) == (0.0, pytest.approx(1e-7), (), Verdict.AGREE)
 
 
 def test_nan_on_one_side_is_reported_and_diagnosed(tmp_path):
     c, d = curves(tmp_path, "loss 2\nloss 1.5\nloss 1.2\nloss 1.1\n", "loss 2\nloss 1.5\nloss nan\nloss nan\n")
-    assert (c.first_nan_a, c.first_nan_b, c.first_part, d.verdict, d.exit_code) == (None, 3, 3, "later", 1)
+    assert (c.first_nan_a, c.first_nan_b, c.first_part, d.verdict, d.exit_code) == (None, 3, 3, Verdict.LATER, 1)
     assert "B's loss is first NaN/inf at step 3, A's loss stays finite" in d.summary
     assert "becomes NaN/inf at step 3" in d.advice and d.next_command == "align compare dumps_ms/ dumps_pt/"
 
 
 def test_nan_at_the_same_step_on_both_sides_is_unstable_training(tmp_path):
     c, d = curves(tmp_path, "loss 2\nloss 5\nloss nan\n", "loss 2\nloss 5\nloss nan\n")
-    assert (c.first_part, c.first_nan_a, c.first_nan_b, d.verdict, d.exit_code) == (None, 3, 3, "unstable", 1)
+    assert (c.first_part, c.first_nan_a, c.first_nan_b, d.verdict, d.exit_code) == (None, 3, 3, Verdict.UNSTABLE, 1)
     assert "at the same step" in d.advice and d.next_command == "align compare dumps_ms/ dumps_pt/"
 
 
 def test_nan_beyond_the_shorter_log(tmp_path):
     c, d = curves(tmp_path, "loss 2\nloss 5\nloss inf\n", "loss 2\nloss 5\n")
-    assert (c.first_part, c.first_nan_a, c.first_nan_b, d.verdict, d.exit_code) == (None, 3, None, "unstable", 1)
+    assert (c.first_part, c.first_nan_a, c.first_nan_b, d.verdict, d.exit_code) == (None, 3, None, Verdict.UNSTABLE, 1)
     assert "beyond the other log's last step (2)" in d.advice
 
 
 def test_logs_that_start_late_cannot_get_the_step_1_2_test(tmp_path):
     comparison = compare_curves(read_losses(write(tmp_path, "a.log", "step 10 loss 2\nstep 20 loss 1\nstep 30 loss 0.5\n")),
                                 read_losses(write(tmp_path, "b.log", "step 10 loss 2\nstep 20 loss 1.1\n")))
-    d = diagnose(comparison)
-    assert (comparison.first_part, d.verdict) == (20, "later")
+    d = comparison
+    assert (comparison.first_part, d.verdict) == (20, Verdict.LATER)
     assert d.summary.startswith("Step 10 agrees; the curves part at step 20")
     assert "The logs start at step 10" in d.advice and d.next_command == "align diff step10_ms.ckpt step10_pt.pth"
     assert "compared only the 2 common steps" in d.warnings[0]
@@ -201,8 +229,8 @@ def test_logs_that_start_late_cannot_get_the_step_1_2_test(tmp_path):
 def test_divergence_at_an_epoch_start_points_at_the_data_order(tmp_path):
     a = write(tmp_path, "a.log", "epoch: 1 step: 1, loss is 2\nepoch: 1 step: 2, loss is 1.5\nepoch: 2 step: 1, loss is 1.2\n")
     b = write(tmp_path, "b.csv", "step,loss\n1,2\n2,1.5\n3,1.3125\n")
-    d = diagnose(compare_curves(read_losses(a), read_losses(b)))
-    assert d.verdict == "later" and "Step 3 starts a new epoch" in d.advice
+    d = compare_curves(read_losses(a), read_losses(b))
+    assert d.verdict == Verdict.LATER and "Step 3 starts a new epoch" in d.advice
 
 
 # --- the command on bad input --------------------------------------------------------------------------------
@@ -233,7 +261,7 @@ def test_no_common_steps(capsys, logs, tmp_path):
 
 def test_nan_exits_1_with_the_first_nan_step_of_each_side(capsys, logs, tmp_path):
     nan = write(tmp_path, "nan.log", "step 1 loss 2.5\nstep 2 loss nan\n")
-    code, out, _ = run(capsys, logs[0], nan, "--json")
+    code, out, _ = run(capsys, logs[0], nan, "--json", "-")
     report = json.loads(out)
     assert (code, report["a"]["first_nan"], report["b"]["first_nan"]) == (1, None, 2)
     assert report["steps"][1]["b"] == "nan" and report["next_command"] == "align diff step1_ms.ckpt step1_pt.pth"
@@ -249,21 +277,31 @@ def test_nan_exits_1_with_the_first_nan_step_of_each_side(capsys, logs, tmp_path
     (["{a}", "{b}", "--pattern-a", r"nomatch (?P<loss>\S+)"], ["no line matches --pattern-a"]),
     (["{a}", "{b}", "--pattern-b", r"loss (?P<loss>\S+)"], ["--pattern-b applies to text logs", "JSONL"]),
     (["{b}", "{b}", "--pattern", r"(?P<loss>\S+)"], ["neither RUN_A nor RUN_B is a text log"]),
-    (["{a}", "{b}", "--rtol", "x"], ["--rtol: 'x' is not a number"]),
-    (["{a}", "{b}", "--rtol", "-1"], ["--rtol: '-1' must be a finite number >= 0"]),
-    (["{a}", "{b}", "--atol", "nan"], ["--atol: 'nan' must be a finite number >= 0"]),
+    (["{a}", "{b}", "--rtol", "x", "--atol", "0"], ["--rtol must be a number, got 'x'"]),
+    (["{a}", "{b}", "--rtol", "-1", "--atol", "0"], ["--rtol must be a finite number >= 0, got '-1'"]),
+    (["{a}", "{b}", "--rtol", "0", "--atol", "nan"], ["--atol must be a finite number >= 0, got 'nan'"]),
+    (["{a}", "{b}", "--rtol", "1e-6"], ["--rtol was given without --atol: give both or neither"]),
+    (["{a}", "{b}", "--atol", "1e-6"], ["--atol was given without --rtol: give both or neither"]),
+    (["{a}", "{b}", "--rtol", "x*:1", "--atol", "x*:1"], ["per-name values (x*:...) do not apply to losses"]),
+    (["{a}", "{b}", "--noise", "-1"], ["--noise must be a finite number >= 0, got '-1'"]),
+    (["{a}", "{b}", "--noise", "1e-6", "--repeat-a", "{a}"], ["give --noise or --repeat-a/--repeat-b, not both"]),
+    (["{a}", "{b}", "--repeat-a", "{late}"], ["--repeat-a:", "shares no step with"]),
+    (["{a}", "{b}", "--repeat-b", "{empty}"], ["is empty"]),
+    (["{a}", "{b}", "--json", "{tmp}/r.png", "--plot", "{tmp}/r.png"], ["must name different files"]),
+    (["{a}", "{b}", "--json", "{a}"], ["already exists (use --force to overwrite)"]),
     (["{a}", "{b}", "--show", "-1"], ["--show: '-1' must be >= 0"]),
     (["{a}", "{b}", "--show", "2.5"], ["--show: '2.5' is not a whole number"]),
-    (["{a}", "{b}", "--json", "--plot", "{a}"], ["already exists (use --force to overwrite)"]),
+    (["{a}", "{b}", "--json", "-", "--plot", "{a}"], ["already exists (use --force to overwrite)"]),
     (["{a}", "{b}", "--plot", "{tmp}/plot.txt"], ["--plot: cannot write .txt"]),
     (["{a}", "{b}", "--plot", "{tmp}/nodir/plot.png"], ["output directory", "does not exist"]),
-    (["{a}", "{noloss}", "--plot", "{tmp}/plot.png", "--json"], ["no losses found"]),
+    (["{a}", "{noloss}", "--plot", "{tmp}/plot.png", "--json", "{tmp}/r.json"], ["no losses found"]),
     (["{a}", "{b}", "--force", "--plot", "{dir}"], ["is a directory"]),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, logs, tmp_path, args, fragments):
     (tmp_path / "adir").mkdir()
     names = {"a": logs[0], "b": logs[1], "dir": tmp_path / "adir", "tmp": tmp_path,
-             "empty": write(tmp_path, "empty.log", ""), "noloss": write(tmp_path, "noloss.log", "hello\n")}
+             "empty": write(tmp_path, "empty.log", ""), "noloss": write(tmp_path, "noloss.log", "hello\n"),
+             "late": write(tmp_path, "late.log", "step 7 loss 1\n")}
     before = sorted(p.name for p in tmp_path.iterdir())
     assert_one_line_error(run(capsys, *(arg.format(**names) for arg in args)), *fragments)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
@@ -282,3 +320,32 @@ def test_table_shows_the_parting_step_beyond_the_first_rows(capsys, tmp_path):
     rows = [line.split()[0] for line in out.splitlines() if line.strip()[:1].isdigit() or line.strip() == "..."]
     assert (code, rows) == (1, ["1", "...", "3"])
     assert "Steps 1-2 agree; the curves part at step 3" in out and "align diff step2_ms.ckpt step2_pt.pth" in out
+
+
+def test_a_noisy_repeat_widens_the_noise_bound(tmp_path):
+    a = read_losses(write(tmp_path, "a.log", "loss 2.0\nloss 1.5\n"))
+    b = read_losses(write(tmp_path, "b.log", "loss 2.0001\nloss 1.5\n"))
+    assert compare_curves(a, b).verdict == Verdict.FORWARD  # 1e-4 is ~100x the float32 estimate (9.5e-7)
+    # a rerun of A that moved by 1e-4 at step 1: sigma 1e-4, bound 4e-4 plus rounding
+    repeat = read_losses(write(tmp_path, "a2.log", "loss 2.0001\nloss 1.5\n"))
+    report = compare_curves(a, b, repeat_a=repeat)
+    assert (report.verdict, report.noise.source) == (Verdict.AGREE, "repeat")
+    assert report.steps[1].noise == pytest.approx(1e-4)
+
+
+def test_an_identical_repeat_measures_nothing_and_says_so(tmp_path):
+    a = read_losses(write(tmp_path, "a.log", "loss 2.0\nloss 1.5\n"))
+    report = compare_curves(a, a, repeat_b=a)
+    assert report.verdict == Verdict.AGREE and report.steps[0].noise == pytest.approx(4 * 2 ** -23 * 2)
+    assert len(report.warnings) == 1 and "identical to B on every common step" in report.warnings[0]
+
+
+def test_json_to_a_file_keeps_the_text_report_and_is_strict(capsys, logs, tmp_path):
+    nan = write(tmp_path, "nan.log", "step 1 loss 2.5\nstep 2 loss nan\n")
+    code, out, _ = run(capsys, logs[0], nan, "--json", tmp_path / "r.json")
+    text = (tmp_path / "r.json").read_text()
+    report = json.loads(text, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))
+    assert code == 1 and "Step 1 agrees, step 2 differs" in out
+    assert (report["verdict"], report["exit_code"], report["steps"][1]["status"]) == ("update", 1, "differs")
+    assert report["tolerance"] == {"rtol": 1e-4, "atol": 1e-6, "symmetric": True}
+    assert report["noise"]["source"] == "float32" and report["steps"][1]["abs_diff"] == "nan"

@@ -7,7 +7,7 @@ import numpy as np
 
 from aligner.core.atomic import atomic_path
 from aligner.core.errors import AlignerError
-from aligner.pipelines.losses.diagnose import Comparison
+from aligner.pipelines.losses import LossReport
 
 SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -19,33 +19,40 @@ def check_plot_suffix(path: Path) -> None:
                            f"({path.name}); use {', '.join(SUFFIXES)}")
 
 
-def plot_comparison(c: Comparison, path: Path) -> None:
-    """Top: both curves; bottom: |A-B| and relative difference (log scale) with the tolerance and the parting step."""
+def plot_report(report: LossReport, path: Path) -> None:
+    """Top: both curves; bottom: |A-B|, the noise bound and the relative difference (log scale), the parting step."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
     from matplotlib.ticker import MaxNLocator
 
+    a, b, part = report.a, report.b, report.first_part
+    steps = np.array([row.step for row in report.steps])
+    abs_diff = np.array([row.abs_diff for row in report.steps])
+    rel_diff = np.array([row.rel_diff for row in report.steps])
+    noise_bound = np.array([row.noise_bound for row in report.steps])
     fig = Figure(figsize=(8, 6), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True)
-    marker = "o" if max(len(c.a.steps), len(c.b.steps)) <= 50 else None
-    top.plot(c.a.steps, c.a.losses, marker=marker, label=f"A: {Path(c.a.path).name}")
-    top.plot(c.b.steps, c.b.losses, marker=marker, linestyle="--", label=f"B: {Path(c.b.path).name}")
+    marker = "o" if max(len(a.steps), len(b.steps)) <= 50 else None
+    top.plot(a.steps, a.losses, marker=marker, label=f"A: {Path(a.path).name}")
+    top.plot(b.steps, b.losses, marker=marker, linestyle="--", label=f"B: {Path(b.path).name}")
     top.set_ylabel("loss")
     with np.errstate(invalid="ignore"):
         positive = lambda x: np.where(x > 0, x, np.nan)  # noqa: E731 - zeros have no place on a log axis
-        bottom.semilogy(c.steps, positive(c.abs_diff), marker=marker, label="|A-B|")
-        bottom.semilogy(c.steps, positive(c.rel_diff), marker=marker, label="|A-B| / max(|A|,|B|)")
-    bottom.axhline(c.rtol, color="grey", linestyle=":", label=f"rtol={c.rtol:g}")
+        bottom.semilogy(steps, positive(abs_diff), marker=marker, label="|A-B|")
+        bottom.semilogy(steps, positive(noise_bound), color="grey", linestyle="-.",
+                        label=f"noise bound ({report.noise.factor:g} sigma + rounding)")
+        bottom.semilogy(steps, positive(rel_diff), marker=marker, label="|A-B| / max(|A|,|B|)")
+    bottom.axhline(report.tolerance.rtol, color="grey", linestyle=":", label=f"rtol={report.tolerance.rtol:g}")
     bottom.set_xlabel("global step")
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     bottom.set_ylabel("difference")
     for axis in (top, bottom):
-        if c.first_part is not None:
-            axis.axvline(c.first_part, color="red", linestyle="--", label=f"curves part (step {c.first_part})")
-        for side, step in (("A", c.first_nan_a), ("B", c.first_nan_b)):
+        if part is not None:
+            axis.axvline(part, color="red", linestyle="--", label=f"curves part (step {part})")
+        for side, step in (("A", report.first_nan_a), ("B", report.first_nan_b)):
             if step is not None:
                 axis.axvline(step, color="black", linestyle=":", label=f"{side}: first NaN/inf (step {step})")
         axis.legend(fontsize="small")
-    top.set_title("Loss curves" if c.first_part is None else f"Loss curves part at step {c.first_part}")
+    top.set_title("Loss curves" if part is None else f"Loss curves part at step {part}")
     try:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=path.suffix.lower().lstrip("."))
