@@ -14,7 +14,8 @@ from aligner.core.version import __version__ as __version__
 _API = {
     "fix_random": "aligner.dumping.randomness",
     "disable_dropout": "aligner.dumping.randomness",
-    "check_determinism": "aligner.dumping.randomness",
+    "check_determinism": "aligner.dumping.determinism",
+    "inspect_model": "aligner.pipelines.inspect",
     "dump": "aligner.api",
     "compare": "aligner.api",
     "save": "aligner.dumping",

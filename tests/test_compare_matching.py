@@ -1,9 +1,16 @@
-"""Record matching: names first (with call occurrences), then order and shape in the gaps, unmatched reported."""
+"""Record matching: names first (with call occurrences), then content, type and shape in the gaps; pass-through
+calls folded; unmatched reported."""
 from __future__ import annotations
 
-from aligner.pipelines.compare.matching import match
-from aligner.pipelines.compare.sources import Item
+import numpy as np
+import pytest
+
 from aligner.dumping.manifest import Record
+from aligner.pipelines.compare.matching import match
+from aligner.pipelines.compare.run import compare
+from aligner.pipelines.compare.sources import Item
+from aligner.render.compare import summary
+from compare_fixtures import write_dump
 
 
 def _items(names: list[str], shapes: list[list[int]] | None = None, kind: str = "forward") -> list[Item]:
@@ -49,3 +56,56 @@ def test_thousands_of_records_with_renames_scattered_through_them() -> None:
     pairs = match(a, b)  # anchors + per-gap alignment: an O(n*m) table would be 4e8 cells
     assert len(pairs) == n and all(p.a is not None and p.b is not None for p in pairs)
     assert sum(p.matched_by == "content" for p in pairs) == n // 10
+
+
+def _resnet_like(tmp_path, bug: str | None = None):
+    """Dumps of two residual blocks as timm writes them (Identity `drop_block`/`aa`, one module per activation) and
+    as mindcv does (one `relu` cell called twice per block); `bug` names the MindSpore call that is made wrong."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    weights = [rng.standard_normal((16, 16)).astype(np.float32) / 4 for _ in range(4)]
+    pt, ms = [], []
+    for blk in range(2):
+        shortcut = x
+        h1 = x @ weights[2 * blk]
+        b1 = (h1 - h1.mean(0)) / (h1.std(0) + 1e-5)
+        a1 = np.maximum(b1, 0)
+        h2 = a1 @ weights[2 * blk + 1]
+        b2 = (h2 - h2.mean(0)) / (h2.std(0) + 1e-5)
+        out = np.maximum(b2 + shortcut, 0)
+        bad_a1 = np.where(b1 > 0, b1, 0.01 * b1) if bug == f"{blk}.relu#0" else a1
+        bad_out = np.where(b2 + shortcut > 0, b2 + shortcut, 0.01 * (b2 + shortcut)) if bug == f"{blk}.relu#1" else out
+        p = f"layer1.{blk}"
+        pt += [(f"{p}.conv1", "Conv2d", h1), (f"{p}.bn1", "BatchNorm2d", b1), (f"{p}.drop_block", "Identity", b1),
+               (f"{p}.act1", "ReLU", a1), (f"{p}.aa", "Identity", a1), (f"{p}.conv2", "Conv2d", h2),
+               (f"{p}.bn2", "BatchNorm2d", b2), (f"{p}.act2", "ReLU", out)]
+        h2_ms = bad_a1 @ weights[2 * blk + 1]
+        b2_ms = (h2_ms - h2_ms.mean(0)) / (h2_ms.std(0) + 1e-5)
+        ms += [(f"{p}.conv1", "Conv2d", h1), (f"{p}.bn1", "BatchNorm2d", b1), (f"{p}.relu", "ReLU", bad_a1),
+               (f"{p}.conv2", "Conv2d", h2_ms), (f"{p}.bn2", "BatchNorm2d", b2_ms),
+               (f"{p}.relu", "ReLU", bad_out if bug == f"{blk}.relu#1" else np.maximum(b2_ms + shortcut, 0))]
+        x = out
+    write_dump(tmp_path / "pt", "pytorch", [{"module": m, "type": t, "array": a} for m, t, a in pt])
+    write_dump(tmp_path / "ms", "mindspore", [{"module": m, "type": t, "array": a} for m, t, a in ms])
+    return tmp_path / "ms", tmp_path / "pt"
+
+
+def test_identity_modules_and_a_reused_cell_pair_by_content(tmp_path) -> None:
+    ms, pt = _resnet_like(tmp_path)
+    for a, b in ((ms, pt), (pt, ms)):
+        result = compare(str(a), str(b))
+        assert result.passed and result.exit_code == 0, summary(result)
+        pairs = {(r.pair.a.record.module if r.pair.a else None, r.pair.b.record.module if r.pair.b else None,
+                  r.pair.matched_by) for r in result.rows}
+        assert ("layer1.0.relu", "layer1.0.act1", "content") in pairs and \
+            ("layer1.0.relu", "layer1.0.act2", "content") in pairs
+        assert result.matched["folded_b"] == 4 and result.matched["unmatched_a"] == result.matched["unmatched_b"] == 0
+
+
+@pytest.mark.parametrize("bug, origin", [("0.relu#0", "layer1.0.act1"), ("1.relu#1", "layer1.1.act2")])
+def test_a_bug_in_a_reused_cell_is_named_in_both_orders(tmp_path, bug, origin) -> None:
+    ms, pt = _resnet_like(tmp_path, bug)
+    for a, b in ((ms, pt), (pt, ms)):
+        result = compare(str(a), str(b))
+        assert result.exit_code == 1
+        assert result.module(result.verdict.findings[0].origin) == origin, summary(result)

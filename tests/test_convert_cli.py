@@ -10,8 +10,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
-
 from conftest import assert_one_line_error
+
 from aligner.io import open_checkpoint
 
 DTYPES = [torch.float16, torch.float32, torch.float64, torch.bfloat16, torch.int8, torch.int16, torch.int32,
@@ -84,7 +84,7 @@ def test_safetensors_library_reads_our_files(tmp_path, align):
 
 def test_nested_state_dict_is_found_and_reported(tmp_path, align):
     torch.save({"epoch": 3, "model": {"fc.weight": torch.ones(2, 3)}}, tmp_path / "n.pth")
-    proc = align("inspect", tmp_path / "n.pth", "--json")
+    proc = align("inspect", tmp_path / "n.pth", "--json", "-")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["summary"]["notes"] == ["state_dict nested under 'model'"]
@@ -105,7 +105,7 @@ def test_pickled_code_is_refused_unless_trusted(tmp_path, align):
 
 def test_inspect_stats_counts_nan_and_inf(tmp_path, align):
     np.save(tmp_path / "x.npy", np.array([1.0, np.nan, np.inf, -2.0], np.float32))
-    out = json.loads(align("inspect", tmp_path / "x.npy", "--stats", "--json").stdout)
+    out = json.loads(align("inspect", tmp_path / "x.npy", "--stats", "--json", "-").stdout)
     row = out["tensors"][0]
     assert (row["nan"], row["inf"], row["min"], row["max"]) == (1, 1, -2.0, 1.0)
 
@@ -114,7 +114,7 @@ def test_inspect_bfloat16_safetensors(tmp_path, align):
     from safetensors.torch import save_file
 
     save_file({"w": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)}, str(tmp_path / "b.safetensors"))
-    out = json.loads(align("inspect", tmp_path / "b.safetensors", "--stats", "--json").stdout)
+    out = json.loads(align("inspect", tmp_path / "b.safetensors", "--stats", "--json", "-").stdout)
     assert out["tensors"][0]["dtype"] == "bfloat16" and out["tensors"][0]["max"] == 5.0
 
 
@@ -233,3 +233,90 @@ def test_bfloat16_source_converts_with_ml_dtypes(tmp_path, align):
                                          (["nope"], "No such command")])
 def test_usage_errors_are_one_line(align, args, needle):
     assert_one_line_error(align(*args), needle)
+
+
+def test_summary_names_missing_unexpected_and_mismatched_keys(tmp_path, align):
+    _model_pth(tmp_path / "m.pth")  # 0 = Linear(3, 4), 1 = BatchNorm1d(4)
+    torch.save({"0.weight": torch.zeros(4, 3), "0.bias": torch.zeros(5), "1.weight": torch.zeros(4),
+                "1.bias": torch.zeros(4), "1.running_mean": torch.zeros(4), "1.running_var": torch.zeros(4),
+                "extra.weight": torch.zeros(9, 9)}, tmp_path / "like.pth")
+    out = tmp_path / "plan.json"
+    proc = align("convert", tmp_path / "m.pth", "-o", tmp_path / "o.pth", "--like", tmp_path / "like.pth",
+                 "--json", out)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "missing (1: target keys no source fills): extra.weight" in proc.stdout
+    assert "mismatched shapes (1" in proc.stdout and "0.bias" in proc.stdout
+    assert "nothing written" in proc.stderr and not (tmp_path / "o.pth").exists()
+    result = json.loads(out.read_text())
+    assert not result["written"] and result["tensors_written"] == 0
+    assert [r["name"] for r in result["missing"]] == ["extra.weight"]
+    assert [r["name"] for r in result["shape_mismatch"]] == ["0.bias"]
+    assert result["counts"]["missing"] == 1 and result["entries"]
+
+
+def test_summary_lists_dropped_and_created_on_purpose_abbreviated(tmp_path, align):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(*[torch.nn.BatchNorm1d(2) for _ in range(7)])
+    torch.save(net.state_dict(), tmp_path / "bn.pth")
+    proc = align("convert", tmp_path / "bn.pth", "-o", tmp_path / "bn.ckpt", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)  # only JSON on stdout with '-'
+    assert [r["name"] for r in result["dropped"]] == [f"{i}.num_batches_tracked" for i in range(7)]
+    assert result["written"] and result["tensors_written"] == 28 and result["guesses"] == []
+    text = align("convert", tmp_path / "bn.pth", "-o", tmp_path / "bn2.ckpt")
+    assert "dropped on purpose (7: no twin in the target framework, tied, or a user drop): 0.num_batches_tracked" \
+        in text.stdout
+    assert "and 2 more (-v: all)" in text.stdout
+    back = align("convert", tmp_path / "bn.ckpt", "-o", tmp_path / "back.pth", "-v")
+    assert back.returncode == 0 and "created (7" in back.stdout and "6.num_batches_tracked" in back.stdout
+
+
+def test_guessed_layer_types_are_named_without_like(tmp_path, align):
+    """A lone 2-D weight is a bias-free Linear or an Embedding: the plan says which it guessed and how to be sure."""
+    torch.save({"tok.weight": torch.randn(10, 4), "emb.weight": torch.randn(10, 4), "fc.weight": torch.randn(3, 4),
+                "fc.bias": torch.randn(3)}, tmp_path / "m.pth")
+    proc = align("convert", tmp_path / "m.pth", "-o", tmp_path / "m.ckpt")
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: tok: layer type guessed" in proc.stdout and "read as Linear without bias" in proc.stdout
+    assert "embedding_table" in proc.stdout and "--like" in proc.stdout
+    assert "warning: emb: layer type guessed" in proc.stdout and "warning: fc:" not in proc.stdout
+    result = json.loads(align("convert", tmp_path / "m.pth", "-o", tmp_path / "m2.ckpt", "--json", "-").stdout)
+    assert {g["module"] for g in result["guesses"]} == {"tok", "emb"}
+    guessed = {e["sources"][0] for e in result["entries"] if e["guessed"]}
+    assert guessed == {"tok.weight", "emb.weight"}
+    # a target checkpoint settles it: no guess, and the Embedding lands in embedding_table
+    import mindspore as ms
+
+    ms.save_checkpoint([{"name": "tok.embedding_table", "data": ms.Tensor(np.zeros((10, 4), np.float32))},
+                        {"name": "emb.embedding_table", "data": ms.Tensor(np.zeros((10, 4), np.float32))},
+                        {"name": "fc.weight", "data": ms.Tensor(np.zeros((3, 4), np.float32))},
+                        {"name": "fc.bias", "data": ms.Tensor(np.zeros(3, np.float32))}], str(tmp_path / "t.ckpt"))
+    like = align("convert", tmp_path / "m.pth", "-o", tmp_path / "m3.ckpt", "--like", tmp_path / "t.ckpt",
+                 "--json", "-")
+    assert like.returncode == 0, like.stdout + like.stderr
+    assert json.loads(like.stdout)["guesses"] == []
+    with open_checkpoint(str(tmp_path / "m3.ckpt")) as src:
+        assert set(src.names) == {"tok.embedding_table", "emb.embedding_table", "fc.weight", "fc.bias"}
+
+
+def test_convert_json_refuses_existing_file_and_trust_pickle_aliases(tmp_path, align):
+    _model_pth(tmp_path / "m.pth")
+    (tmp_path / "r.json").write_text("{}")
+    proc = align("convert", tmp_path / "m.pth", "-o", tmp_path / "o.ckpt", "--json", tmp_path / "r.json")
+    assert_one_line_error(proc, "already exists")
+    assert not (tmp_path / "o.ckpt").exists()
+    torch.save({"w": torch.ones(2), "x": Evil()}, tmp_path / "evil.pth")
+    assert_one_line_error(align("convert", tmp_path / "evil.pth", "-o", tmp_path / "e.ckpt"), "--trust-pickle")
+    for flag in ("--trust-pickle", "--allow-pickle"):
+        assert align("convert", tmp_path / "evil.pth", "-o", tmp_path / f"e{flag}.ckpt", flag).returncode == 0
+
+
+def test_library_convert_returns_a_result(tmp_path):
+    from aligner.mapping.plan import EntryStatus
+    from aligner.pipelines.convert import ConvertResult, convert
+
+    _model_pth(tmp_path / "m.pth")
+    result = convert(str(tmp_path / "m.pth"), str(tmp_path / "m.ckpt"))
+    assert isinstance(result, ConvertResult) and result and result.exit_code == 0
+    assert [e.sources[0] for e in result.with_status(EntryStatus.DROPPED)] == ["1.num_batches_tracked"]
+    assert json.loads(json.dumps(result.to_dict()))["dropped"][0]["name"] == "1.num_batches_tracked"

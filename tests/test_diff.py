@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from aligner.pipelines.convert import plan_conversion
-from aligner.io import open_checkpoint
 from conftest import assert_one_line_error
 from twin_models import example_input, make_twins
+
+from aligner.io import open_checkpoint
+from aligner.pipelines.convert import plan_conversion
 
 TRAINABLE = ["conv1.weight", "conv1.bias", "bn1.weight", "bn1.bias", "conv2.weight", "conv2.bias", "bn2.weight",
              "bn2.bias", "fc.weight", "fc.bias"]
@@ -32,12 +32,17 @@ def train_torch(path: Path, lr: float = 0.1, frozen: str | None = None, init: Pa
     torch.save(net.state_dict(), path)
 
 
-def train_mindspore(path: Path, lr: float = 0.1, frozen: str | None = None) -> None:
-    """One SGD step of the MindSpore twin (same weights); `frozen` (MindSpore name) is left out of the optimizer."""
+def train_mindspore(path: Path, lr: float = 0.1, frozen: str | None = None, bn_momentum: float | None = None) -> None:
+    """One SGD step of the MindSpore twin (same weights); `frozen` (MindSpore name) is left out of the optimizer;
+    `bn_momentum` rebuilds both BatchNorms with that momentum (fresh BatchNorms hold the same values as torch's)."""
     import mindspore as ms
     from mindspore import nn
 
     _, net = make_twins("cnn", 0)
+    if bn_momentum is not None:
+        net.bn1 = nn.BatchNorm2d(4, momentum=bn_momentum)
+        net.bn2 = nn.BatchNorm2d(8, momentum=bn_momentum)
+        net.set_train(True)
     opt = nn.SGD([p for p in net.trainable_params() if p.name != frozen], learning_rate=lr)
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
@@ -49,16 +54,17 @@ def train_mindspore(path: Path, lr: float = 0.1, frozen: str | None = None) -> N
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory) -> dict[str, Path]:
     """init.pth, the clean pair, a wrong-lr MindSpore run, MindSpore and torch runs with fc.bias left out of the
-    optimizer."""
+    optimizer, and a MindSpore run with torch's BatchNorm momentum number (0.1) copied without conversion."""
     d = tmp_path_factory.mktemp("diff")
     files = {k: d / v for k, v in {"init": "init.pth", "pt": "step1_pt.pth", "ms": "step1_ms.ckpt",
                                    "ms_lr": "lr_ms.ckpt", "ms_frozen": "frozen_ms.ckpt",
-                                   "pt_frozen": "frozen_pt.pth"}.items()}
+                                   "pt_frozen": "frozen_pt.pth", "ms_bn": "bn_momentum_ms.ckpt"}.items()}
     train_torch(files["pt"], init=files["init"])
     train_torch(files["pt_frozen"], frozen="fc.bias")
     train_mindspore(files["ms"])
     train_mindspore(files["ms_lr"], lr=0.11)
     train_mindspore(files["ms_frozen"], frozen="fc.bias")
+    train_mindspore(files["ms_bn"], bn_momentum=0.1)
     return files
 
 
@@ -71,8 +77,12 @@ def test_clean_step_matches(align, ckpts):
     assert len(compared) == 14  # 10 trainable + 4 BatchNorm running stats; num_batches_tracked is only in B
     assert all(p["metrics"]["max_abs_err"] < 1e-6 for p in compared.values())
     assert (result["a"]["tensors"], result["b"]["tensors"]) == (14, 16)
-    assert result["a"]["trainable_tensors"] is None and result["b"]["trainable_tensors"] == 10
-    assert result["b"]["trainable_elements"] == 1722
+    # parameters and buffers by name on both sides; trainable is unknown from a file (no requires_grad in it)
+    assert (result["a"]["parameters"], result["a"]["buffers"]) == (10, 4)
+    assert (result["b"]["parameters"], result["b"]["buffers"]) == (10, 6)
+    assert result["b"]["parameter_elements"] == 1722
+    assert result["a"]["trainable"] is None and result["b"]["trainable"] is None
+    assert result["hints"] == [] and result["passed"]
     # The conv biases feed a training-mode BatchNorm: zero gradient in exact arithmetic, but whether rounding leaves
     # them bit-identical to init depends on the machine's summation order, so they may or may not be listed.
     assert set(result["frozen_both"]) <= {"conv1.bias", "conv2.bias"}
@@ -156,7 +166,7 @@ def test_map_renames_a(align, ckpts, tmp_path):
     assert "All 16 compared parameters agree" in proc.stdout
 
 
-def test_missing_and_unexpected_keys(align, ckpts, tmp_path):
+def test_missing_and_unexpected_keys_fail_only_with_strict(align, ckpts, tmp_path):
     import torch
 
     state = torch.load(ckpts["pt"])
@@ -165,9 +175,16 @@ def test_missing_and_unexpected_keys(align, ckpts, tmp_path):
     edited = tmp_path / "edited.pth"
     torch.save(state, edited)
     proc = align("diff", edited, ckpts["pt"], "--json", "-")
-    assert proc.returncode == 1
-    status = {p["name"]: p["status"] for p in json.loads(proc.stdout)["params"]}
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    status = {p["name"]: p["status"] for p in result["params"]}
     assert status["fc.bias"] == "missing" and status["extra.weight"] == "unexpected"
+    assert result["one_side"] == ["fc.bias", "extra.weight"] and not result["equal"] and result["passed"]
+    text = align("diff", edited, ckpts["pt"])
+    assert text.returncode == 0 and "missing" in text.stdout and "extra.weight" in text.stdout
+    assert "--strict" in text.stdout
+    strict = align("diff", edited, ckpts["pt"], "--strict", "--json", "-")
+    assert strict.returncode == 1 and not json.loads(strict.stdout)["passed"]
 
 
 def test_shape_mismatch(align, ckpts, tmp_path):
@@ -194,8 +211,9 @@ def test_different_models(align, ckpts, tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (["missing.ckpt", "{pt}"], "no such file"),
     (["{corrupt}", "{pt}"], "corrupt"),
-    (["{ms}", "{pt}", "--rtol", "abc"], "--rtol must be a number"),
-    (["{ms}", "{pt}", "--atol", "-1"], "--atol must be a finite number"),
+    (["{ms}", "{pt}", "--rtol", "abc", "--atol", "0"], "--rtol must be a number"),
+    (["{ms}", "{pt}", "--atol", "-1", "--rtol", "0"], "--atol must be a finite number"),
+    (["{ms}", "{pt}", "--rtol", "1e-4"], "give both or neither"),
     (["{ms}", "{pt}", "--map", "nomap.yaml"], "nomap.yaml"),
     (["{ms}", "{pt}", "--map", "{badmap}"], "badmap.yaml"),
     (["{ms}", "{pt}", "--init", "noinit.pth"], "no such file"),
@@ -223,4 +241,84 @@ def test_allow_pickle_needed_for_pickled_pth(align, ckpts, tmp_path):
     torch.save({"model": torch.load(ckpts["pt"]), "args": argparse.Namespace(lr=0.1)}, pickled)
     proc = align("diff", pickled, ckpts["pt"])
     assert proc.returncode == 2 and "pickle" in proc.stderr.lower(), proc.stderr
-    assert align("diff", pickled, ckpts["pt"], "--allow-pickle").returncode == 0
+    assert align("diff", pickled, ckpts["pt"], "--trust-pickle").returncode == 0
+    assert align("diff", pickled, ckpts["pt"], "--allow-pickle").returncode == 0  # the old spelling, hidden
+
+
+def test_wrong_lr_hint_names_the_ratio(align, ckpts):
+    proc = align("diff", ckpts["ms_lr"], ckpts["pt"], "--init", ckpts["init"], "--json", "-")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    hints = {h["rule"]: h for h in json.loads(proc.stdout)["hints"]}
+    assert set(hints) == {"learning-rate-ratio"}, hints
+    assert "1.1x" in hints["learning-rate-ratio"]["message"]
+    assert set(hints["learning-rate-ratio"]["where"]) <= set(TRAINABLE) and "fc.weight" in hints[
+        "learning-rate-ratio"]["where"]
+    text = align("diff", ckpts["ms_lr"], ckpts["pt"], "--init", ckpts["init"])
+    assert "hint: every updated parameter moved 1.1x as far in A as in B" in text.stdout
+    assert "learning rate differs" in text.stdout
+
+
+def test_bn_momentum_in_the_other_convention_is_named(align, ckpts):
+    # MindSpore momentum=0.1 keeps 10% of the old statistic where torch's 0.1 keeps 90%: A's statistics move 9x as far
+    proc = align("diff", ckpts["ms_bn"], ckpts["pt"], "--init", ckpts["init"], "--json", "-")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert set(result["differences"]) == {"bn1.running_mean", "bn1.running_var", "bn2.running_mean",
+                                          "bn2.running_var"}
+    (hint,) = result["hints"]
+    assert hint["rule"] == "bn-momentum" and "9x" in hint["message"] and "A's momentum" in hint["message"]
+    assert sorted(hint["where"]) == sorted(result["differences"])
+    # without --init, one step from a fresh BatchNorm (mean 0, variance 1) tells the same
+    bare = json.loads(align("diff", ckpts["ms_bn"], ckpts["pt"], "--json", "-").stdout)
+    assert [h["rule"] for h in bare["hints"]] == ["bn-momentum"] and "pass --init" in bare["hints"][0]["message"]
+    # the other way round B is the one in the wrong convention (ratio 1/9)
+    swapped = json.loads(align("diff", ckpts["pt"], ckpts["ms_bn"], "--json", "-").stdout)
+    assert [h["rule"] for h in swapped["hints"]] == ["bn-momentum"] and "B's momentum" in swapped["hints"][0][
+        "message"]
+    text = align("diff", ckpts["ms_bn"], ckpts["pt"])
+    assert "hint: BatchNorm running statistics moved 9x as far in A as in B" in text.stdout
+
+
+def test_updated_on_one_side_hint(align, ckpts):
+    proc = align("diff", ckpts["ms_frozen"], ckpts["pt"], "--init", ckpts["init"], "--json", "-")
+    hints = json.loads(proc.stdout)["hints"]
+    assert [h["rule"] for h in hints] == ["updated-one-side"]
+    assert hints[0]["where"] == ["fc.bias"] and "updated in B only" in hints[0]["message"]
+    assert "left out of A's optimizer" in hints[0]["message"]
+
+
+def test_no_hints_on_the_clean_pair_with_init(align, ckpts):
+    result = json.loads(align("diff", ckpts["ms"], ckpts["pt"], "--init", ckpts["init"], "--json", "-").stdout)
+    assert result["hints"] == []
+
+
+def test_json_is_strict_even_with_infinite_metrics(align, ckpts, tmp_path):
+    import torch
+
+    state = torch.load(ckpts["pt"])
+    state["fc.bias"] = torch.full_like(state["fc.bias"], float("inf"))
+    edited = tmp_path / "inf.pth"
+    torch.save(state, edited)
+    out = tmp_path / "d.json"
+    for target in ("-", out):
+        proc = align("diff", edited, ckpts["pt"], "--json", target)
+        assert proc.returncode == 1, proc.stderr
+        text = proc.stdout if target == "-" else out.read_text()
+        assert "Infinity" not in text and "NaN" not in text
+        json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+def test_library_result_is_typed():
+    from aligner.pipelines.diff import DiffResult, DiffStatus, diff_checkpoints  # noqa: F401
+
+    assert DiffStatus("update differs") is DiffStatus.UPDATE_DIFFERS and DiffStatus.EQUAL.value == "equal"
+
+
+def test_per_name_tolerance_override(align, ckpts):
+    # a loose tolerance on every parameter lets the 10% lr error pass; a tight one on fc.* still catches it there
+    loose = align("diff", ckpts["ms_lr"], ckpts["pt"], "--rtol", "1", "--atol", "1", "--json", "-")
+    assert loose.returncode == 0, loose.stdout[-500:]
+    mixed = align("diff", ckpts["ms_lr"], ckpts["pt"], "--rtol", "1", "--atol", "1", "--rtol", "fc.*:0",
+                  "--atol", "fc.*:0", "--json", "-")
+    assert mixed.returncode == 1
+    assert set(json.loads(mixed.stdout)["differences"]) == {"fc.weight", "fc.bias"}

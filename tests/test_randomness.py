@@ -10,10 +10,10 @@ import mindspore as ms
 import numpy as np
 import pytest
 import torch
+from twin_models import example_input, make_twins
 
 import aligner
 from aligner.core.errors import AlignerError
-from twin_models import example_input, make_twins
 
 ms.set_context(mode=ms.PYNATIVE_MODE)
 
@@ -92,13 +92,18 @@ def test_seeded_torch_runs_are_bitwise_identical_and_unseeded_dropout_is_caught(
     seeded = aligner.check_determinism(lambda: torch_block_step(tnet), model=tnet, seed=0)
     assert seeded.deterministic, str(seeded)
     assert seeded.compared > 40  # outputs, every module's forward/backward record, parameter gradients
+    assert str(seeded) == f"deterministic: 2 runs, {seeded.compared} tensors bitwise identical"
     unseeded = aligner.check_determinism(lambda: torch_block_step(tnet), runs=3, model=tnet)
     assert not unseeded.deterministic
     first = unseeded.differences[0]
     assert first.run == 1 and first.name.startswith("output['out']")
     assert any("forward attn.drop output[0]" in d.name for d in unseeded.differences)
     assert {d.run for d in unseeded.differences} == {1, 2}
-    assert "NOT deterministic" in str(unseeded)
+    first_line = str(unseeded).splitlines()[0]
+    assert first_line == unseeded.summary
+    assert first_line.startswith(f"NOT deterministic: {len(unseeded.differing)} of {unseeded.compared} tensors differ "
+                                 f"between 3 runs; first: output['out']")
+    assert unseeded.to_dict()["summary"] == first_line
 
 
 def test_seeded_mindspore_runs_are_bitwise_identical_and_unseeded_dropout_is_caught():
@@ -163,3 +168,15 @@ def test_disable_dropout_handles_sequential_containers_and_bad_input():
     assert np.array_equal(cell(x).asnumpy(), cell(x).asnumpy())
     with pytest.raises(AlignerError, match="disable_dropout needs"):
         aligner.disable_dropout([seq])
+
+
+def test_check_determinism_lives_below_randomness():
+    """One-way imports: determinism uses randomness.fix_random; randomness knows nothing of determinism."""
+    import inspect
+
+    from aligner.dumping import determinism, randomness
+
+    assert aligner.check_determinism is determinism.check_determinism
+    assert not hasattr(randomness, "check_determinism")
+    imports = [line for line in inspect.getsource(randomness).splitlines() if "import " in line]
+    assert not any("determinism" in line for line in imports), imports

@@ -12,7 +12,8 @@ from aligner.core.tolerance import ToleranceSpec
 F = Callable[..., Any]
 
 TOLERANCE_HELP = ("'X' for every record, 'GLOB:X' for matching names (repeatable; the last match wins). Give "
-                  "--rtol and --atol together, as torch.testing requires (default: per dtype).")
+                  "--rtol and --atol together, as torch.testing requires (default: the command's, e.g. per dtype "
+                  "as torch.testing for compare and diff).")
 
 
 def tolerance_options(func: F) -> F:

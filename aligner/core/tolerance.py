@@ -108,7 +108,7 @@ class ToleranceSpec:
             given, missing = ("--rtol", "--atol") if key in rtols else ("--atol", "--rtol")
             what = f"for {key!r} " if key else ""
             raise AlignerError(f"{given} {what}was given without {missing}: give both or neither, as torch.testing "
-                               f"does (a lone one would silently pair with the dtype's default)")
+                               f"does (a lone one would silently pair with a default)")
         default = Tolerance(rtols[""], atols[""], symmetric) if "" in rtols else None
         return cls(default, tuple((k, Tolerance(rtols[k], atols[k], symmetric)) for k in rtols if k))
 

@@ -1,4 +1,9 @@
-"""Run a step function several times from the same state and list every tensor that is not bitwise identical."""
+"""`check_determinism`: run a step function several times from the same state and list every tensor that is not
+bitwise identical ("does this framework even agree with itself?", asked before two frameworks are compared).
+
+Imports point one way: this module uses `randomness.fix_random`; `randomness` only pins seeds and knows nothing of it.
+The report is data with a `__str__` whose first line is the verdict; printing it is the caller's business.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -8,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from aligner.dumping import MemoryCapture
-from aligner.dumping.tensors import is_tensor, to_host
 from aligner.core.errors import AlignerError
+from aligner.dumping import MemoryCapture
+from aligner.dumping.randomness import fix_random
+from aligner.dumping.tensors import is_tensor, to_host
 
 
 @dataclasses.dataclass
@@ -34,12 +40,26 @@ class DeterminismReport:
     def deterministic(self) -> bool:
         return not self.differences
 
-    def __str__(self) -> str:
+    @property
+    def differing(self) -> list[str]:
+        """Names of the tensors that differ in at least one run, in first-seen order."""
+        return list(dict.fromkeys(d.name for d in self.differences))
+
+    @property
+    def summary(self) -> str:
+        """The one-line verdict (the first line of `str(report)`)."""
         if self.deterministic:
-            return f"deterministic: {self.compared} tensors bitwise identical over {self.runs} runs"
-        lines = [f"NOT deterministic: {len(self.differences)} of {self.compared} tensors differ over {self.runs} runs"]
-        lines += [f"  run {d.run}: {d.name}: {d.detail}" for d in self.differences]
-        return "\n".join(lines)
+            return f"deterministic: {self.runs} runs, {self.compared} tensors bitwise identical"
+        first = self.differences[0]
+        return (f"NOT deterministic: {len(self.differing)} of {self.compared} tensors differ between {self.runs} "
+                f"runs; first: {first.name} (run {first.run}: {first.detail})")
+
+    def __str__(self) -> str:
+        return "\n".join([self.summary] + [f"  run {d.run}: {d.name}: {d.detail}" for d in self.differences])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"deterministic": self.deterministic, "runs": self.runs, "compared": self.compared,
+                "summary": self.summary, "differences": [dataclasses.asdict(d) for d in self.differences]}
 
 
 def _leaves(obj: Any, name: str) -> list[tuple[str, np.ndarray]]:
@@ -90,10 +110,14 @@ class _State:
                 p.set_data(ms.Tensor(self.saved[name].copy()))
 
 
-def run_and_compare(fn: Callable[[], Any], runs: int, model: Any | None, seed: int | None) -> DeterminismReport:
-    """Call `fn` `runs` times (restoring `model` and reseeding between runs) and compare outputs and captures."""
-    from aligner.dumping.randomness import fix_random
+def check_determinism(fn: Callable[[], Any], runs: int = 2, *, model: Any = None,
+                      seed: int | None = None) -> DeterminismReport:
+    """Run the step function `fn` `runs` times and report every output, and with `model` every module output,
+    gradient and `aligner.save` probe, that is not bitwise identical to the first run.
 
+    With `model`, its parameters and buffers are restored (and torch `.grad` cleared) before each later run; with
+    `seed`, `fix_random(seed)` runs before each run. Build any optimizer inside `fn`: its state is not restored.
+    """
     if not isinstance(runs, int) or runs < 2:
         raise AlignerError(f"check_determinism needs runs >= 2, got {runs!r}")
     state = _State(model) if model is not None else None

@@ -1,5 +1,6 @@
-"""Reproducible runs: `fix_random` pins every seed and determinism switch, `disable_dropout` removes dropout, and
-`check_determinism` answers "does this framework even agree with itself?" before two frameworks are compared.
+"""Reproducible runs: `fix_random` pins every seed and determinism switch, `disable_dropout` removes dropout.
+
+(`check_determinism`, which uses `fix_random`, lives in `aligner.dumping.determinism`: imports point one way.)
 """
 from __future__ import annotations
 
@@ -125,17 +126,6 @@ def disable_dropout(model: Any) -> list[str]:
             _replace_children(cell, cell.name_cells().items(), lambda c: isinstance(c, drop), ms.nn.Identity,
                               f"{path}." if path else "", replaced)
     else:
-        raise AlignerError(f"disable_dropout needs a torch.nn.Module or a mindspore.nn.Cell, got {type(model).__name__}")
+        raise AlignerError(f"disable_dropout needs a torch.nn.Module or a mindspore.nn.Cell, "
+                           f"got {type(model).__name__}")
     return replaced
-
-
-def check_determinism(fn: Callable[[], Any], runs: int = 2, *, model: Any = None, seed: int | None = None) -> Any:
-    """Run the step function `fn` `runs` times and report every output, and with `model` every module output,
-    gradient and `aligner.save` probe, that is not bitwise identical to the first run (a `DeterminismReport`).
-
-    With `model`, its parameters and buffers are restored (and torch `.grad` cleared) before each later run; with
-    `seed`, `fix_random(seed)` runs before each run. Build any optimizer inside `fn`: its state is not restored.
-    """
-    from aligner.dumping.determinism import run_and_compare
-
-    return run_and_compare(fn, runs, model, seed)

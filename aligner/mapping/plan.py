@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections import Counter
 from typing import Any, Iterator
 
@@ -9,28 +10,65 @@ import numpy as np
 
 from aligner.io.base import TensorInfo, TensorSource
 from aligner.mapping import structural
-from aligner.mapping.rules import group_names, infer_rule, reverse_op, split_name
+from aligner.mapping.rules import LayerRule, group_names, infer_rule, reverse_op, split_name
 from aligner.mapping.transforms import apply_ops, shape_after
 from aligner.mapping.usermap import UserMap
 
-FAILING = ("missing", "shape mismatch", "ambiguous")
+
+class EntryStatus(str, enum.Enum):
+    """What happens to one tensor (a str enum: compares equal to, and serializes as, its value)."""
+
+    UNCHANGED = "unchanged"
+    RENAMED = "renamed"
+    TRANSFORMED = "transformed"
+    CREATED = "created"              # recreated in the target framework (num_batches_tracked as 0)
+    DROPPED = "dropped"              # on purpose: no twin in the target framework, tied, or a user drop
+    STRUCTURAL = "structural"        # paired with a --like key by module layout
+    MISSING = "missing"              # a --like key no source fills
+    UNEXPECTED = "unexpected"        # a source with no place in the --like target
+    SHAPE_MISMATCH = "shape mismatch"
+    AMBIGUOUS = "ambiguous"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FAILING = (EntryStatus.MISSING, EntryStatus.SHAPE_MISMATCH, EntryStatus.AMBIGUOUS)
 
 
 @dataclasses.dataclass
 class Entry:
-    """One row of the plan. `target` None = the source is not written (dropped / unexpected)."""
+    """One row of the plan. `target` None = the source is not written (dropped / unexpected).
+
+    `guessed` marks a layer type read from names and shapes that fit another layer type too (a lone 2-D `weight`:
+    a bias-free Linear or an Embedding); `--like` removes the guess.
+    """
 
     target: str | None
     sources: list[str]
-    status: str      # unchanged renamed transformed created dropped structural missing unexpected shape mismatch ambiguous
+    status: EntryStatus
     reason: str = ""
     ops: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     info: TensorInfo | None = None   # output shape/dtype
+    guessed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "sources": self.sources, "status": self.status, "reason": self.reason,
+        return {"target": self.target, "sources": self.sources, "status": self.status.value, "reason": self.reason,
                 "ops": self.ops, "shape": list(self.info.shape) if self.info else None,
-                "dtype": self.info.dtype if self.info else None}
+                "dtype": self.info.dtype if self.info else None, "guessed": self.guessed}
+
+
+@dataclasses.dataclass(frozen=True)
+class Guess:
+    """A module whose layer type was guessed: what it was read as, what else it could be, and why."""
+
+    module: str
+    chosen: str
+    alternatives: tuple[str, ...]
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"alternatives": list(self.alternatives)}
 
 
 @dataclasses.dataclass
@@ -41,6 +79,7 @@ class Plan:
     dst_framework: str
     entries: list[Entry]
     notes: list[str] = dataclasses.field(default_factory=list)
+    guesses: list[Guess] = dataclasses.field(default_factory=list)   # layer types read from names/shapes alone
 
     @property
     def outputs(self) -> list[Entry]:
@@ -52,6 +91,9 @@ class Plan:
 
     def counts(self) -> Counter:
         return Counter(e.status for e in self.entries)
+
+    def with_status(self, *statuses: EntryStatus) -> list[Entry]:
+        return [e for e in self.entries if e.status in statuses]
 
     def output_infos(self) -> dict[str, TensorInfo]:
         return {e.target: e.info for e in self.outputs}
@@ -68,9 +110,9 @@ class Plan:
 
 def _entry_from_rules(name: str, prefix: str, leaf: str, info: TensorInfo, rule, src: str, dst: str) -> Entry:
     if rule is None:
-        return Entry(name, [name], "unchanged", "no rule applies: same name", info=info)
+        return Entry(name, [name], EntryStatus.UNCHANGED, "no rule applies: same name", info=info)
     if src == "pytorch" and leaf in rule.pytorch_only:
-        return Entry(None, [name], "dropped", f"{rule.type}: {leaf} has no MindSpore twin")
+        return Entry(None, [name], EntryStatus.DROPPED, f"{rule.type}: {leaf} has no MindSpore twin")
     new_leaf = rule.leaf_map(src).get(leaf, leaf)
     new_prefix = prefix
     if dst == "pytorch" and rule.mindspore_infix and split_name(prefix)[1] == rule.mindspore_infix:
@@ -82,7 +124,7 @@ def _entry_from_rules(name: str, prefix: str, leaf: str, info: TensorInfo, rule,
         ops.append({"op": kind, "axis": int(axis)})
     target = f"{new_prefix}.{new_leaf}" if new_prefix else new_leaf
     shape = shape_after([info.shape], ops) if ops else info.shape
-    status = "transformed" if ops else ("renamed" if target != name else "unchanged")
+    status = EntryStatus.TRANSFORMED if ops else (EntryStatus.RENAMED if target != name else EntryStatus.UNCHANGED)
     return Entry(target, [name], status, f"{rule.type} rule", ops, TensorInfo(shape, info.dtype))
 
 
@@ -100,12 +142,12 @@ def _user_transforms(user: UserMap, infos: dict[str, TensorInfo]) -> list[Entry]
         if op == "split":
             for j, target in enumerate(t["targets"]):
                 ops = [{"op": "split", "axis": int(t["axis"]), "parts": len(t["targets"]), "index": j}]
-                entries.append(Entry(target, sources, "transformed", f"user transform #{i} (split)", ops,
+                entries.append(Entry(target, sources, EntryStatus.TRANSFORMED, f"user transform #{i} (split)", ops,
                                      TensorInfo(shape_after(shapes, ops), dtype)))
             continue
         ops = [{"op": "concat", "axis": int(t["axis"])}] if op == "concat" else \
             [{"op": op, "shape" if op == "reshape" else "perm": list(t["shape" if op == "reshape" else "perm"])}]
-        entries.append(Entry(t["target"], sources, "transformed", f"user transform #{i} ({op})", ops,
+        entries.append(Entry(t["target"], sources, EntryStatus.TRANSFORMED, f"user transform #{i} ({op})", ops,
                              TensorInfo(shape_after(shapes, ops), dtype)))
     return entries
 
@@ -116,6 +158,7 @@ def build_plan(infos: dict[str, TensorInfo], src: str, dst: str, user: UserMap |
     user = user or UserMap()
     entries = _user_transforms(user, infos)
     consumed = user.transform_sources()
+    guesses: list[Guess] = []
     for prefix, leaves in group_names({n: i for n, i in infos.items() if n not in consumed}).items():
         rule = infer_rule(prefix, leaves, src) if src != dst else None
         for leaf, info in leaves.items():
@@ -123,9 +166,9 @@ def build_plan(infos: dict[str, TensorInfo], src: str, dst: str, user: UserMap |
             utargets = user.targets(name)
             if utargets is not None:
                 if not utargets:
-                    entries.append(Entry(None, [name], "dropped", "user drop"))
-                entries.extend(Entry(t, [name], "renamed" if t != name else "unchanged", "user rename", info=info)
-                               for t in utargets)
+                    entries.append(Entry(None, [name], EntryStatus.DROPPED, "user drop"))
+                entries.extend(Entry(t, [name], EntryStatus.RENAMED if t != name else EntryStatus.UNCHANGED,
+                                     "user rename", info=info) for t in utargets)
                 continue
             entries.append(_entry_from_rules(name, prefix, leaf, info, rule, src, dst))
         if rule is not None and dst == "pytorch":
@@ -133,12 +176,44 @@ def build_plan(infos: dict[str, TensorInfo], src: str, dst: str, user: UserMap |
                                and split_name(e.sources[0])[0] == prefix), prefix)
             for leaf, spec in rule.pytorch_only.items():
                 target = f"{new_prefix}.{leaf}" if new_prefix else leaf
-                entries.append(Entry(target, [], "created", f"{rule.type}: {leaf} recreated as {spec['value']}",
-                                     [{"op": "create", **spec}], TensorInfo(tuple(spec["shape"]), spec["dtype"])))
-    plan = Plan(src, dst, entries)
+                entries.append(Entry(target, [], EntryStatus.CREATED,
+                                     f"{rule.type}: {leaf} recreated as {spec['value']}", [{"op": "create", **spec}],
+                                     TensorInfo(tuple(spec["shape"]), spec["dtype"])))
+        guess = _guess(prefix, leaves, rule, src, dst) if like is None and src != dst else None
+        if guess is not None:
+            guesses.append(guess)
+            for entry in entries:
+                if entry.sources and split_name(entry.sources[0])[0] == prefix and entry.sources[0] not in consumed:
+                    entry.guessed = True
+    plan = Plan(src, dst, entries, guesses=guesses)
     if like is not None:
         _reconcile(plan, infos, like, tied or {})
     return plan
+
+
+def _guess(prefix: str, leaves: dict[str, TensorInfo], rule: LayerRule | None, src: str, dst: str) -> Guess | None:
+    """A Guess when this group's leaves and shapes fit more than one layer type whose names differ in `dst`."""
+    module = prefix or "<top level>"
+    ranks = {leaf: len(info.shape) for leaf, info in leaves.items()}
+    chosen = rule.type if rule is not None else None
+    if src == "pytorch" and ranks == {"weight": 2}:
+        if chosen == "Embedding":
+            return Guess(module, "Embedding (weight -> embedding_table)", ("Linear without bias (keeps weight)",
+                         "mindspore.mint.nn.Embedding (keeps weight)"), "a lone 2-D weight; the module name "
+                         "looks like an embedding")
+        return Guess(module, "Linear without bias (keeps weight)", ("Embedding (MindSpore nn.Embedding and mindcv "
+                     "name it embedding_table)",), "a lone 2-D weight; the module name does not say embedding")
+    if src == "pytorch" and ranks == {"weight": 1}:
+        prelu = "PReLU (weight -> w)"
+        other = "a norm without bias, e.g. LayerNorm(bias=False) or RMSNorm (keeps weight)"
+        return Guess(module, prelu if chosen == "PReLU" else other, (other if chosen == "PReLU" else prelu,),
+                     "a lone 1-D weight")
+    if src == "mindspore" and dst == "pytorch" and chosen is None and "weight" in leaves \
+            and len(leaves["weight"].shape) == 4 and leaves["weight"].shape[2] == 1:
+        return Guess(module, "Conv2d with kernel height 1 (keeps the 4-D weight)",
+                     ("Conv1d/ConvTranspose1d (torch's weight has no unit axis 2)",),
+                     "a 4-D weight with a unit axis 2")
+    return None
 
 
 def _fit(entry: Entry, target: str, want: TensorInfo, how: str) -> None:
@@ -148,9 +223,10 @@ def _fit(entry: Entry, target: str, want: TensorInfo, how: str) -> None:
     if have.shape != want.shape:
         if structural.squeeze_shape(have.shape) == structural.squeeze_shape(want.shape):
             entry.ops = entry.ops + [{"op": "reshape", "shape": list(want.shape)}]
-            entry.status, how = "transformed", f"{how}; reshaped {list(have.shape)} -> {list(want.shape)}"
+            entry.status, how = EntryStatus.TRANSFORMED, f"{how}; reshaped {list(have.shape)} -> {list(want.shape)}"
         else:
-            entry.status, entry.reason = "shape mismatch", f"{how}; source {list(have.shape)} vs target {list(want.shape)}"
+            entry.status = EntryStatus.SHAPE_MISMATCH
+            entry.reason = f"{how}; source {list(have.shape)} vs target {list(want.shape)}"
             return
     if have.dtype != want.dtype:
         entry.ops = entry.ops + [{"op": "cast", "dtype": want.dtype}]
@@ -174,34 +250,34 @@ def _reconcile(plan: Plan, infos: dict[str, TensorInfo], like: dict[str, TensorI
         claimed.add(hit)
         if hit != entry.target:  # e.g. a mint.nn target keeps weight/bias: the original name is right
             entry.ops, entry.info = [], infos[entry.sources[0]]
-            entry.status = "unchanged" if hit == entry.sources[0] else "renamed"
+            entry.status = EntryStatus.UNCHANGED if hit == entry.sources[0] else EntryStatus.RENAMED
         _fit(entry, hit, like[hit], entry.reason or "target key")
     free_targets = {k: v for k, v in like.items() if k not in claimed}
     by_name = {e.target: e for e in leftovers}  # created leaves too: a recreated counter follows its module
     pairs, ambiguous = structural.match({n: e.info.shape for n, e in by_name.items()}, free_targets)
     for sname, tname, reason in pairs:
         entry = by_name.pop(sname)
-        if entry.status != "created":
-            entry.status = "structural"
+        if entry.status != EntryStatus.CREATED:
+            entry.status = EntryStatus.STRUCTURAL
         _fit(entry, tname, like[tname], reason)
         claimed.add(tname)
     for entry in leftovers:
         if entry.target in by_name and entry is by_name[entry.target]:
             src = entry.sources[0] if entry.sources else None
-            if entry.status == "created":
-                entry.status, entry.reason = "dropped", "not in the target"
+            if entry.status == EntryStatus.CREATED:
+                entry.status, entry.reason = EntryStatus.DROPPED, "not in the target"
             elif src in tied:
-                entry.status, entry.reason = "dropped", f"tied to {tied[src]}"
+                entry.status, entry.reason = EntryStatus.DROPPED, f"tied to {tied[src]}"
             else:
-                entry.status, entry.reason = "unexpected", "no place for it in the target"
+                entry.status, entry.reason = EntryStatus.UNEXPECTED, "no place for it in the target"
             entry.target = None
     for key, info in like.items():
         if key in claimed:
             continue
         if key in ambiguous:
-            plan.entries.append(Entry(key, [], "ambiguous", "several sources fit equally: "
+            plan.entries.append(Entry(key, [], EntryStatus.AMBIGUOUS, "several sources fit equally: "
                                       + ", ".join(ambiguous[key]) + " (add a --map rename)", info=info))
         else:
-            plan.entries.append(Entry(key, [], "missing", "no source fits this target key", info=info))
+            plan.entries.append(Entry(key, [], EntryStatus.MISSING, "no source fits this target key", info=info))
     order = {k: i for i, k in enumerate(like)}
     plan.entries.sort(key=lambda e: order.get(e.target, len(order)) if e.target else len(order))

@@ -1,39 +1,84 @@
-"""Checkpoint conversion as a library call: read -> plan names -> stream tensors into the output format."""
+"""Checkpoint conversion as a library call: read -> plan names -> stream tensors into the output format.
+
+`convert(...)` returns a `ConvertResult` (the plan, whether anything was written, the exit code); it prints nothing.
+The summary it carries is the one Hugging Face prints when loading weights: missing, unexpected and mismatched-shape
+keys, plus what was dropped, created or transformed on purpose, and which layer types were guessed from names.
+"""
 from __future__ import annotations
 
-import re
+import dataclasses
 from typing import Any
 
 import numpy as np
-import yaml
 
-from aligner.core.atomic import atomic_open, check_output
-from aligner.core.errors import AlignerError
-from aligner.io import TensorInfo, TensorSource, detect_format, open_checkpoint, write_checkpoint
+from aligner.core.atomic import check_output
+from aligner.core.errors import AlignerError, ExitCode
+from aligner.io import TensorSource, detect_format, open_checkpoint, write_checkpoint
 from aligner.io.base import ArraySource
 from aligner.mapping import Plan, build_plan, load_user_map
-from aligner.mapping.rules import FRAMEWORKS, group_names, load_rules
+from aligner.mapping.detect import source_framework
+from aligner.mapping.plan import Entry, EntryStatus
+from aligner.mapping.savemap import write_map
 
 FORMAT_FRAMEWORK = {"pytorch": "pytorch", "mindspore": "mindspore"}
 
+@dataclasses.dataclass
+class ConvertResult:
+    """What `align convert` did: the plan, whether the output was written, and the keys grouped by what happened."""
 
-def guess_framework(infos: dict[str, TensorInfo]) -> str | None:
-    """The naming convention of a name set, from leaves that only one framework's rules use (None if no clue)."""
-    votes = {fw: 0 for fw in FRAMEWORKS}
-    for rule in load_rules():
-        ms_only = set(rule.rename.values()) - set(rule.rename)
-        pt_only = set(rule.rename) - set(rule.rename.values())
-        for leaves in group_names(infos).values():
-            votes["mindspore"] += len(ms_only & set(leaves))
-            votes["pytorch"] += len(pt_only & set(leaves) - {"weight", "bias"})
-    if votes["mindspore"] == votes["pytorch"]:
-        return None
-    return max(votes, key=votes.get)
+    source: str
+    output: str
+    plan: Plan
+    written: bool
+    like: str | None = None
 
+    @property
+    def exit_code(self) -> ExitCode:
+        """FOUND when target keys stayed unfilled or mismatched and nothing was written."""
+        return ExitCode.OK if self.written else ExitCode.FOUND
 
-def source_framework(source: TensorSource, declared: str | None = None) -> str | None:
-    """The naming convention of a checkpoint: declared by the user, known from its format, or guessed from names."""
-    return declared or source.framework or guess_framework(source.infos)
+    def __bool__(self) -> bool:
+        return self.written
+
+    # the plan's rows, failures and notes, so a result reads like the plan it wraps
+    @property
+    def entries(self) -> list[Entry]:
+        return self.plan.entries
+
+    @property
+    def failures(self) -> list[Entry]:
+        return self.plan.failures
+
+    @property
+    def notes(self) -> list[str]:
+        return self.plan.notes
+
+    def with_status(self, *statuses: EntryStatus) -> list[Entry]:
+        return self.plan.with_status(*statuses)
+
+    @property
+    def guessed(self) -> list[Entry]:
+        """Entries whose layer type was read from names and shapes that fit another layer type too."""
+        return [e for e in self.plan.entries if e.guessed]
+
+    def summary(self) -> dict[str, list[dict[str, Any]]]:
+        """{group: [{name, sources, reason}]}: the failures first, then what was changed on purpose."""
+        def rows(*statuses: EntryStatus) -> list[dict[str, Any]]:
+            return [{"name": e.target or e.sources[0], "sources": list(e.sources), "reason": e.reason,
+                     "shape": list(e.info.shape) if e.info else None} for e in self.with_status(*statuses)]
+
+        return {"missing": rows(EntryStatus.MISSING), "unexpected": rows(EntryStatus.UNEXPECTED),
+                "shape_mismatch": rows(EntryStatus.SHAPE_MISMATCH), "ambiguous": rows(EntryStatus.AMBIGUOUS),
+                "dropped": rows(EntryStatus.DROPPED), "created": rows(EntryStatus.CREATED),
+                "transformed": rows(EntryStatus.TRANSFORMED), "structural": rows(EntryStatus.STRUCTURAL)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "output": self.output, "like": self.like, "written": self.written,
+                "src_framework": self.plan.src_framework, "dst_framework": self.plan.dst_framework,
+                "tensors_written": len(self.plan.outputs) if self.written else 0,
+                "counts": {str(k): v for k, v in self.plan.counts().items()}, **self.summary(),
+                "guesses": [g.to_dict() for g in self.plan.guesses], "notes": list(self.plan.notes),
+                "entries": [e.to_dict() for e in self.plan.entries]}
 
 
 def plan_conversion(source: TensorSource, dst: str | None = None, src: str | None = None,
@@ -58,14 +103,15 @@ def plan_conversion(source: TensorSource, dst: str | None = None, src: str | Non
 
 def convert(src_path: str, out_path: str, *, like_path: str | None = None, map_path: str | None = None,
             to: str | None = None, src: str | None = None, force: bool = False, allow_incomplete: bool = False,
-            allow_pickle: bool = False, save_map: str | None = None) -> Plan:
-    """Convert a checkpoint file; raises AlignerError (nothing written) when the plan has failures, unless allowed."""
+            trust_pickle: bool = False, save_map: str | None = None) -> "ConvertResult":
+    """Convert a checkpoint file. Nothing is written when the plan has failures (missing, mismatched or ambiguous
+    target keys) unless `allow_incomplete`; bad input raises AlignerError before anything is written."""
     out_fmt = detect_format(out_path, for_output=True)
     check_output(out_path, force)
     if save_map:
         check_output(save_map, force)
-    with open_checkpoint(src_path, allow_pickle=allow_pickle) as source:
-        like = open_checkpoint(like_path, allow_pickle=allow_pickle) if like_path else None
+    with open_checkpoint(src_path, allow_pickle=trust_pickle) as source:
+        like = open_checkpoint(like_path, allow_pickle=trust_pickle) if like_path else None
         try:
             dst = to or FORMAT_FRAMEWORK.get(out_fmt)
             if dst is None and like is None:  # safetensors output: keep the source's names unless told otherwise
@@ -75,55 +121,16 @@ def convert(src_path: str, out_path: str, *, like_path: str | None = None, map_p
             if like is not None:
                 like.close()
         if plan.failures and not allow_incomplete:
-            return plan
+            return ConvertResult(src_path, out_path, plan, written=False, like=like_path)
         if save_map:
             write_map(plan, save_map)
         write_checkpoint(out_path, out_fmt, plan.tensors(source), plan.output_infos(), plan.dst_framework)
-    return plan
-
-
-def resolved_map(plan: Plan) -> dict[str, Any]:
-    """The plan as a user mapping file (exact renames, drops, transforms) that reproduces it with --map."""
-    rename: dict[str, list[str]] = {}
-    drop: list[str] = []
-    transforms: list[dict[str, Any]] = []
-    splits: dict[tuple, dict[int, str]] = {}
-    for e in plan.entries:
-        ops = [o for o in e.ops if o["op"] != "cast"]  # casts come from the target, not from the map
-        if e.status in ("dropped", "unexpected") and e.sources:
-            drop.append(f"^{re.escape(e.sources[0])}$")
-        elif e.target is None or not e.sources or e.status in ("missing", "ambiguous", "shape mismatch"):
-            continue
-        elif not ops:
-            rename.setdefault(e.sources[0], []).append(e.target)
-        elif ops[0]["op"] == "split":
-            key = (e.sources[0], ops[0]["axis"], ops[0]["parts"])
-            splits.setdefault(key, {})[ops[0]["index"]] = e.target
-        elif ops[0]["op"] == "concat":
-            transforms.append({"op": "concat", "sources": list(e.sources), "axis": ops[0]["axis"],
-                               "target": e.target})
-        elif ops[0]["op"] == "transpose" and len(ops) == 1:
-            transforms.append({"op": "transpose", "source": e.sources[0], "perm": list(ops[0]["perm"]),
-                               "target": e.target})
-        else:  # unsqueeze/squeeze/reshape chains: the resulting shape says it all
-            transforms.append({"op": "reshape", "source": e.sources[0], "shape": list(e.info.shape),
-                               "target": e.target})
-    for (source, axis, parts), targets in splits.items():
-        transforms.append({"op": "split", "source": source, "axis": axis,
-                           "targets": [targets[i] for i in range(parts)]})
-    return {"rename": {k: v[0] if len(v) == 1 else v for k, v in rename.items()}, "drop": drop,
-            "transforms": transforms}
-
-
-def write_map(plan: Plan, path: str) -> None:
-    """Write the resolved mapping for review and reuse (atomic)."""
-    header = f"# resolved by align convert: {plan.src_framework} -> {plan.dst_framework}; reuse with --map\n"
-    with atomic_open(path, "w") as fh:
-        fh.write(header + yaml.safe_dump(resolved_map(plan), sort_keys=False))
+    return ConvertResult(src_path, out_path, plan, written=True, like=like_path)
 
 
 def state_dict_to(framework: str, state: dict[str, np.ndarray], src: str) -> dict[str, np.ndarray]:
-    """In-memory conversion of a {name: array} dict between frameworks' names (for tests and scripts)."""
+    """Convert an in-memory {name: array} state dict from framework `src`'s names to `framework`'s, with the same
+    layer rules as `align convert` (no file involved: for scripts and tests); AlignerError if a key cannot be filled."""
     source = ArraySource("<memory>", src, state)
     plan = build_plan(source.infos, src, framework)
     if plan.failures:

@@ -1,26 +1,59 @@
 """Checkpoint diff as a library call: map A's names onto B's, compare every parameter, count, and check updates.
 
-`diff_checkpoints(a, b)` returns a `CheckpointDiff`; it knows nothing about printing. B is the reference: relative
+`diff_checkpoints(a, b)` returns a `DiffResult`; it knows nothing about printing. B is the reference: relative
 errors divide by B, and A's names are mapped into B's framework with the same rules (and `--map`) as `align convert`.
+Known patterns (BatchNorm momentum convention, a learning-rate ratio, a parameter updated on one side only) come back
+as `Finding`s in `DiffResult.hints`, so a script gets the same diagnosis as the command line.
 """
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any
 
 import numpy as np
 
-from aligner.metrics.measure import Metrics, compare_arrays
-from aligner.pipelines.convert import plan_conversion
-from aligner.core.errors import AlignerError
+from aligner.core.buffers import RUNNING_STAT_INIT, is_buffer, leaf
+from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.findings import Finding, Severity
+from aligner.core.tolerance import ToleranceSpec
 from aligner.io import TensorSource, open_checkpoint
 from aligner.mapping import Plan
-from aligner.mapping.rules import split_name
+from aligner.mapping.plan import EntryStatus
+from aligner.metrics.measure import Metrics, compare_arrays
+from aligner.pipelines.convert import plan_conversion
+from aligner.pipelines.inspect import Counts, source_rows
 
-# Leaves that are buffers (running statistics, counters), never trained by an optimizer, in either framework.
-BUFFER_LEAVES = frozenset({"running_mean", "running_var", "num_batches_tracked", "moving_mean", "moving_variance"})
-# Row statuses that are differences between A and B ("equal", "created", "dropped" are not).
-DIFFERENT = ("different", "shape mismatch", "missing", "unexpected", "ambiguous", "update differs")
+
+class DiffStatus(str, enum.Enum):
+    """One parameter's verdict (the JSON value is the string)."""
+
+    EQUAL = "equal"
+    DIFFERENT = "different"
+    SHAPE_MISMATCH = "shape mismatch"
+    MISSING = "missing"              # in B only
+    UNEXPECTED = "unexpected"        # in A only
+    AMBIGUOUS = "ambiguous"          # several A tensors fit this B key equally: not compared
+    UPDATE_DIFFERS = "update differs"  # with --init: changed from init on one side only
+    CREATED = "created"              # a buffer A's framework does not have (num_batches_tracked): not compared
+    DROPPED = "dropped"              # an A buffer B's framework does not have: not compared
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Always a difference: the numbers disagree, or a key on both sides could not be compared.
+FAILING = frozenset({DiffStatus.DIFFERENT, DiffStatus.SHAPE_MISMATCH, DiffStatus.AMBIGUOUS, DiffStatus.UPDATE_DIFFERS})
+# A key on one side only: reported, a failure only with strict=True.
+ONE_SIDE = frozenset({DiffStatus.MISSING, DiffStatus.UNEXPECTED})
+# Statuses taken over from the conversion plan unchanged (not compared).
+_FROM_PLAN = {s.value: s for s in (DiffStatus.SHAPE_MISMATCH, DiffStatus.MISSING, DiffStatus.UNEXPECTED,
+                                    DiffStatus.AMBIGUOUS, DiffStatus.CREATED, DiffStatus.DROPPED)}
+
+NOISE = 1e-5          # an update smaller than this fraction of the parameter's norm is rounding, not training
+FIT_RESIDUAL = 0.05   # A's update must be this close to ratio * B's update for a ratio to mean anything
+SAME_RATIO = 0.02     # ratios within 2% of their median count as one constant ratio
+MOMENTUM_SWAP = 9.0   # (1 - 0.1) / 0.1: torch momentum 0.1 written as MindSpore momentum=0.1, or the reverse
 
 
 @dataclasses.dataclass
@@ -29,20 +62,23 @@ class ParamDiff:
 
     name: str
     sources: list[str]
-    status: str                      # equal different shape mismatch missing unexpected ambiguous update differs created dropped
+    status: DiffStatus
     numel: int = 0
-    trainable: bool | None = None    # None: unknown (MindSpore checkpoints store buffers as Parameters too)
+    trainable: bool | None = None    # False for buffers; None: unknown (a file does not keep requires_grad)
     metrics: Metrics | None = None
     updated_a: bool | None = None    # changed from --init (None without --init or when init lacks it)
     updated_b: bool | None = None
+    update_ratio: float | None = None  # with --init: A's update / B's update (least squares), when both moved
     reason: str = ""
 
     @property
     def differs(self) -> bool:
-        return self.status in DIFFERENT
+        """A real difference (always fails) or a key on one side only (fails with --strict)."""
+        return self.status in FAILING or self.status in ONE_SIDE
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
+        out["status"] = self.status.value
         out["metrics"] = self.metrics.to_dict() if self.metrics else None
         out["differs"] = self.differs
         return out
@@ -50,31 +86,46 @@ class ParamDiff:
 
 @dataclasses.dataclass
 class SideCounts:
-    """Tensors and elements of one checkpoint; trainable ones where the format tells (None: unknown)."""
+    """One checkpoint's path, naming convention and tensor counts (trainable ones unknown from a file)."""
 
     path: str
     framework: str | None
-    tensors: int
-    elements: int
-    trainable_tensors: int | None
-    trainable_elements: int | None
+    counts: Counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "framework": self.framework, **self.counts.to_dict()}
 
 
 @dataclasses.dataclass
-class CheckpointDiff:
-    """Everything `align diff` reports."""
+class DiffResult:
+    """Everything `align diff` reports; `exit_code` follows from the rows and `strict`."""
 
     a: SideCounts
     b: SideCounts
     params: list[ParamDiff]
-    rtol: float | None
-    atol: float | None
+    tolerance: ToleranceSpec
     init: str | None = None
+    strict: bool = False
     notes: list[str] = dataclasses.field(default_factory=list)
+    hints: list[Finding] = dataclasses.field(default_factory=list)
 
     @property
     def differences(self) -> list[ParamDiff]:
-        return [p for p in self.params if p.differs]
+        """Rows that always fail: values, shapes or updates disagree, or a pairing was ambiguous."""
+        return [p for p in self.params if p.status in FAILING]
+
+    @property
+    def one_side(self) -> list[ParamDiff]:
+        """Keys in one checkpoint only (missing from A, or unexpected in A)."""
+        return [p for p in self.params if p.status in ONE_SIDE]
+
+    @property
+    def failures(self) -> list[ParamDiff]:
+        return self.differences + (self.one_side if self.strict else [])
+
+    @property
+    def compared(self) -> list[ParamDiff]:
+        return [p for p in self.params if p.metrics is not None]
 
     @property
     def frozen_both(self) -> list[ParamDiff]:
@@ -82,37 +133,30 @@ class CheckpointDiff:
         return [p for p in self.params if p.updated_a is False and p.updated_b is False and p.trainable is not False]
 
     @property
-    def exit_code(self) -> int:
-        return 1 if self.differences else 0
+    def exit_code(self) -> ExitCode:
+        return ExitCode.FOUND if self.failures else ExitCode.OK
+
+    def __bool__(self) -> bool:
+        return not self.failures
 
     def to_dict(self) -> dict[str, Any]:
-        return {"a": dataclasses.asdict(self.a), "b": dataclasses.asdict(self.b), "rtol": self.rtol,
-                "atol": self.atol, "init": self.init, "equal": not self.differences,
-                "differences": [p.name for p in self.differences],
-                "frozen_both": [p.name for p in self.frozen_both], "notes": self.notes,
+        return {"a": self.a.to_dict(), "b": self.b.to_dict(), "tolerance": self.tolerance.to_dict(),
+                "init": self.init, "strict": self.strict, "equal": not self.differences and not self.one_side,
+                "passed": not self.failures, "differences": [p.name for p in self.differences],
+                "one_side": [p.name for p in self.one_side], "frozen_both": [p.name for p in self.frozen_both],
+                "hints": [h.to_dict() for h in self.hints], "notes": list(self.notes),
                 "params": [p.to_dict() for p in self.params]}
 
 
-def is_trainable(name: str, framework: str | None) -> bool | None:
-    """False for buffer leaves, True for other PyTorch state, None (unknown) otherwise."""
-    if split_name(name)[1] in BUFFER_LEAVES:
-        return False
-    return True if framework == "pytorch" else None
-
-
 def side_counts(source: TensorSource) -> SideCounts:
-    """Tensor and element counts of a checkpoint, trainable ones only when every entry's status is known."""
-    flags = {n: is_trainable(n, source.framework) for n in source.infos}
-    known = None not in flags.values()
-    return SideCounts(source.path, source.framework, len(source.infos),
-                      sum(i.numel for i in source.infos.values()),
-                      sum(flags.values()) if known else None,
-                      sum(i.numel for n, i in source.infos.items() if flags[n]) if known else None)
+    """Tensor, parameter and buffer counts of a checkpoint (buffers by leaf name; trainable unknown)."""
+    return SideCounts(source.path, source.framework, Counts.of(source_rows(source)))
 
 
 def _check_same_model(plan: Plan, a: TensorSource, b: TensorSource, what: str) -> None:
     """Refuse two checkpoints of different models: more than half of the keys without a counterpart."""
-    unmatched = sum(1 for e in plan.entries if e.status in ("missing", "unexpected", "shape mismatch", "ambiguous"))
+    unmatched = sum(1 for e in plan.entries if e.status in (EntryStatus.MISSING, EntryStatus.UNEXPECTED,
+                                                            EntryStatus.SHAPE_MISMATCH, EntryStatus.AMBIGUOUS))
     total = max(len(a.infos), len(b.infos), 1)
     if unmatched * 2 > total:
         raise AlignerError(f"{a.path} and {b.path} look like checkpoints of different models: {unmatched} of "
@@ -126,54 +170,157 @@ def _mapped(source: TensorSource, like: TensorSource, map_path: str | None, what
     return plan, dict(plan.tensors(source))
 
 
-def _row(entry: Any, arrays_a: dict[str, np.ndarray], b: TensorSource, rtol: float | None,
-         atol: float | None) -> ParamDiff:
+def _row(entry: Any, arrays_a: dict[str, np.ndarray], b: TensorSource, tolerance: ToleranceSpec) -> ParamDiff:
     """The ParamDiff of one plan entry (the comparison itself for paired tensors)."""
     name = entry.target or entry.sources[0]
     numel = entry.info.numel if entry.info else b.infos[name].numel if name in b.infos else 0
-    row = ParamDiff(name, list(entry.sources), entry.status, numel, reason=entry.reason)
-    if entry.status in ("shape mismatch", "missing", "ambiguous", "created", "dropped", "unexpected"):
+    status = _FROM_PLAN.get(str(entry.status))
+    row = ParamDiff(name, list(entry.sources), status or DiffStatus.EQUAL, numel, reason=entry.reason)
+    if status is not None:
         return row
-    row.metrics = compare_arrays(arrays_a[name], b.get(name), rtol, atol)
-    row.status = "different" if row.metrics.diverged else "equal"
+    tol = tolerance.resolve(name, entry.info.dtype, b.infos[name].dtype)
+    row.metrics = compare_arrays(arrays_a[name], b.get(name), tol)
+    row.status = DiffStatus.DIFFERENT if row.metrics.diverged else DiffStatus.EQUAL
     return row
+
+
+def _fit(update_a: np.ndarray, update_b: np.ndarray) -> tuple[float, float] | None:
+    """(ratio, residual): the least-squares `ratio` with update_a ~ ratio * update_b and how far off that is
+    (relative to |update_a|); None when B did not move."""
+    ua, ub = update_a.astype(np.float64).ravel(), update_b.astype(np.float64).ravel()
+    norm_b = float(np.dot(ub, ub))
+    if norm_b == 0.0 or not np.isfinite(norm_b):
+        return None
+    ratio = float(np.dot(ua, ub)) / norm_b
+    norm_a = float(np.linalg.norm(ua))
+    residual = float(np.linalg.norm(ua - ratio * ub)) / norm_a if norm_a else 1.0
+    return ratio, residual
+
+
+def _ratio(value_a: np.ndarray, value_b: np.ndarray, start: np.ndarray) -> float | None:
+    """A's update / B's update from `start`, when B's is more than rounding and A's points the same way."""
+    start64 = start.astype(np.float64)
+    update_b = value_b - start64
+    if float(np.linalg.norm(update_b)) <= NOISE * max(float(np.linalg.norm(start64)), 1e-30):
+        return None
+    fit = _fit(value_a - start64, update_b)
+    return fit[0] if fit is not None and fit[1] < FIT_RESIDUAL else None
 
 
 def _mark_updates(rows: list[ParamDiff], arrays_a: dict[str, np.ndarray], b: TensorSource,
                   init: dict[str, np.ndarray]) -> None:
-    """Set updated_a/updated_b (exactly changed from init) and flag parameters updated on one side only."""
+    """Set updated_a/updated_b (exactly changed from init) and update_ratio; flag parameters updated on one side."""
     for row in rows:
-        if row.name not in init or row.name not in arrays_a or row.status not in ("equal", "different"):
+        if row.name not in init or row.name not in arrays_a or row.status not in (DiffStatus.EQUAL,
+                                                                                   DiffStatus.DIFFERENT):
             continue
         start = init[row.name]
-        row.updated_a = not np.array_equal(np.asarray(arrays_a[row.name]).reshape(start.shape), start)
-        row.updated_b = not np.array_equal(np.asarray(b.get(row.name)).reshape(start.shape), start)
+        value_a = np.asarray(arrays_a[row.name]).reshape(start.shape)
+        value_b = np.asarray(b.get(row.name)).reshape(start.shape)
+        row.updated_a = not np.array_equal(value_a, start)
+        row.updated_b = not np.array_equal(value_b, start)
+        if row.updated_a and row.updated_b and start.dtype.kind == "f":
+            row.update_ratio = _ratio(value_a, value_b, start)
         if row.updated_a != row.updated_b:
-            row.status = "update differs"
+            row.status = DiffStatus.UPDATE_DIFFERS
             row.reason = f"updated in {'A' if row.updated_a else 'B'}, NOT updated in {'B' if row.updated_a else 'A'}"
 
 
+def _names(names: list[str], limit: int = 6) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _momentum_hint(rows: list[ParamDiff], arrays_a: dict[str, np.ndarray], b: TensorSource,
+                   init: dict[str, np.ndarray] | None) -> Finding | None:
+    """BatchNorm running statistics that moved a constant multiple (9 or 1/9: the momentum conventions swapped)."""
+    fits: dict[str, float] = {}
+    assumed = False
+    for row in rows:
+        stat = leaf(row.name)
+        if stat not in RUNNING_STAT_INIT or row.metrics is None or row.name not in arrays_a:
+            continue
+        value_b = np.asarray(b.get(row.name), np.float64)
+        if init is not None and row.name in init:
+            start = np.asarray(init[row.name], np.float64).reshape(value_b.shape)
+        elif init is None:  # one step from a fresh layer: mean 0, variance 1
+            start, assumed = np.full(value_b.shape, RUNNING_STAT_INIT[stat]), True
+        else:
+            continue
+        fit = _fit(np.asarray(arrays_a[row.name], np.float64).reshape(value_b.shape) - start, value_b - start)
+        if fit is not None and fit[1] < FIT_RESIDUAL:
+            fits[row.name] = fit[0]
+    if not fits:
+        return None
+    ratios = np.array(list(fits.values()))
+    ratio = float(np.median(ratios))
+    if abs(ratio - 1) < 0.01 or np.any(np.abs(ratios / ratio - 1) > SAME_RATIO * 2):
+        return None
+    swapped = next((side for side, want in (("A", MOMENTUM_SWAP), ("B", 1 / MOMENTUM_SWAP))
+                    if abs(ratio / want - 1) < 0.05), None)
+    where = "assuming they started from a fresh layer's mean 0 / variance 1 (pass --init to be sure)" if assumed \
+        else "from --init"
+    message = (f"BatchNorm running statistics moved {ratio:.3g}x as far in A as in B ({len(fits)} tensors, {where}): "
+               f"the BatchNorm momentum differs")
+    if swapped:
+        message += (f"; {ratio:.3g} = 0.9/0.1 means {swapped}'s momentum was written in the other framework's "
+                    f"convention (MindSpore momentum=0.9 is torch momentum=0.1)")
+    return Finding("bn-momentum", Severity.WARNING, message, tuple(fits),
+                   fix="MindSpore BatchNorm momentum = 1 - torch momentum: use momentum=0.9 in MindSpore for torch's "
+                       "default 0.1")
+
+
+def _lr_hint(rows: list[ParamDiff]) -> Finding | None:
+    """Every updated parameter moved the same multiple (not 1) in A as in B: the learning rates differ."""
+    ratios = {r.name: r.update_ratio for r in rows
+              if r.update_ratio is not None and r.trainable is not False and not is_buffer(r.name)}
+    if len(ratios) < 2 or not any(r.status is DiffStatus.DIFFERENT for r in rows):
+        return None
+    values = np.array(list(ratios.values()))
+    ratio = float(np.median(values))
+    if abs(ratio - 1) < 0.005 or np.any(np.abs(values / ratio - 1) > SAME_RATIO):
+        return None
+    return Finding("learning-rate-ratio", Severity.WARNING,
+                   f"every updated parameter moved {ratio:.4g}x as far in A as in B ({len(ratios)} parameters): "
+                   f"the learning rate differs (A's is {ratio:.4g} x B's), or the loss or gradients are scaled",
+                   tuple(ratios), fix="compare the optimizers' learning rates and schedules, loss scaling and "
+                                      "gradient accumulation")
+
+
+def _one_side_hint(rows: list[ParamDiff]) -> list[Finding]:
+    """Parameters changed from init on one side only: frozen there, or left out of that side's optimizer."""
+    out = []
+    for moved, still in (("B", "A"), ("A", "B")):
+        names = [r.name for r in rows if r.status is DiffStatus.UPDATE_DIFFERS
+                 and (r.updated_b if moved == "B" else r.updated_a)]
+        if names:
+            out.append(Finding("updated-one-side", Severity.WARNING,
+                               f"updated in {moved} only: {_names(names)} (frozen in {still}, or left out of "
+                               f"{still}'s optimizer)", tuple(names),
+                               fix=f"check requires_grad and the parameter list given to {still}'s optimizer"))
+    return out
+
+
 def diff_checkpoints(path_a: str, path_b: str, *, map_path: str | None = None, init_path: str | None = None,
-                     rtol: float | None = None, atol: float | None = None,
-                     allow_pickle: bool = False) -> CheckpointDiff:
-    """Compare checkpoint A against the reference B, parameter by parameter, after mapping A's names onto B's."""
-    with open_checkpoint(path_a, allow_pickle=allow_pickle) as a, \
-            open_checkpoint(path_b, allow_pickle=allow_pickle) as b:
+                     tolerance: ToleranceSpec | None = None, strict: bool = False,
+                     trust_pickle: bool = False) -> DiffResult:
+    """Compare checkpoint A against the reference B, parameter by parameter, after mapping A's names onto B's.
+
+    `tolerance` resolves per B name and dtype (default: torch.testing's per-dtype table); `strict` makes keys on one
+    side only fail; `init_path` adds which side updated what, and the learning-rate and momentum hints.
+    """
+    tolerance = tolerance or ToleranceSpec()
+    with open_checkpoint(path_a, allow_pickle=trust_pickle) as a, \
+            open_checkpoint(path_b, allow_pickle=trust_pickle) as b:
         plan, arrays_a = _mapped(a, b, map_path, "parameter")
-        rows = [_row(e, arrays_a, b, rtol, atol) for e in plan.entries]
+        rows = [_row(e, arrays_a, b, tolerance) for e in plan.entries]
         for row in rows:
-            row.trainable = _trainable(row, a.framework, b.framework)
-        result = CheckpointDiff(side_counts(a), side_counts(b), rows, rtol, atol, init_path, list(plan.notes))
+            row.trainable = False if is_buffer(row.name) or any(is_buffer(s) for s in row.sources) else None
+        init_arrays = None
         if init_path:
-            with open_checkpoint(init_path, allow_pickle=allow_pickle) as init:
+            with open_checkpoint(init_path, allow_pickle=trust_pickle) as init:
                 _, init_arrays = _mapped(init, b, map_path if init.framework == a.framework else None, "--init")
             _mark_updates(rows, arrays_a, b, init_arrays)
-    return result
-
-
-def _trainable(row: ParamDiff, framework_a: str | None, framework_b: str | None) -> bool | None:
-    """Whether a row is trainable, from whichever side's checkpoint can tell."""
-    flags = [is_trainable(row.name, framework_b)] + [is_trainable(s, framework_a) for s in row.sources]
-    if False in flags:
-        return False
-    return True if True in flags else None
+        hints = [h for h in (_momentum_hint(rows, arrays_a, b, init_arrays), _lr_hint(rows)) if h is not None]
+        hints += _one_side_hint(rows)
+        return DiffResult(side_counts(a), side_counts(b), rows, tolerance, init_path, strict, list(plan.notes),
+                          hints)

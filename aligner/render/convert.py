@@ -1,30 +1,101 @@
-"""Render a conversion plan as a status table, like Hugging Face's missing/unexpected/mismatched report."""
+"""Render a conversion: the status table, then a summary like the one Hugging Face prints when loading weights
+(missing / unexpected / mismatched-shape keys, what was dropped, created or transformed on purpose, guessed layers)."""
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
 
 from aligner.mapping import FAILING, Plan
+from aligner.mapping.plan import Entry, EntryStatus
+from aligner.pipelines.convert import ConvertResult
+from aligner.render.jsonout import write_json
 
-STYLE = {"unchanged": "dim", "renamed": "cyan", "transformed": "magenta", "created": "green", "structural": "yellow",
-         "dropped": "dim yellow", "unexpected": "yellow", "missing": "bold red", "shape mismatch": "bold red",
-         "ambiguous": "bold red"}
+STYLE = {EntryStatus.UNCHANGED: "dim", EntryStatus.RENAMED: "cyan", EntryStatus.TRANSFORMED: "magenta",
+         EntryStatus.CREATED: "green", EntryStatus.STRUCTURAL: "yellow", EntryStatus.DROPPED: "dim yellow",
+         EntryStatus.UNEXPECTED: "yellow", EntryStatus.MISSING: "bold red", EntryStatus.SHAPE_MISMATCH: "bold red",
+         EntryStatus.AMBIGUOUS: "bold red"}
+ABBREVIATE = 5   # names shown per summary line unless verbose
+
+# summary line per status: (label, what it means); failures first
+_LINES = [
+    (EntryStatus.MISSING, "missing", "target keys no source fills"),
+    (EntryStatus.SHAPE_MISMATCH, "mismatched shapes", "source and target shapes disagree"),
+    (EntryStatus.AMBIGUOUS, "ambiguous", "several sources fit equally; add a --map rename"),
+    (EntryStatus.UNEXPECTED, "unexpected", "source keys with no place in the target, not written"),
+    (EntryStatus.DROPPED, "dropped on purpose", "no twin in the target framework, tied, or a user drop"),
+    (EntryStatus.CREATED, "created", "buffers the target framework needs, recreated"),
+    (EntryStatus.TRANSFORMED, "split / reshaped / transformed", ""),
+    (EntryStatus.STRUCTURAL, "matched by structure", "paired with a --like key by module layout"),
+]
+
+
+def _names(entries: list[Entry], verbose: bool) -> str:
+    names = [e.target or e.sources[0] for e in entries]
+    shown = names if verbose else names[:ABBREVIATE]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {more} more (-v: all)" if more else "")
+
+
+def plan_table(plan: Plan, verbose: bool = False) -> Table | None:
+    """Rows for every parameter that is not simply copied (all rows with `verbose`); None when there are none."""
+    rows = [e for e in plan.entries if verbose or e.status != EntryStatus.UNCHANGED or e.guessed]
+    if not rows:
+        return None
+    table = Table(title=f"{plan.src_framework} -> {plan.dst_framework}", title_justify="left")
+    for col in ("status", "source", "target", "shape", "why"):
+        table.add_column(col, overflow="fold")
+    for e in rows:
+        why = e.reason + ("; layer type guessed (see the warning below)" if e.guessed else "")
+        table.add_row(f"[{STYLE.get(e.status, '')}]{e.status.value}[/]", ", ".join(e.sources) or "-", e.target or "-",
+                      "x".join(map(str, e.info.shape)) if e.info else "", why)
+    return table
+
+
+def summary_lines(result: ConvertResult, verbose: bool = False) -> list[str]:
+    """Counts and abbreviated names per outcome, guessed layer types, and the verdict line."""
+    plan = result.plan
+    lines = []
+    for status, label, meaning in _LINES:
+        entries = result.with_status(status)
+        if entries:
+            lines.append(f"{label} ({len(entries)}{': ' + meaning if meaning else ''}): {_names(entries, verbose)}")
+    for g in plan.guesses:
+        lines.append(f"warning: {g.module}: layer type guessed from names and shapes ({g.why}): read as {g.chosen}; "
+                     f"could also be {' or '.join(g.alternatives)}. To be sure, pass --like with a checkpoint saved "
+                     "from the target model (or --map)")
+    lines += [f"note: {note}" for note in plan.notes]
+    counts = plan.counts()
+    lines.append(f"{len(plan.outputs)} tensors to write: " + ", ".join(
+        f"{n} {status.value}" for status, n in sorted(counts.items(), key=lambda kv: kv[0] in FAILING)))
+    return lines
+
+
+def print_convert(result: ConvertResult, console: Console, err_console: Console, verbose: bool = False) -> None:
+    """The table, the summary, then what was written (or, on stderr, why nothing was)."""
+    table = plan_table(result.plan, verbose)
+    if table is not None:
+        console.print(table)
+    for line in summary_lines(result, verbose):
+        console.print(line, markup=False, highlight=False)
+    plan = result.plan
+    if result.written:
+        console.print(f"wrote {result.output} ({len(plan.outputs)} tensors, {plan.src_framework} -> "
+                      f"{plan.dst_framework} names)", markup=False, highlight=False)
+    else:
+        err_console.print(f"align: {len(plan.failures)} target key(s) unfilled or mismatched: nothing written "
+                          "(fix with --map, or pass --allow-incomplete)", markup=False, highlight=False)
 
 
 def print_plan(plan: Plan, verbose: bool = False, console: Console | None = None) -> None:
-    """Rows for every parameter that is not simply copied (all rows with `verbose`), then the counts."""
+    """Just the table and counts of a plan (for scripts that plan without converting)."""
     console = console or Console(highlight=False)
-    rows = [e for e in plan.entries if verbose or e.status != "unchanged"]
-    if rows:
-        table = Table(title=f"{plan.src_framework} -> {plan.dst_framework}", title_justify="left")
-        for col in ("status", "source", "target", "shape", "why"):
-            table.add_column(col, overflow="fold")
-        for e in rows:
-            table.add_row(f"[{STYLE.get(e.status, '')}]{e.status}[/]", ", ".join(e.sources) or "-", e.target or "-",
-                          "x".join(map(str, e.info.shape)) if e.info else "", e.reason)
+    table = plan_table(plan, verbose)
+    if table is not None:
         console.print(table)
     for note in plan.notes:
-        console.print(f"note: {note}")
-    counts = plan.counts()
-    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: kv[0] in FAILING))
-    console.print(f"{len(plan.outputs)} tensors to write: {summary}")
+        console.print(f"note: {note}", markup=False)
+
+
+def write_convert_json(result: ConvertResult, path: str) -> None:
+    """The conversion summary and every plan entry as strict JSON to `path` ('-': stdout)."""
+    write_json(result.to_dict(), path)
