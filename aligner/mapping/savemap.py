@@ -1,0 +1,51 @@
+"""`--save-map`: a conversion plan written back as a user mapping file that reproduces it with `--map`."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from aligner.core.atomic import atomic_open
+from aligner.mapping.plan import EntryStatus, Plan
+
+
+def resolved_map(plan: Plan) -> dict[str, Any]:
+    """The plan as a user mapping file (exact renames, drops, transforms) that reproduces it with --map."""
+    rename: dict[str, list[str]] = {}
+    drop: list[str] = []
+    transforms: list[dict[str, Any]] = []
+    splits: dict[tuple, dict[int, str]] = {}
+    for e in plan.entries:
+        ops = [o for o in e.ops if o["op"] != "cast"]  # casts come from the target, not from the map
+        if e.status in (EntryStatus.DROPPED, EntryStatus.UNEXPECTED) and e.sources:
+            drop.append(f"^{re.escape(e.sources[0])}$")
+        elif e.target is None or not e.sources or e.status in (EntryStatus.MISSING, EntryStatus.AMBIGUOUS,
+                                                                EntryStatus.SHAPE_MISMATCH):
+            continue
+        elif not ops:
+            rename.setdefault(e.sources[0], []).append(e.target)
+        elif ops[0]["op"] == "split":
+            key = (e.sources[0], ops[0]["axis"], ops[0]["parts"])
+            splits.setdefault(key, {})[ops[0]["index"]] = e.target
+        elif ops[0]["op"] == "concat":
+            transforms.append({"op": "concat", "sources": list(e.sources), "axis": ops[0]["axis"],
+                               "target": e.target})
+        elif ops[0]["op"] == "transpose" and len(ops) == 1:
+            transforms.append({"op": "transpose", "source": e.sources[0], "perm": list(ops[0]["perm"]),
+                               "target": e.target})
+        else:  # unsqueeze/squeeze/reshape chains: the resulting shape says it all
+            transforms.append({"op": "reshape", "source": e.sources[0], "shape": list(e.info.shape),
+                               "target": e.target})
+    for (source, axis, parts), targets in splits.items():
+        transforms.append({"op": "split", "source": source, "axis": axis,
+                           "targets": [targets[i] for i in range(parts)]})
+    return {"rename": {k: v[0] if len(v) == 1 else v for k, v in rename.items()}, "drop": drop,
+            "transforms": transforms}
+
+
+def write_map(plan: Plan, path: str) -> None:
+    """Write the resolved mapping for review and reuse (atomic)."""
+    header = f"# resolved by align convert: {plan.src_framework} -> {plan.dst_framework}; reuse with --map\n"
+    with atomic_open(path, "w") as fh:
+        fh.write(header + yaml.safe_dump(resolved_map(plan), sort_keys=False))

@@ -1,0 +1,191 @@
+"""What a checkpoint (or a live model) holds: every tensor's name, shape, dtype, whether it is a parameter or a buffer,
+and the totals, with trainable/frozen counts only where they are really known.
+
+A file alone does not say which parameters were trainable (a torch state_dict and a MindSpore checkpoint do not keep
+`requires_grad` reliably), so `inspect_checkpoint` reports those counts as unknown (None) rather than a wrong number;
+`inspect_model` reads them from the model itself. Nothing here prints.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import sys
+from typing import Any, Iterable
+
+import numpy as np
+
+from aligner.core.buffers import is_buffer
+from aligner.core.dtypes import canonical, to_numpy
+from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.frameworks import Framework
+from aligner.dumping.tensors import to_host
+from aligner.io import TensorSource, open_checkpoint
+from aligner.metrics.stats import tensor_stats
+
+
+class TensorKind(str, enum.Enum):
+    """A trained parameter or a buffer (running statistics, counters: never updated by an optimizer)."""
+
+    PARAMETER = "parameter"
+    BUFFER = "buffer"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorRow:
+    """One tensor. `trainable` is None when unknown (always, for a file); `stats` only when asked for."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    numel: int
+    bytes: int
+    kind: TensorKind
+    trainable: bool | None = None
+    stats: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "numel": self.numel,
+               "bytes": self.bytes, "kind": self.kind.value, "trainable": self.trainable}
+        out.update(self.stats or {})
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Counts:
+    """Totals of a set of tensors: all, parameters, buffers; trainable/frozen parameters None when unknown."""
+
+    tensors: int
+    elements: int
+    bytes: int
+    parameters: int
+    parameter_elements: int
+    buffers: int
+    buffer_elements: int
+    trainable: int | None = None
+    trainable_elements: int | None = None
+    frozen: int | None = None
+    frozen_elements: int | None = None
+
+    @property
+    def trainable_known(self) -> bool:
+        return self.trainable is not None
+
+    @classmethod
+    def of(cls, rows: Iterable[TensorRow]) -> "Counts":
+        """Counts of `rows`; trainable/frozen only when every parameter row knows its flag."""
+        rows = list(rows)
+        params = [r for r in rows if r.kind is TensorKind.PARAMETER]
+        known = all(r.trainable is not None for r in params)
+        trainable = [r for r in params if r.trainable] if known else None
+        frozen = [r for r in params if r.trainable is False] if known else None
+        return cls(len(rows), sum(r.numel for r in rows), sum(r.bytes for r in rows),
+                   len(params), sum(r.numel for r in params),
+                   len(rows) - len(params), sum(r.numel for r in rows if r.kind is TensorKind.BUFFER),
+                   None if trainable is None else len(trainable),
+                   None if trainable is None else sum(r.numel for r in trainable),
+                   None if frozen is None else len(frozen),
+                   None if frozen is None else sum(r.numel for r in frozen))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class InspectResult:
+    """Everything `align inspect` / `aligner.inspect_model` reports: the rows (after --filter) and their totals."""
+
+    path: str                      # the file, or the model's class name
+    format: str                    # "pytorch", "mindspore", "safetensors", "npy", or "model"
+    framework: Framework | None    # naming convention (None: either)
+    rows: list[TensorRow]
+    counts: Counts
+    notes: list[str] = dataclasses.field(default_factory=list)
+    with_stats: bool = False
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        summary = {"path": self.path, "format": self.format,
+                   "framework": self.framework.value if self.framework else None, **self.counts.to_dict(),
+                   "notes": list(self.notes)}
+        return {"summary": summary, "tensors": [r.to_dict() for r in self.rows]}
+
+
+def _kind(name: str) -> TensorKind:
+    return TensorKind.BUFFER if is_buffer(name) else TensorKind.PARAMETER
+
+
+def _compile(pattern: str | None) -> re.Pattern[str] | None:
+    try:
+        return re.compile(pattern) if pattern else None
+    except re.error as exc:
+        raise AlignerError(f"bad --filter regex {pattern!r}: {exc}") from None
+
+
+def source_rows(source: TensorSource, pattern: re.Pattern[str] | None = None,
+                stats: bool = False) -> list[TensorRow]:
+    """The rows of an open checkpoint (names matching `pattern`); `stats` reads every tensor once."""
+    rows = []
+    for name, info in source.infos.items():
+        if pattern and not pattern.search(name):
+            continue
+        values = None
+        if stats:
+            array = source.get(name)
+            values = tensor_stats(array)
+            source.release(array)
+        rows.append(TensorRow(name, tuple(info.shape), info.dtype, info.numel,
+                              info.numel * to_numpy(info.dtype).itemsize, _kind(name), None, values))
+    return rows
+
+
+def inspect_checkpoint(path: str, *, pattern: str | None = None, stats: bool = False,
+                       trust_pickle: bool = False) -> InspectResult:
+    """List a checkpoint's tensors (names matching `pattern`), with statistics when `stats` (reads every tensor)."""
+    regex = _compile(pattern)
+    with open_checkpoint(path, allow_pickle=trust_pickle) as source:
+        rows = source_rows(source, regex, stats)
+        return InspectResult(path, source.format, Framework.parse(source.framework), rows, Counts.of(rows),
+                             list(source.notes), stats)
+
+
+def _model_tensors(model: Any) -> tuple[Framework, list[tuple[str, Any, TensorKind, bool]]]:
+    """(framework, [(name, tensor, kind, trainable)]) of a torch Module or MindSpore Cell, in state-dict order."""
+    torch = sys.modules.get("torch")
+    ms = sys.modules.get("mindspore")
+    if torch is not None and isinstance(model, torch.nn.Module):
+        out = []
+        for name, value in model.state_dict(keep_vars=True).items():
+            is_param = isinstance(value, torch.nn.Parameter)
+            out.append((name, value, TensorKind.PARAMETER if is_param else TensorKind.BUFFER,
+                        bool(is_param and value.requires_grad)))
+        return Framework.PYTORCH, out
+    if ms is not None and isinstance(model, ms.nn.Cell):
+        # every MindSpore tensor is a Parameter; BatchNorm statistics are told apart by name (moving_mean, ...)
+        return Framework.MINDSPORE, [(name, p, _kind(name), bool(p.requires_grad))
+                                     for name, p in model.parameters_and_names()]
+    raise AlignerError(f"inspect_model needs a torch.nn.Module or a mindspore.nn.Cell, got {type(model).__name__}")
+
+
+def inspect_model(model: Any, *, pattern: str | None = None, stats: bool = False) -> InspectResult:
+    """The `align inspect` result for a live torch nn.Module or MindSpore Cell, with real trainable/frozen counts
+    (torch: `requires_grad`; MindSpore: `Parameter.requires_grad`; buffers are never trainable)."""
+    regex = _compile(pattern)
+    framework, tensors = _model_tensors(model)
+    rows = []
+    for name, tensor, kind, trainable in tensors:
+        if regex and not regex.search(name):
+            continue
+        dtype = canonical(tensor.dtype)
+        shape = tuple(int(d) for d in tensor.shape)
+        numel = int(np.prod(shape, dtype=np.int64))
+        rows.append(TensorRow(name, shape, dtype, numel, numel * to_numpy(dtype).itemsize, kind,
+                              trainable if kind is TensorKind.PARAMETER else False,
+                              tensor_stats(to_host(tensor)) if stats else None))
+    return InspectResult(type(model).__name__, "model", framework, rows, Counts.of(rows), [], stats)
