@@ -162,3 +162,22 @@ def test_bisect_agrees_with_full_scan(tmp_path: Path) -> None:
     assert code == 1 and result["rows"][f["first"]]["module"] == "ln2"
     pairs = sum(1 for r in result["rows"] if r["status"] != "unmatched")
     assert result["bisect_confirmed"] and result["bisect_reads"] < pairs // 2
+
+
+def test_bisect_is_not_fooled_by_a_loss_probe(tmp_path: Path) -> None:
+    """A tanh-GELU in one block leaves the scalar loss within tolerance; bisect must still name the activation, as the
+    full comparison does, in both argument orders (a probe proves nothing about the layers before it)."""
+    tnet, mnet = make_twins("block")
+    tnet.mlp.act.approximate = "tanh"
+    x = example_input("block")
+    pt, msd = tmp_path / "pt", tmp_path / "ms"
+    with aligner.dump(tnet, pt):
+        loss = tnet(torch.from_numpy(x)).square().mean()
+        aligner.save("loss", loss)
+    with aligner.dump(mnet, msd):
+        aligner.save("loss", mnet(ms.Tensor(x)).square().mean())
+    for a, b in ((msd, pt), (pt, msd)):
+        full, fast = compare(str(a), str(b)), compare(str(a), str(b), bisect=True)
+        origins = [[r.module(f.origin) for f in r.verdict.findings] for r in (full, fast)]
+        assert origins[0] == origins[1] == ["mlp.act"], origins
+        assert fast.exit_code == full.exit_code == 1

@@ -245,6 +245,13 @@ def judge(rows: Sequence[Row]) -> Verdict:
     return Verdict(findings, nan_origin(rows, inputs), labels)
 
 
+def _evidence(row: Row) -> bool:
+    """Whether agreement at this row says anything about the rows before it: a paired tensor, not a probe or a
+    reduced scalar (a loss within tolerance does not prove every layer before it agrees)."""
+    rec = row.pair.ref.record
+    return row.pair.a is not None and row.pair.b is not None and rec.kind != "probe" and math.prod(rec.shape) > 1
+
+
 def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
     """Find each phase's first divergent row reading O(log n) pairs; assumes divergence persists once it starts.
 
@@ -263,7 +270,7 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
     findings: list[Divergence] = []
     confirmed = True
     for phase in Phase:
-        cand = [i for i, r in enumerate(rows) if phase_of(r) == phase and r.pair.a is not None and r.pair.b is not None]
+        cand = [i for i, r in enumerate(rows) if phase_of(r) == phase and _evidence(r)]
         if not cand or not diverged(cand[-1]):
             continue
         lo, hi = 0, len(cand) - 1
