@@ -20,8 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import aligner  # noqa: E402
-from twin_models import make_twins  # noqa: E402
+from twin_models import make_twins
+
+import aligner
 
 MODES = ("none", "full", "stats")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("GLOG_v", "3")  # MindSpore's C++ logging: warnings only
 
-import demo_models  # noqa: E402
+import demo_models
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "demo_out"

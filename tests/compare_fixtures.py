@@ -8,10 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from aligner.core.dtypes import to_storable
+from aligner.core.dtypes import canonical, to_storable
 from aligner.dumping import manifest
 from aligner.metrics.stats import tensor_stats
-from aligner.core.dtypes import canonical
 
 
 def write_dump(root: Path, framework: str, records: list[dict[str, Any]], mode: str = "full",

@@ -10,10 +10,11 @@ import pytest
 torch = pytest.importorskip("torch")
 ms = pytest.importorskip("mindspore")
 
+from twin_models import example_input, make_twins  # noqa: E402
+
 import aligner  # noqa: E402
 from aligner.pipelines.compare.run import compare  # noqa: E402
 from aligner.render.compare import to_json  # noqa: E402
-from twin_models import example_input, make_twins  # noqa: E402
 
 
 def _dump(tmp: Path, kind: str, tweak_pt: Callable | None = None, tweak_ms: Callable | None = None,

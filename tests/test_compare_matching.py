@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from compare_fixtures import write_dump
 
 from aligner.dumping.manifest import Record
-from aligner.pipelines.compare.matching import match
+from aligner.metrics.stats import tensor_stats
+from aligner.pipelines.compare.matching import match, passthrough
 from aligner.pipelines.compare.run import compare
 from aligner.pipelines.compare.sources import Item
 from aligner.render.compare import summary
-from compare_fixtures import write_dump
 
 
 def _items(names: list[str], shapes: list[list[int]] | None = None, kind: str = "forward") -> list[Item]:
@@ -109,3 +110,66 @@ def test_a_bug_in_a_reused_cell_is_named_in_both_orders(tmp_path, bug, origin) -
         result = compare(str(a), str(b))
         assert result.exit_code == 1
         assert result.module(result.verdict.findings[0].origin) == origin, summary(result)
+
+
+def _backward_tail(tmp_path):
+    """The backward of a downsample branch and a classifier as the zoo pair's dumps hold them: MindSpore fires a
+    cell's parameter hooks before its grad_output/grad_input (and names it `down_sample`, `classifier`), PyTorch fires
+    grad_output before the parameter gradients (`downsample`, `fc`); timm flattens [1, C, 1, 1] -> [1, C] in a
+    separate `global_pool.flatten` that mindcv's pooling does inside one cell."""
+    rng = np.random.default_rng(1)
+    g_logits, g_feat = rng.standard_normal((1, 10)).astype(np.float32), rng.standard_normal((1, 8)).astype(np.float32)
+    g_w, g_b = rng.standard_normal((10, 8)).astype(np.float32), g_logits[0].copy()
+    g_pool_in = rng.standard_normal((1, 8, 2, 2)).astype(np.float32)
+    g_bn_out, g_bn_in = (rng.standard_normal((1, 8, 2, 2)).astype(np.float32) for _ in range(2))
+    g_gamma, g_beta = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    bw, pg = dict(kind="backward"), dict(kind="param_grad", io="grad", type="Parameter")
+    ms = [dict(module="classifier.bias", array=g_b, **pg), dict(module="classifier.weight", array=g_w, **pg),
+          dict(module="classifier", type="Dense", io="grad_output", array=g_logits, **bw),
+          dict(module="classifier", type="Dense", io="grad_input", array=g_feat, **bw),
+          dict(module="pool", type="GlobalAvgPooling", io="grad_output", array=g_feat, **bw),
+          dict(module="pool", type="GlobalAvgPooling", io="grad_input", array=g_pool_in, **bw),
+          dict(module="down_sample.1.gamma", array=g_gamma, **pg),
+          dict(module="down_sample.1.beta", array=g_beta, **pg),
+          dict(module="down_sample.1", type="BatchNorm2d", io="grad_output", array=g_bn_out, **bw),
+          dict(module="down_sample.1", type="BatchNorm2d", io="grad_input", array=g_bn_in, **bw)]
+    pt = [dict(module="fc", type="Linear", io="grad_output", array=g_logits, **bw),
+          dict(module="fc.bias", array=g_b, **pg), dict(module="fc.weight", array=g_w, **pg),
+          dict(module="fc", type="Linear", io="grad_input", array=g_feat, **bw),
+          dict(module="global_pool.flatten", type="Flatten", io="grad_output", array=g_feat, **bw),
+          dict(module="global_pool.flatten", type="Flatten", io="grad_input", array=g_feat.reshape(1, 8, 1, 1), **bw),
+          dict(module="global_pool.pool", type="AdaptiveAvgPool2d", io="grad_output", array=g_feat.reshape(1, 8, 1, 1),
+               **bw),
+          dict(module="global_pool.pool", type="AdaptiveAvgPool2d", io="grad_input", array=g_pool_in, **bw),
+          dict(module="downsample.1", type="BatchNorm2d", io="grad_output", array=g_bn_out, **bw),
+          dict(module="downsample.1.weight", array=g_gamma, **pg), dict(module="downsample.1.bias", array=g_beta, **pg),
+          dict(module="downsample.1", type="BatchNorm2d", io="grad_input", array=g_bn_in, **bw)]
+    write_dump(tmp_path / "pt", "pytorch", pt)
+    write_dump(tmp_path / "ms", "mindspore", ms)
+    return tmp_path / "ms", tmp_path / "pt"
+
+
+def test_grad_output_pairs_across_parameter_gradients_fired_in_another_order(tmp_path) -> None:
+    ms, pt = _backward_tail(tmp_path)
+    for a, b in ((ms, pt), (pt, ms)):
+        result = compare(str(a), str(b))
+        assert result.passed and result.exit_code == 0, summary(result)
+        assert result.matched["unmatched_a"] == result.matched["unmatched_b"] == 0, summary(result)
+        pairs = {frozenset((r.pair.a.record.module, r.pair.b.record.module)) | {r.pair.a.record.io}
+                 for r in result.rows if r.pair.a and r.pair.b}
+        assert frozenset({"classifier", "fc", "grad_output"}) in pairs
+        assert frozenset({"down_sample.1", "downsample.1", "grad_output"}) in pairs
+        assert frozenset({"classifier.bias", "fc.bias", "grad"}) in pairs
+        # the Flatten of [1, 8, 1, 1] into [1, 8] is a pass-through (both of its records fold)
+        assert result.matched["folded_a"] + result.matched["folded_b"] == 2, result.matched
+
+
+def test_a_squeeze_with_other_values_does_not_fold() -> None:
+    def item(seq, module, io, arr):
+        arr = np.asarray(arr, np.float32)
+        return Item(Record(seq=seq, module=module, type="", kind="forward", io=io, index=0, dtype="float32",
+                           shape=list(arr.shape), stats=tensor_stats(arr)))
+    x = np.arange(4, dtype=np.float32).reshape(1, 4, 1)
+    assert passthrough([item(0, "p", "output", x), item(1, "flat", "output", x.reshape(1, 4))]) == {1: 0}
+    assert passthrough([item(0, "p", "output", x), item(1, "flat", "output", x.reshape(1, 4) + 1)]) == {}
+    assert passthrough([item(0, "p", "output", x), item(1, "flat", "output", x.reshape(2, 2))]) == {}

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from compare_fixtures import chain, write_dump
 
 from aligner.pipelines.compare.run import compare
 from aligner.render.compare import to_json
-from compare_fixtures import chain, write_dump
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((8, 64)).astype(np.float32)

@@ -9,13 +9,13 @@ import mindspore as ms
 import numpy as np
 import pytest
 import torch
+from twin_models import NAME_MAPS, example_input, make_twins
 
 import aligner
-from aligner.core.errors import AlignerError
 from aligner.core.dtypes import from_stored
+from aligner.core.errors import AlignerError
 from aligner.dumping.manifest import MANIFEST, Record, iter_manifest
 from aligner.metrics.stats import tensor_stats
-from twin_models import NAME_MAPS, example_input, make_twins
 
 ms.set_context(mode=ms.PYNATIVE_MODE)
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from compare_fixtures import write_dump
 
 ROOT = Path(__file__).resolve().parent.parent

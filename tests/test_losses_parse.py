@@ -69,7 +69,8 @@ def test_text_forms(tmp_path, text, steps, losses):
 
 
 def test_epoch_with_global_step_counter_is_not_offset(tmp_path):
-    curve = read_losses(write(tmp_path, "t.log", "epoch 1 step 1 loss 3\nepoch 1 step 2 loss 2\nepoch 2 step 3 loss 1\n"))
+    curve = read_losses(write(tmp_path, "t.log",
+                              "epoch 1 step 1 loss 3\nepoch 1 step 2 loss 2\nepoch 2 step 3 loss 1\n"))
     assert curve.steps == (1, 2, 3) and curve.epoch_starts == frozenset({3})
 
 
@@ -81,7 +82,8 @@ def test_custom_pattern_with_and_without_step(tmp_path):
 
 
 def test_csv_with_header_in_any_case(tmp_path):
-    curve = read_losses(write(tmp_path, "m.csv", "\ufeffEpoch,Step,Loss,lr\n1,1,0.50,0.1\n1,2,0.40,0.1\n2,1,0.30,0.1\n"))
+    curve = read_losses(write(tmp_path, "m.csv",
+                              "\ufeffEpoch,Step,Loss,lr\n1,1,0.50,0.1\n1,2,0.40,0.1\n2,1,0.30,0.1\n"))
     assert (curve.format, curve.steps, curve.losses) == ("csv", (1, 2, 3), (0.5, 0.4, 0.3))
     assert curve.resolution == pytest.approx(0.01)  # "0.50" is written to 2 decimals
 
@@ -96,7 +98,8 @@ def test_json_records_columns_and_log_history(tmp_path):
 
 
 def test_jsonl_skips_records_without_loss_and_keeps_nan(tmp_path):
-    curve = read_losses(write(tmp_path, "m.jsonl", '{"step": 1, "loss": 0.5}\n\n{"eval_loss": 3}\n{"step": 2, "loss": NaN}\n'))
+    curve = read_losses(write(tmp_path, "m.jsonl",
+                              '{"step": 1, "loss": 0.5}\n\n{"eval_loss": 3}\n{"step": 2, "loss": NaN}\n'))
     assert curve.format == "jsonl" and curve.steps == (1, 2) and math.isnan(curve.losses[1])
 
 
@@ -137,7 +140,8 @@ def test_reader_errors(tmp_path, name, text, pattern, fragments):
         assert fragment in str(error.value)
 
 
-@pytest.mark.parametrize("pattern, fragment", [("(", "invalid regular expression"), (r"(?P<step>\d+)", "no named group")])
+@pytest.mark.parametrize("pattern, fragment", [("(", "invalid regular expression"),
+                                               (r"(?P<step>\d+)", "no named group")])
 def test_compile_pattern_errors(pattern, fragment):
     with pytest.raises(AlignerError, match=fragment):
         compile_pattern(pattern)
@@ -217,7 +221,8 @@ def test_nan_beyond_the_shorter_log(tmp_path):
 
 
 def test_logs_that_start_late_cannot_get_the_step_1_2_test(tmp_path):
-    comparison = compare_curves(read_losses(write(tmp_path, "a.log", "step 10 loss 2\nstep 20 loss 1\nstep 30 loss 0.5\n")),
+    comparison = compare_curves(read_losses(write(tmp_path, "a.log",
+                                                  "step 10 loss 2\nstep 20 loss 1\nstep 30 loss 0.5\n")),
                                 read_losses(write(tmp_path, "b.log", "step 10 loss 2\nstep 20 loss 1.1\n")))
     d = comparison
     assert (comparison.first_part, d.verdict) == (20, Verdict.LATER)
@@ -227,7 +232,8 @@ def test_logs_that_start_late_cannot_get_the_step_1_2_test(tmp_path):
 
 
 def test_divergence_at_an_epoch_start_points_at_the_data_order(tmp_path):
-    a = write(tmp_path, "a.log", "epoch: 1 step: 1, loss is 2\nepoch: 1 step: 2, loss is 1.5\nepoch: 2 step: 1, loss is 1.2\n")
+    a = write(tmp_path, "a.log",
+              "epoch: 1 step: 1, loss is 2\nepoch: 1 step: 2, loss is 1.5\nepoch: 2 step: 1, loss is 1.2\n")
     b = write(tmp_path, "b.csv", "step,loss\n1,2\n2,1.5\n3,1.3125\n")
     d = compare_curves(read_losses(a), read_losses(b))
     assert d.verdict == Verdict.LATER and "Step 3 starts a new epoch" in d.advice

@@ -35,7 +35,8 @@ def train_torch(init: dict[str, np.ndarray], lr: float = LR, weight_decay: float
     """SGD with momentum on Linear-Tanh-Linear; the loss of each step, before that step's update."""
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
     with torch.no_grad():
-        for (layer, name), key in zip([(0, "weight"), (0, "bias"), (2, "weight"), (2, "bias")], ["w1", "b1", "w2", "b2"]):
+        for (layer, name), key in zip([(0, "weight"), (0, "bias"), (2, "weight"), (2, "bias")],
+                                      ["w1", "b1", "w2", "b2"]):
             getattr(model[layer], name).copy_(torch.from_numpy(init[key]))
     params = [p for name, p in model.named_parameters() if name != skip_param]
     optimizer = torch.optim.SGD(params, lr=lr, momentum=MOMENTUM, weight_decay=weight_decay)
@@ -80,7 +81,7 @@ def write_loss_monitor(path: Path, losses: list[float]) -> Path:
     lines = []
     for i, loss in enumerate(losses):
         epoch, step = divmod(i, STEPS_PER_EPOCH)
-        lines.append("epoch: %s step: %s, loss is %s" % (epoch + 1, step + 1, loss))
+        lines.append(f"epoch: {epoch + 1} step: {step + 1}, loss is {loss}")
         if step + 1 == STEPS_PER_EPOCH:
             lines.append("epoch time: 12.345 ms, per step time: 6.172 ms")
     path.write_text("\n".join(lines) + "\n")
@@ -95,7 +96,8 @@ def write_torch_text(path: Path, losses: list[float]) -> Path:
 
 def write_torch_jsonl(path: Path, losses: list[float]) -> Path:
     """A metrics logger's JSON lines, 1-based steps."""
-    path.write_text("".join(json.dumps({"step": i + 1, "loss": loss, "lr": LR}) + "\n" for i, loss in enumerate(losses)))
+    path.write_text("".join(json.dumps({"step": i + 1, "loss": loss, "lr": LR}) + "\n"
+                            for i, loss in enumerate(losses)))
     return path
 
 

@@ -19,14 +19,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+import mindspore as ms
 import numpy as np
 import pytest
 import torch
-from torch import nn as tnn
-
-import mindspore as ms
 from mindspore import mint
 from mindspore import nn as mnn
+from torch import nn as tnn
 
 from aligner.cli import main as align_main
 from aligner.pipelines.convert import convert
@@ -74,7 +73,7 @@ class Case:
     like_to_torch: bool = False    # MindSpore -> torch needs --like torch_init.pth
     int_input: int = 0             # > 0: integer indices below this (Embedding)
     torch_train: bool = False      # compare with the torch layer in train mode (see InstanceNorm2d)
-    via: str = "cli"               # "cli" (aligner.cli.main in-process) or "library" (aligner.pipelines.convert.convert)
+    via: str = "cli"               # "cli" (aligner.cli.main in-process) or "library" (pipelines.convert.convert)
     scale: float = 1.0             # random parameter values are standard normal times this
     pairs: dict[str, str] | None = None  # torch leaf -> MindSpore leaf, checked by value (no MindSpore CPU kernel)
 

@@ -3,17 +3,15 @@ tied weights and num_batches_tracked. Checkpoints are real files (torch.save / m
 random values, and every test checks where each value ends up, not only the names."""
 from __future__ import annotations
 
+import mindspore as ms
 import numpy as np
 import pytest
 import torch
 import yaml
 
-import mindspore as ms
-
 from aligner.cli import main as align_main
-from aligner.pipelines.convert import convert, state_dict_to
 from aligner.core.errors import AlignerError
-
+from aligner.pipelines.convert import convert, state_dict_to
 
 # ------------------------------------------------------------------------------------------------------- helpers
 

@@ -5,12 +5,12 @@ import io
 from pathlib import Path
 
 import numpy as np
+from compare_fixtures import write_dump
+from conftest import run_align
 from rich.console import Console
 
 from aligner.core.progress import SILENT
 from aligner.render import progress as bars
-from compare_fixtures import write_dump
-from conftest import run_align
 
 
 def test_bar_appears_only_after_the_delay(monkeypatch) -> None:

@@ -43,9 +43,9 @@ def test_fix_random_pins_every_framework_and_says_what_it_did():
     record = aligner.fix_random(123)
     assert record["seed"] == record["python_random"] == record["numpy"] == 123
     assert "child processes only" in record["PYTHONHASHSEED"] and os.environ["PYTHONHASHSEED"] == "123"
-    assert record["torch"]["deterministic_algorithms"] is True and torch.are_deterministic_algorithms_enabled()
-    assert record["torch"]["cudnn_benchmark"] is False and torch.backends.cudnn.deterministic
-    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == record["torch"]["CUBLAS_WORKSPACE_CONFIG"]
+    assert record["pytorch"]["deterministic_algorithms"] is True and torch.are_deterministic_algorithms_enabled()
+    assert record["pytorch"]["cudnn_benchmark"] is False and torch.backends.cudnn.deterministic
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == record["pytorch"]["CUBLAS_WORKSPACE_CONFIG"]
     assert record["mindspore"] == {"version": ms.__version__, "set_seed": 123, "deterministic": True,
                                    "dataset_seed": 123}
     a = (np.random.rand(), torch.rand(1).item(), ms.ops.uniform((1,), ms.Tensor(0.0), ms.Tensor(1.0)).asnumpy()[0])
@@ -56,8 +56,8 @@ def test_fix_random_pins_every_framework_and_says_what_it_did():
 
 
 def test_fix_random_is_recorded_in_dump_headers(tmp_path):
-    record = aligner.fix_random(7, frameworks=["torch"])
-    assert record["mindspore"] == "not requested"
+    record = aligner.fix_random(7, frameworks=["torch"])  # the module's name is accepted for "pytorch"
+    assert record["mindspore"] == "not requested" and record["pytorch"]["manual_seed"] == 7
     net = torch.nn.Linear(2, 2)
     with aligner.dump(net, tmp_path / "d", backward=False):
         net(torch.ones(1, 2))
@@ -65,9 +65,10 @@ def test_fix_random_is_recorded_in_dump_headers(tmp_path):
     assert header["seed"] == record
 
 
-@pytest.mark.parametrize("missing, present", [("mindspore", "torch"), ("torch", "mindspore")])
-def test_fix_random_works_with_one_framework_installed(missing, present):
-    code = (f"import sys; sys.modules[{missing!r}] = None\n"  # makes `import {missing}` fail, as if not installed
+@pytest.mark.parametrize("module, missing, present", [("mindspore", "mindspore", "pytorch"),
+                                                     ("torch", "pytorch", "mindspore")])
+def test_fix_random_works_with_one_framework_installed(module, missing, present):
+    code = (f"import sys; sys.modules[{module!r}] = None\n"  # makes `import {module}` fail, as if not installed
             "import json, aligner; print(json.dumps(aligner.fix_random(5)))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, GLOG_v="3"))

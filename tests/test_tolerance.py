@@ -6,13 +6,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from compare_fixtures import write_dump
+from conftest import assert_one_line_error, run_align
 from hypothesis import given
 from hypothesis import strategies as st
 
 from aligner.core.errors import AlignerError
 from aligner.core.tolerance import Tolerance, ToleranceSpec
-from compare_fixtures import write_dump
-from conftest import assert_one_line_error, run_align
 
 FINITE = st.floats(-1e6, 1e6, allow_nan=False, width=64)
 

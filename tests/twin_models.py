@@ -23,7 +23,7 @@ BLOCK_INPUT = (2, 4, 16)
 D_MODEL, HEADS, D_FF = 16, 2, 32
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _torch_classes() -> tuple[type, type]:
     import torch
     from torch import nn
@@ -100,7 +100,7 @@ def _torch_classes() -> tuple[type, type]:
     return TorchCNN, TorchBlock
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mindspore_classes() -> tuple[type, type]:
     import mindspore as ms
     from mindspore import nn, ops

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug of ours: still one line, with a way to get the traceback
         if os.environ.get("ALIGN_DEBUG"):
             raise
-        click.echo(f"align: internal error: {type(exc).__name__}: {exc} (set ALIGN_DEBUG=1 for the traceback)", err=True)
+        click.echo(f"align: internal error: {type(exc).__name__}: {exc} (set ALIGN_DEBUG=1 for the traceback)",
+                   err=True)
         sys.exit(EXIT_USAGE)
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 from aligner.core.errors import AlignerError
 from aligner.core.progress import SILENT, Progress
-from aligner.dumping.directory import claim
+from aligner.dumping.directory import DumpDir, claim
 from aligner.dumping.options import Options
+from aligner.dumping.randomness import pinned
 from aligner.dumping.session import Session, activate, active
 from aligner.dumping.tensors import MINDSPORE, framework_version, model_framework
 from aligner.dumping.writer import BackgroundWriter, MemorySink
@@ -96,24 +97,25 @@ class _DirectoryDump(DumpContext):
 
     def __init__(self, model: Any, directory: str | os.PathLike, opts: Options, step: int,
                  steps: Iterable[int] | None, stats_only: bool, overwrite: bool, progress: Progress) -> None:
-        super().__init__(model, model_framework(model), opts, step)
+        framework = model_framework(model)
+        super().__init__(model, framework, opts, step)
+        self.model_framework = framework  # a directory dump always has a model, so always a framework
         self.directory, self.stats_only, self.overwrite = directory, stats_only, overwrite
         self.progress = progress
         self.steps = None if steps is None else frozenset(int(s) for s in steps)
-        self._dir = None
+        self._dir: DumpDir | None = None
 
     def _open(self) -> tuple[Any, int] | None:
-        from aligner.dumping.randomness import pinned
-
-        self._dir = claim(self.directory, self.framework, framework_version(self.framework), self.stats_only,
-                          self.overwrite, pinned())
+        self._dir = claim(self.directory, self.model_framework, framework_version(self.model_framework),
+                          self.stats_only, self.overwrite, pinned())
         if self.steps is not None and self.step not in self.steps:
             return None
         writer = BackgroundWriter(self._dir.path, self.stats_only, self._dir.written, progress=self.progress)
         return writer, self._dir.next_seq
 
     def _closed(self, session: Session) -> None:
-        self._dir.next_seq = session.seq
+        if self._dir is not None:
+            self._dir.next_seq = session.seq
 
 
 class MemoryCapture(DumpContext):

@@ -7,16 +7,16 @@ The report is data with a `__str__` whose first line is the verdict; printing it
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Framework
 from aligner.dumping import MemoryCapture
 from aligner.dumping.randomness import fix_random
-from aligner.dumping.tensors import is_tensor, to_host
+from aligner.dumping.tensors import is_tensor, model_framework, to_host
 
 
 @dataclasses.dataclass
@@ -91,8 +91,7 @@ class _State:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        torch = sys.modules.get("torch")
-        self.is_torch = torch is not None and isinstance(model, torch.nn.Module)
+        self.is_torch = model_framework(model) == Framework.PYTORCH
         if self.is_torch:
             self.saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
         else:
@@ -127,7 +126,8 @@ def check_determinism(fn: Callable[[], Any], runs: int = 2, *, model: Any = None
             state.restore()
         if seed is not None:
             fix_random(seed)
-        with MemoryCapture(model) as capture:
+        capture = MemoryCapture(model)
+        with capture:
             output = fn()
         captured = [(f"{r.kind} {r.module or '<model>'} {r.io}[{r.index}] #{r.seq}", a) for r, a in capture.items]
         results.append(_leaves(output, "output") + captured)

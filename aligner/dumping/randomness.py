@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Framework
 
-FRAMEWORKS = ("torch", "mindspore")
+FRAMEWORKS = (Framework.PYTORCH, Framework.MINDSPORE)
 CUBLAS_WORKSPACE = ":4096:8"
 
 _pinned: dict[str, Any] | None = None
@@ -60,16 +61,18 @@ def _pin_mindspore(ms: Any, seed: int) -> dict[str, Any]:
 
 
 def fix_random(seed: int, frameworks: Iterable[str] = FRAMEWORKS) -> dict[str, Any]:
-    """Seed python, numpy and every installed framework in `frameworks`, switch on deterministic kernels, and return
-    a JSON-able record of what was pinned (also stored in the header of later dumps)."""
+    """Seed python, numpy and every installed framework in `frameworks` (any spelling `Framework.parse` knows, e.g.
+    "torch"), switch on deterministic kernels, and return a JSON-able record of what was pinned, keyed by framework
+    name ("pytorch", "mindspore"; also stored in the header of later dumps)."""
     global _pinned
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
         raise AlignerError(f"fix_random needs an integer seed in [0, 2**32), got {seed!r}")
-    wanted = tuple(frameworks)
-    unknown = set(wanted) - set(FRAMEWORKS)
+    parsed = [(name, Framework.parse(name)) for name in frameworks]
+    unknown = [str(name) for name, framework in parsed if framework not in FRAMEWORKS]
     if unknown:
         raise AlignerError(f"fix_random: unknown framework(s) {', '.join(sorted(unknown))} "
                            f"(choose from {', '.join(FRAMEWORKS)})")
+    wanted = {framework for _, framework in parsed}
     random.seed(seed)
     np.random.seed(seed)
     os.environ["PYTHONHASHSEED"] = str(seed)
@@ -77,15 +80,16 @@ def fix_random(seed: int, frameworks: Iterable[str] = FRAMEWORKS) -> dict[str, A
         "seed": seed, "python_random": seed, "numpy": seed,
         "PYTHONHASHSEED": f"{seed} (child processes only: this interpreter's str hashing was fixed at start-up)",
     }
-    pinners = {"torch": _pin_torch, "mindspore": _pin_mindspore}
-    for name in FRAMEWORKS:
-        module = _import(name) if name in wanted else None
-        if name not in wanted:
-            record[name] = "not requested"
+    pinners = {Framework.PYTORCH: ("torch", _pin_torch), Framework.MINDSPORE: ("mindspore", _pin_mindspore)}
+    for framework in FRAMEWORKS:
+        module_name, pin = pinners[framework]
+        module = _import(module_name) if framework in wanted else None
+        if framework not in wanted:
+            record[framework.value] = "not requested"
         elif module is None:
-            record[name] = "not installed"
+            record[framework.value] = "not installed"
         else:
-            record[name] = pinners[name](module, seed)
+            record[framework.value] = pin(module, seed)
     _pinned = record
     return record
 

@@ -8,8 +8,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from aligner.core.dtypes import canonical
-from aligner.dumping.tensors import to_host
 from aligner.dumping.manifest import Record
+from aligner.dumping.tensors import to_host
 
 
 class Sink(Protocol):

@@ -8,12 +8,13 @@ import numpy as np
 
 from aligner.core.dtypes import to_numpy, torch_to_numpy
 from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Framework
 
-PYTORCH, MINDSPORE = "pytorch", "mindspore"
+PYTORCH, MINDSPORE = Framework.PYTORCH, Framework.MINDSPORE
 
 
-def model_framework(model: Any) -> str:
-    """"pytorch" for a torch.nn.Module, "mindspore" for a mindspore.nn.Cell, else a clear AlignerError."""
+def model_framework(model: Any) -> Framework:
+    """PYTORCH for a torch.nn.Module, MINDSPORE for a mindspore.nn.Cell, else a clear AlignerError."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(model, torch.nn.Module):
         return PYTORCH

@@ -8,7 +8,8 @@ in-place op on a module's output (`nn.ReLU(inplace=True)`, `out += identity` in 
 * grad_input: the pre-hook hands the module a `view_as` alias of each input that requires grad (a view: no copy, no
   change to any number); a hook on the alias sees only this module's contribution to the input's gradient. When the
   module modifies that alias in place (an in-place activation), the alias's node leaves the graph, so the hook goes on
-  the `CopySlices` node autograd inserts for the input instead;
+  the `CopySlices` node autograd inserts for the input's base instead (also when the input is itself a view, e.g. the
+  alias a preceding `nn.Identity` returned: timm's `drop_block` before an in-place `act2`);
 * param_grad: a hook on each parameter, i.e. the gradient of this backward pass before it is accumulated into `.grad`.
 """
 from __future__ import annotations
@@ -81,9 +82,30 @@ class _ModuleHooks:
         for index, a, version, original in (self.pending.pop() if self.pending else []):
             if a._version == version:
                 a.register_hook(functools.partial(self.emit_grad, "grad_input", index))
-            elif original._base is None and original.grad_fn is not None:  # modified in place by this module
-                original.grad_fn.register_hook(
-                    lambda grad_inputs, grad_outputs, index=index: self.emit_grad("grad_input", index, grad_inputs[0]))
+            else:  # modified in place by this module: the hook goes on the CopySlices node of the input's base
+                _hook_inplace(original, functools.partial(self.emit_grad, "grad_input", index))
+
+
+def _hook_inplace(original: torch.Tensor, emit: Callable[[torch.Tensor | None], None]) -> None:
+    """Record the gradient with respect to `original`'s value before a module modified it in place (through our
+    alias). Autograd rebases the whole storage: the base (`original` itself, or the tensor it is a view of -- e.g. the
+    alias an earlier pass-through module such as `nn.Identity` returned) gets a `CopySlices` node whose first gradient
+    is base-shaped; the part `original` covers is the module's grad_input."""
+    base = original if original._base is None else original._base
+    node = base.grad_fn
+    if node is None:
+        return
+    size, stride, offset = original.size(), original.stride(), original.storage_offset() - base.storage_offset()
+
+    def hook(grad_inputs: tuple, grad_outputs: tuple) -> None:
+        grad = grad_inputs[0] if grad_inputs else None
+        if grad is None or grad.shape == size:
+            emit(grad)
+        elif grad.shape == base.shape and grad.stride() == base.stride():
+            emit(grad.as_strided(size, stride, grad.storage_offset() + offset))
+        # otherwise the region of `original` cannot be located in the gradient: nothing is recorded
+
+    node.register_hook(hook)
 
 
 def install(model: torch.nn.Module, session: Session, opts: Options) -> list[Any]:

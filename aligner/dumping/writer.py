@@ -92,7 +92,7 @@ class BackgroundWriter:
         except OSError as exc:
             self._error = exc
         while (item := self._queue.get()) is not _STOP:
-            if self._error is None:
+            if self._error is None and manifest is not None:
                 try:
                     manifest.write(self._store(self.directory / TENSOR_DIR, *item) + "\n")
                     self.stored += 1

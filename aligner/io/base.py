@@ -30,7 +30,8 @@ class TensorSource:
     """A checkpoint opened for reading. Subclasses fill `infos` (file order) and implement `_load`.
 
     `framework` is the naming convention of the names ("pytorch" or "mindspore"), None when unknown (safetensors
-    and npy files may hold either). `notes` are facts worth showing the user (nesting key, skipped entries, tied weights).
+    and npy files may hold either). `notes` are facts worth showing the user (nesting key, skipped entries, tied
+    weights).
     """
 
     format: str = ""

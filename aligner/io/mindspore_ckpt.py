@@ -171,7 +171,7 @@ def write_ckpt(fh, items: Iterable[tuple[str, np.ndarray]]) -> None:
         ttype = MINDSPORE_NAME[canonical(array.dtype)].encode()
         dims = b"".join(b"\x08" + _enc_varint(d) for d in (array.shape or (0,)))
         tag = name.encode("utf-8")
-        raw = memoryview(array.reshape(-1).view(np.uint8))
+        raw = array.reshape(-1).view(np.uint8).data
         # split on element boundaries, as MindSpore does, so each chunk holds whole elements
         step = max(CHUNK // max(array.itemsize, 1) * max(array.itemsize, 1), array.itemsize or 1)
         for start in range(0, max(len(raw), 1), step):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import warnings
 import zipfile
 from typing import Any, Iterable
@@ -88,10 +89,14 @@ class TorchSource(TensorSource):
 
 
 def _unsafe_reason(exc: Exception) -> str:
+    """Which global the safe unpickler refused (e.g. 'it imports __main__.Foo'), from torch's long message."""
     text = str(exc)
+    found = re.search(r"GLOBAL\s+([\w.]+)", text)
+    if found:
+        return f"it imports {found.group(1)}"
     for line in text.splitlines():
-        if "Unsupported global" in line or "unsupported" in line.lower():
-            return line.strip().lstrip("WeightsUnpickler error:").strip()[:200]
+        if "unsupported" in line.lower():
+            return line.strip().removeprefix("WeightsUnpickler error:").strip()[:200]
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 

@@ -33,7 +33,8 @@ class SafetensorsSource(TensorSource):
             fh.seek(0)
             (hlen,) = struct.unpack("<Q", fh.read(8))
             if hlen > size - 8:
-                raise AlignerError(f"{path}: truncated or corrupted safetensors file (header length {hlen} > file size)")
+                raise AlignerError(f"{path}: truncated or corrupted safetensors file "
+                                   f"(header length {hlen} > file size)")
             try:
                 header = json.loads(fh.read(hlen))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -60,7 +61,7 @@ class SafetensorsSource(TensorSource):
     def _load(self, name: str) -> np.ndarray:
         begin, end = self._spans[name]
         info = self.infos[name]
-        if end == begin:
+        if end == begin or self._mm is None:  # no data section (a file of empty tensors) has no mapping
             return np.zeros(info.shape, to_numpy(info.dtype))
         return np.frombuffer(self._mm, to_numpy(info.dtype), count=info.numel,
                              offset=self._base + begin).reshape(info.shape)
@@ -92,4 +93,4 @@ def write_safetensors(fh, items: Iterable[tuple[str, np.ndarray]], infos: dict[s
         info = infos[name]
         if canonical(array.dtype) != info.dtype or tuple(array.shape) != info.shape:
             raise AlignerError(f"internal: tensor {name} does not match its declared shape/dtype")
-        fh.write(memoryview(contiguous(array).reshape(-1).view(np.uint8)))
+        fh.write(contiguous(array).reshape(-1).view(np.uint8).data)

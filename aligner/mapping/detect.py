@@ -1,22 +1,23 @@
 """Which framework's naming convention a checkpoint uses: declared, known from its format, or guessed from names."""
 from __future__ import annotations
 
+from aligner.core.frameworks import Framework
 from aligner.io.base import TensorInfo, TensorSource
-from aligner.mapping.rules import FRAMEWORKS, group_names, load_rules
+from aligner.mapping.rules import group_names, load_rules
 
 
-def guess_framework(infos: dict[str, TensorInfo]) -> str | None:
+def guess_framework(infos: dict[str, TensorInfo]) -> Framework | None:
     """The naming convention of a name set, from leaves that only one framework's rules use (None if no clue)."""
-    votes = {fw: 0 for fw in FRAMEWORKS}
+    ms_votes = pt_votes = 0
     for rule in load_rules():
         ms_only = set(rule.rename.values()) - set(rule.rename)
         pt_only = set(rule.rename) - set(rule.rename.values())
         for leaves in group_names(infos).values():
-            votes["mindspore"] += len(ms_only & set(leaves))
-            votes["pytorch"] += len(pt_only & set(leaves) - {"weight", "bias"})
-    if votes["mindspore"] == votes["pytorch"]:
+            ms_votes += len(ms_only & set(leaves))
+            pt_votes += len(pt_only & set(leaves) - {"weight", "bias"})
+    if ms_votes == pt_votes:
         return None
-    return max(votes, key=votes.get)
+    return Framework.MINDSPORE if ms_votes > pt_votes else Framework.PYTORCH
 
 
 def source_framework(source: TensorSource, declared: str | None = None) -> str | None:

@@ -8,10 +8,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Framework
 from aligner.io.base import TensorInfo, TensorSource
 from aligner.mapping import structural
-from aligner.mapping.rules import LayerRule, group_names, infer_rule, reverse_op, split_name
-from aligner.mapping.transforms import apply_ops, shape_after
+from aligner.mapping.rules import LayerRule, group_names, infer_rule, split_name
+from aligner.mapping.transforms import Cast, Op, Reshape, apply_ops, shape_after
 from aligner.mapping.usermap import UserMap
 
 
@@ -48,13 +50,18 @@ class Entry:
     sources: list[str]
     status: EntryStatus
     reason: str = ""
-    ops: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    ops: list[Op] = dataclasses.field(default_factory=list)
     info: TensorInfo | None = None   # output shape/dtype
     guessed: bool = False
 
+    def written_as(self) -> tuple[str, TensorInfo]:
+        """(target, output info) of an entry with a target: every such entry knows its output shape and dtype."""
+        assert self.target is not None and self.info is not None, f"{self.sources} has no output"
+        return self.target, self.info
+
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "sources": self.sources, "status": self.status.value, "reason": self.reason,
-                "ops": self.ops, "shape": list(self.info.shape) if self.info else None,
+                "ops": [op.to_dict() for op in self.ops], "shape": list(self.info.shape) if self.info else None,
                 "dtype": self.info.dtype if self.info else None, "guessed": self.guessed}
 
 
@@ -96,32 +103,33 @@ class Plan:
         return [e for e in self.entries if e.status in statuses]
 
     def output_infos(self) -> dict[str, TensorInfo]:
-        return {e.target: e.info for e in self.outputs}
+        return dict(e.written_as() for e in self.outputs)
 
     def tensors(self, source: TensorSource) -> Iterator[tuple[str, np.ndarray]]:
         """Stream (target name, array); each source's file pages are dropped once its entry is written."""
         for entry in self.outputs:
             arrays = [source.get(s) for s in entry.sources]
-            out = apply_ops(arrays, entry.ops) if entry.ops else arrays[0]
-            yield entry.target, out
+            yield entry.written_as()[0], apply_ops(arrays, entry.ops)
             for a in arrays:
                 source.release(a)
 
 
-def _entry_from_rules(name: str, prefix: str, leaf: str, info: TensorInfo, rule, src: str, dst: str) -> Entry:
+def _entry_from_rules(name: str, prefix: str, leaf: str, info: TensorInfo, rule: LayerRule | None, src: str,
+                      dst: str) -> Entry:
+    """One tensor through its group's layer rule (None: kept as it is)."""
     if rule is None:
         return Entry(name, [name], EntryStatus.UNCHANGED, "no rule applies: same name", info=info)
-    if src == "pytorch" and leaf in rule.pytorch_only:
+    if src == Framework.PYTORCH and leaf in rule.pytorch_only:
         return Entry(None, [name], EntryStatus.DROPPED, f"{rule.type}: {leaf} has no MindSpore twin")
     new_leaf = rule.leaf_map(src).get(leaf, leaf)
     new_prefix = prefix
-    if dst == "pytorch" and rule.mindspore_infix and split_name(prefix)[1] == rule.mindspore_infix:
+    if dst == Framework.PYTORCH and rule.mindspore_infix and split_name(prefix)[1] == rule.mindspore_infix:
         new_prefix = split_name(prefix)[0]
-    ops: list[dict[str, Any]] = []
-    pt_leaf = leaf if src == "pytorch" else new_leaf
+    ops: list[Op] = []
+    pt_leaf = leaf if src == Framework.PYTORCH else new_leaf
     if pt_leaf in rule.reshape:
-        kind, axis = (rule.reshape[pt_leaf] if src == "pytorch" else reverse_op(rule.reshape[pt_leaf])).split(":")
-        ops.append({"op": kind, "axis": int(axis)})
+        reshape = rule.reshape[pt_leaf]
+        ops.append(reshape if src == Framework.PYTORCH else reshape.inverse())
     target = f"{new_prefix}.{new_leaf}" if new_prefix else new_leaf
     shape = shape_after([info.shape], ops) if ops else info.shape
     status = EntryStatus.TRANSFORMED if ops else (EntryStatus.RENAMED if target != name else EntryStatus.UNCHANGED)
@@ -129,26 +137,17 @@ def _entry_from_rules(name: str, prefix: str, leaf: str, info: TensorInfo, rule,
 
 
 def _user_transforms(user: UserMap, infos: dict[str, TensorInfo]) -> list[Entry]:
+    """The entries of the user's `transforms:` (one per target), their output shapes checked against the sources."""
     entries = []
     for i, t in enumerate(user.transforms, 1):
-        sources = [t["source"]] if "source" in t else list(t["sources"])
-        unknown = [s for s in sources if s not in infos]
+        unknown = [s for s in t.sources if s not in infos]
         if unknown:
-            from aligner.core.errors import AlignerError
             raise AlignerError(f"{user.path}: transform #{i} names unknown source(s) {', '.join(unknown)}")
-        shapes = [infos[s].shape for s in sources]
-        dtype = infos[sources[0]].dtype
-        op = t["op"]
-        if op == "split":
-            for j, target in enumerate(t["targets"]):
-                ops = [{"op": "split", "axis": int(t["axis"]), "parts": len(t["targets"]), "index": j}]
-                entries.append(Entry(target, sources, EntryStatus.TRANSFORMED, f"user transform #{i} (split)", ops,
-                                     TensorInfo(shape_after(shapes, ops), dtype)))
-            continue
-        ops = [{"op": "concat", "axis": int(t["axis"])}] if op == "concat" else \
-            [{"op": op, "shape" if op == "reshape" else "perm": list(t["shape" if op == "reshape" else "perm"])}]
-        entries.append(Entry(t["target"], sources, EntryStatus.TRANSFORMED, f"user transform #{i} ({op})", ops,
-                             TensorInfo(shape_after(shapes, ops), dtype)))
+        shapes = [infos[s].shape for s in t.sources]
+        dtype = infos[t.sources[0]].dtype
+        for target, op in t.outputs:
+            entries.append(Entry(target, list(t.sources), EntryStatus.TRANSFORMED, f"user transform #{i} ({t.kind})",
+                                 [op], TensorInfo(shape_after(shapes, [op]), dtype)))
     return entries
 
 
@@ -171,14 +170,14 @@ def build_plan(infos: dict[str, TensorInfo], src: str, dst: str, user: UserMap |
                                      "user rename", info=info) for t in utargets)
                 continue
             entries.append(_entry_from_rules(name, prefix, leaf, info, rule, src, dst))
-        if rule is not None and dst == "pytorch":
+        if rule is not None and dst == Framework.PYTORCH:
             new_prefix = next((split_name(e.target)[0] for e in entries[::-1] if e.target and e.sources
                                and split_name(e.sources[0])[0] == prefix), prefix)
-            for leaf, spec in rule.pytorch_only.items():
+            for leaf, create in rule.pytorch_only.items():
                 target = f"{new_prefix}.{leaf}" if new_prefix else leaf
                 entries.append(Entry(target, [], EntryStatus.CREATED,
-                                     f"{rule.type}: {leaf} recreated as {spec['value']}", [{"op": "create", **spec}],
-                                     TensorInfo(tuple(spec["shape"]), spec["dtype"])))
+                                     f"{rule.type}: {leaf} recreated as {create.value}", [create],
+                                     TensorInfo(create.shape, create.dtype)))
         guess = _guess(prefix, leaves, rule, src, dst) if like is None and src != dst else None
         if guess is not None:
             guesses.append(guess)
@@ -196,19 +195,19 @@ def _guess(prefix: str, leaves: dict[str, TensorInfo], rule: LayerRule | None, s
     module = prefix or "<top level>"
     ranks = {leaf: len(info.shape) for leaf, info in leaves.items()}
     chosen = rule.type if rule is not None else None
-    if src == "pytorch" and ranks == {"weight": 2}:
+    if src == Framework.PYTORCH and ranks == {"weight": 2}:
         if chosen == "Embedding":
             return Guess(module, "Embedding (weight -> embedding_table)", ("Linear without bias (keeps weight)",
                          "mindspore.mint.nn.Embedding (keeps weight)"), "a lone 2-D weight; the module name "
                          "looks like an embedding")
         return Guess(module, "Linear without bias (keeps weight)", ("Embedding (MindSpore nn.Embedding and mindcv "
                      "name it embedding_table)",), "a lone 2-D weight; the module name does not say embedding")
-    if src == "pytorch" and ranks == {"weight": 1}:
+    if src == Framework.PYTORCH and ranks == {"weight": 1}:
         prelu = "PReLU (weight -> w)"
         other = "a norm without bias, e.g. LayerNorm(bias=False) or RMSNorm (keeps weight)"
         return Guess(module, prelu if chosen == "PReLU" else other, (other if chosen == "PReLU" else prelu,),
                      "a lone 1-D weight")
-    if src == "mindspore" and dst == "pytorch" and chosen is None and "weight" in leaves \
+    if src == Framework.MINDSPORE and dst == Framework.PYTORCH and chosen is None and "weight" in leaves \
             and len(leaves["weight"].shape) == 4 and leaves["weight"].shape[2] == 1:
         return Guess(module, "Conv2d with kernel height 1 (keeps the 4-D weight)",
                      ("Conv1d/ConvTranspose1d (torch's weight has no unit axis 2)",),
@@ -218,18 +217,18 @@ def _guess(prefix: str, leaves: dict[str, TensorInfo], rule: LayerRule | None, s
 
 def _fit(entry: Entry, target: str, want: TensorInfo, how: str) -> None:
     """Point an entry at a target key, adding a reshape (unit axes only) or cast where the target needs one."""
+    have = entry.written_as()[1]
     entry.target = target
-    have = entry.info
     if have.shape != want.shape:
         if structural.squeeze_shape(have.shape) == structural.squeeze_shape(want.shape):
-            entry.ops = entry.ops + [{"op": "reshape", "shape": list(want.shape)}]
+            entry.ops = entry.ops + [Reshape(want.shape)]
             entry.status, how = EntryStatus.TRANSFORMED, f"{how}; reshaped {list(have.shape)} -> {list(want.shape)}"
         else:
             entry.status = EntryStatus.SHAPE_MISMATCH
             entry.reason = f"{how}; source {list(have.shape)} vs target {list(want.shape)}"
             return
     if have.dtype != want.dtype:
-        entry.ops = entry.ops + [{"op": "cast", "dtype": want.dtype}]
+        entry.ops = entry.ops + [Cast(want.dtype)]
         how = f"{how}; cast {have.dtype} -> {want.dtype}"
     entry.info = want
     entry.reason = how
@@ -253,8 +252,8 @@ def _reconcile(plan: Plan, infos: dict[str, TensorInfo], like: dict[str, TensorI
             entry.status = EntryStatus.UNCHANGED if hit == entry.sources[0] else EntryStatus.RENAMED
         _fit(entry, hit, like[hit], entry.reason or "target key")
     free_targets = {k: v for k, v in like.items() if k not in claimed}
-    by_name = {e.target: e for e in leftovers}  # created leaves too: a recreated counter follows its module
-    pairs, ambiguous = structural.match({n: e.info.shape for n, e in by_name.items()}, free_targets)
+    by_name = {e.written_as()[0]: e for e in leftovers}  # created leaves too: a recreated counter follows its module
+    pairs, ambiguous = structural.match({n: e.written_as()[1].shape for n, e in by_name.items()}, free_targets)
     for sname, tname, reason in pairs:
         entry = by_name.pop(sname)
         if entry.status != EntryStatus.CREATED:

@@ -9,10 +9,12 @@ from typing import Any
 
 import yaml
 
+from aligner.core.frameworks import Framework
 from aligner.io.base import TensorInfo
+from aligner.mapping.transforms import AxisOp, Create, parse_axis_op
 
 RULES_FILE = "torch_mindspore.yaml"      # in the top-level mappings/, shipped inside the wheel as aligner.mappings
-FRAMEWORKS = ("pytorch", "mindspore")
+FRAMEWORKS = (Framework.PYTORCH, Framework.MINDSPORE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,16 +58,16 @@ class LayerRule:
     """How one layer type's parameters are named and laid out in each framework."""
 
     type: str
-    signatures: dict[str, Signature | None]
+    signatures: dict[str, Signature | None]  # keyed by Framework
     rename: dict[str, str]                 # pytorch leaf -> mindspore leaf
-    reshape: dict[str, str]                # pytorch leaf -> op going pytorch -> mindspore
-    pytorch_only: dict[str, dict[str, Any]]
+    reshape: dict[str, AxisOp]             # pytorch leaf -> op going pytorch -> mindspore (`.inverse()` back)
+    pytorch_only: dict[str, Create]        # leaf -> how to recreate it going to pytorch
     mindspore_infix: str | None
     note: str
 
     def leaf_map(self, src: str) -> dict[str, str]:
         """Leaf renames in the direction away from `src`."""
-        return dict(self.rename) if src == "pytorch" else {v: k for k, v in self.rename.items()}
+        return dict(self.rename) if src == Framework.PYTORCH else {v: k for k, v in self.rename.items()}
 
 
 @functools.cache
@@ -78,8 +80,10 @@ def load_rules(name: str = RULES_FILE) -> tuple[LayerRule, ...]:
             type=item["type"],
             signatures={fw: Signature.parse(item.get(fw)) for fw in FRAMEWORKS},
             rename=item.get("rename") or {},
-            reshape={leaf: ops["pytorch_to_mindspore"] for leaf, ops in (item.get("reshape") or {}).items()},
-            pytorch_only=item.get("pytorch_only") or {},
+            reshape={leaf: parse_axis_op(spec["pytorch_to_mindspore"])
+                     for leaf, spec in (item.get("reshape") or {}).items()},
+            pytorch_only={leaf: Create(spec["dtype"], tuple(spec["shape"]), spec["value"])
+                          for leaf, spec in (item.get("pytorch_only") or {}).items()},
             mindspore_infix=item.get("mindspore_infix"),
             note=item.get("note", ""),
         ))
@@ -109,8 +113,3 @@ def infer_rule(prefix: str, leaves: dict[str, TensorInfo], framework: str) -> La
             return rule
     return None
 
-
-def reverse_op(op: str) -> str:
-    """The inverse of an `unsqueeze:N` / `squeeze:N` reshape."""
-    kind, axis = op.split(":")
-    return f"{'squeeze' if kind == 'unsqueeze' else 'unsqueeze'}:{axis}"

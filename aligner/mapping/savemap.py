@@ -8,6 +8,7 @@ import yaml
 
 from aligner.core.atomic import atomic_open
 from aligner.mapping.plan import EntryStatus, Plan
+from aligner.mapping.transforms import Cast, Concat, OpKind, Split, Transpose
 
 
 def resolved_map(plan: Plan) -> dict[str, Any]:
@@ -15,9 +16,9 @@ def resolved_map(plan: Plan) -> dict[str, Any]:
     rename: dict[str, list[str]] = {}
     drop: list[str] = []
     transforms: list[dict[str, Any]] = []
-    splits: dict[tuple, dict[int, str]] = {}
+    splits: dict[tuple[str, int, int], dict[int, str]] = {}
     for e in plan.entries:
-        ops = [o for o in e.ops if o["op"] != "cast"]  # casts come from the target, not from the map
+        ops = [o for o in e.ops if not isinstance(o, Cast)]  # casts come from the target, not from the map
         if e.status in (EntryStatus.DROPPED, EntryStatus.UNEXPECTED) and e.sources:
             drop.append(f"^{re.escape(e.sources[0])}$")
         elif e.target is None or not e.sources or e.status in (EntryStatus.MISSING, EntryStatus.AMBIGUOUS,
@@ -25,20 +26,20 @@ def resolved_map(plan: Plan) -> dict[str, Any]:
             continue
         elif not ops:
             rename.setdefault(e.sources[0], []).append(e.target)
-        elif ops[0]["op"] == "split":
-            key = (e.sources[0], ops[0]["axis"], ops[0]["parts"])
-            splits.setdefault(key, {})[ops[0]["index"]] = e.target
-        elif ops[0]["op"] == "concat":
-            transforms.append({"op": "concat", "sources": list(e.sources), "axis": ops[0]["axis"],
+        elif isinstance(ops[0], Split):
+            key = (e.sources[0], ops[0].axis, ops[0].parts)
+            splits.setdefault(key, {})[ops[0].index] = e.target
+        elif isinstance(ops[0], Concat):
+            transforms.append({"op": OpKind.CONCAT.value, "sources": list(e.sources), "axis": ops[0].axis,
                                "target": e.target})
-        elif ops[0]["op"] == "transpose" and len(ops) == 1:
-            transforms.append({"op": "transpose", "source": e.sources[0], "perm": list(ops[0]["perm"]),
+        elif isinstance(ops[0], Transpose) and len(ops) == 1:
+            transforms.append({"op": OpKind.TRANSPOSE.value, "source": e.sources[0], "perm": list(ops[0].perm),
                                "target": e.target})
         else:  # unsqueeze/squeeze/reshape chains: the resulting shape says it all
-            transforms.append({"op": "reshape", "source": e.sources[0], "shape": list(e.info.shape),
-                               "target": e.target})
+            transforms.append({"op": OpKind.RESHAPE.value, "source": e.sources[0],
+                               "shape": list(e.written_as()[1].shape), "target": e.target})
     for (source, axis, parts), targets in splits.items():
-        transforms.append({"op": "split", "source": source, "axis": axis,
+        transforms.append({"op": OpKind.SPLIT.value, "source": source, "axis": axis,
                            "targets": [targets[i] for i in range(parts)]})
     return {"rename": {k: v[0] if len(v) == 1 else v for k, v in rename.items()}, "drop": drop,
             "transforms": transforms}

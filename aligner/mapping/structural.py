@@ -28,7 +28,8 @@ def _optional_leaves() -> frozenset[str]:
 
 
 def neutral_leaf(leaf: str) -> str:
-    """A leaf name in PyTorch spelling whichever framework it comes from (gamma -> weight, moving_mean -> running_mean)."""
+    """A leaf name in PyTorch spelling, whichever framework it comes from (gamma -> weight, moving_mean ->
+    running_mean)."""
     return _neutral_leaves().get(leaf, leaf)
 
 

@@ -21,10 +21,20 @@ from typing import Any
 import yaml
 
 from aligner.core.errors import AlignerError
+from aligner.mapping.transforms import Concat, Op, OpKind, Reshape, Split, Transpose
 
 SECTIONS = ("rename", "regex", "drop", "transforms")
-OPS = {"split": ("source", "axis", "targets"), "concat": ("sources", "axis", "target"),
-       "reshape": ("source", "shape", "target"), "transpose": ("source", "perm", "target")}
+OPS = {OpKind.SPLIT: ("source", "axis", "targets"), OpKind.CONCAT: ("sources", "axis", "target"),
+       OpKind.RESHAPE: ("source", "shape", "target"), OpKind.TRANSPOSE: ("source", "perm", "target")}
+
+
+@dataclasses.dataclass(frozen=True)
+class UserTransform:
+    """One `transforms:` item: its op kind, its source(s), and each target with the op that makes it."""
+
+    kind: OpKind
+    sources: tuple[str, ...]
+    outputs: tuple[tuple[str, Op], ...]   # several only for split: one part per target
 
 
 @dataclasses.dataclass
@@ -35,7 +45,7 @@ class UserMap:
     rename: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     regex: list[tuple[re.Pattern, str]] = dataclasses.field(default_factory=list)
     drop: list[re.Pattern] = dataclasses.field(default_factory=list)
-    transforms: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    transforms: list[UserTransform] = dataclasses.field(default_factory=list)
 
     def targets(self, name: str) -> list[str] | None:
         """Target names a user rule gives `name`: [] when dropped, None when no user rule matches."""
@@ -56,7 +66,8 @@ class UserMap:
         return found[0] if found else None
 
     def transform_sources(self) -> set[str]:
-        return {s for t in self.transforms for s in ([t["source"]] if "source" in t else t["sources"])}
+        """Source names the transforms consume (the layer rules leave them alone)."""
+        return {s for t in self.transforms for s in t.sources}
 
 
 def load_user_map(path: str) -> UserMap:
@@ -91,11 +102,28 @@ def load_user_map(path: str) -> UserMap:
     for i, t in enumerate(data.get("transforms") or [], 1):
         if not isinstance(t, dict) or t.get("op") not in OPS:
             raise AlignerError(f"{path}: transform #{i} needs op one of {', '.join(OPS)}, got {t!r}")
-        missing = [k for k in OPS[t["op"]] if k not in t]
+        kind = OpKind(t["op"])
+        missing = [k for k in OPS[kind] if k not in t]
         if missing:
-            raise AlignerError(f"{path}: transform #{i} ({t['op']}) is missing {', '.join(missing)}")
-        umap.transforms.append(t)
+            raise AlignerError(f"{path}: transform #{i} ({kind}) is missing {', '.join(missing)}")
+        try:
+            umap.transforms.append(_transform(kind, t))
+        except (TypeError, ValueError) as exc:
+            raise AlignerError(f"{path}: transform #{i} ({kind}): {exc}") from None
     return umap
+
+
+def _transform(kind: OpKind, t: dict[str, Any]) -> UserTransform:
+    """A validated `transforms:` item as typed ops (TypeError/ValueError for a malformed axis, shape or perm)."""
+    if kind == OpKind.SPLIT:
+        targets = [str(x) for x in t["targets"]]
+        return UserTransform(kind, (str(t["source"]),),
+                             tuple((x, Split(int(t["axis"]), len(targets), j)) for j, x in enumerate(targets)))
+    if kind == OpKind.CONCAT:
+        return UserTransform(kind, tuple(str(s) for s in t["sources"]), ((str(t["target"]), Concat(int(t["axis"]))),))
+    op: Op = Reshape(tuple(int(n) for n in t["shape"])) if kind == OpKind.RESHAPE else \
+        Transpose(tuple(int(n) for n in t["perm"]))
+    return UserTransform(kind, (str(t["source"]),), ((str(t["target"]), op),))
 
 
 def _compile(path: str, pattern: Any) -> re.Pattern:

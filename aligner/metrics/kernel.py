@@ -12,7 +12,7 @@ import numpy as np
 from aligner.core.errors import AlignerError
 
 try:
-    from aligner.metrics import _kernel
+    from aligner.metrics import _kernel  # type: ignore[attr-defined]  # a compiled extension: mypy sees no module
 except ImportError as exc:  # a source tree used without installing it
     raise AlignerError("aligner's compiled metric kernel (aligner/metrics/_kernel.c) is not built: "
                        "run `make install` or `pip install -e .` (needs a C compiler)") from exc

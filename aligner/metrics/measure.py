@@ -43,7 +43,7 @@ class Metrics:
     atol: float
     method: Method = Method.ELEMENTS
     numel: int = 0
-    mismatched: int = 0                # elements outside atol + rtol*|b| incl. NaN/Inf disagreements (stats: failed checks)
+    mismatched: int = 0                # elements outside atol + rtol*|b| incl. NaN/Inf disagreements (stats: checks)
     max_abs_err: float | None = None
     max_abs_index: tuple[int, ...] | None = None
     max_rel_err: float | None = None
@@ -103,8 +103,11 @@ _METRIC_FIELDS = tuple(f.name for f in dataclasses.fields(Metrics))
 class ArrayStream(Protocol):
     """A tensor readable in flat C-order chunks, so it never has to be held in memory whole."""
 
-    shape: tuple[int, ...]
-    dtype: str  # canonical name
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> str: ...  # canonical name
 
     def chunks(self, size: int) -> Iterator[np.ndarray]: ...
 
@@ -138,8 +141,7 @@ def flat_chunks(array: np.ndarray, size: int) -> Iterator[np.ndarray]:
         return
     it = np.nditer(array, flags=["external_loop", "buffered", "zerosize_ok"], op_flags=[["readonly"]],
                    order="C", buffersize=size)
-    for piece in it:
-        yield piece
+    yield from it
 
 
 def _paired(chunks_a: Iterable[np.ndarray], chunks_b: Iterable[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:

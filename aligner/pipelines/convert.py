@@ -13,6 +13,7 @@ import numpy as np
 
 from aligner.core.atomic import check_output
 from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.frameworks import Framework
 from aligner.io import TensorSource, detect_format, open_checkpoint, write_checkpoint
 from aligner.io.base import ArraySource
 from aligner.mapping import Plan, build_plan, load_user_map
@@ -20,7 +21,7 @@ from aligner.mapping.detect import source_framework
 from aligner.mapping.plan import Entry, EntryStatus
 from aligner.mapping.savemap import write_map
 
-FORMAT_FRAMEWORK = {"pytorch": "pytorch", "mindspore": "mindspore"}
+FORMAT_FRAMEWORK = {"pytorch": Framework.PYTORCH, "mindspore": Framework.MINDSPORE}  # output format -> names
 
 @dataclasses.dataclass
 class ConvertResult:
@@ -87,10 +88,12 @@ def plan_conversion(source: TensorSource, dst: str | None = None, src: str | Non
     src = source_framework(source, src)
     if dst is None and like is not None:
         dst = source_framework(like)
-    if src is None and dst is None:
-        raise AlignerError(f"{source.path}: cannot tell which framework's names it uses: pass --from")
-    src = src or dst
-    dst = dst or ("mindspore" if src == "pytorch" else "pytorch")
+    if src is None:
+        if dst is None:
+            raise AlignerError(f"{source.path}: cannot tell which framework's names it uses: pass --from")
+        src = dst
+    if dst is None:
+        dst = Framework.MINDSPORE if src == Framework.PYTORCH else Framework.PYTORCH
     user = load_user_map(map_path) if map_path else None
     plan = build_plan(source.infos, src, dst, user, like.infos if like is not None else None, source.tied)
     if user and like is not None:

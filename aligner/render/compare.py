@@ -6,7 +6,7 @@ import json
 import math
 from typing import IO, Any, Sequence
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from aligner.pipelines.compare.evaluate import Row, RowStatus
@@ -199,9 +199,11 @@ def _verdict_cell(i: int, row: Row, v: Verdict) -> str:
 def print_table(result: CompareResult, console: Console, full: bool = False) -> None:
     """A rich table of the rows (abbreviated around the findings unless `full`), origins highlighted."""
     table = Table(show_lines=False, header_style="bold")
-    for col, just in [("#", "right"), ("module", "left"), ("type", "left"), ("kind/io", "left"), ("shape", "left"),
-                      ("dtype", "left"), ("max abs err", "right"), ("max rel err", "right"), ("cosine", "right"),
-                      ("off %", "right"), ("verdict", "left")]:
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("#", "right"), ("module", "left"), ("type", "left"), ("kind/io", "left"), ("shape", "left"), ("dtype", "left"),
+        ("max abs err", "right"), ("max rel err", "right"), ("cosine", "right"), ("off %", "right"),
+        ("verdict", "left")]
+    for col, just in columns:
         table.add_column(col, justify=just, overflow="fold", no_wrap=col not in ("module", "verdict"))
     v = result.verdict
     for i in _shown(result, full):

@@ -8,7 +8,7 @@ import time
 from typing import Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeRemainingColumn
 from rich.progress import Progress as RichBar
 
 from aligner.core.progress import SILENT, Progress
@@ -24,7 +24,7 @@ class _DelayedTask:
         self.description, self.total, self.done, self.console = description, total, 0, console
         self.start = time.monotonic()
         self.bar: RichBar | None = None
-        self.task_id: int | None = None
+        self.task_id: TaskID | None = None
         self.lock = threading.Lock()
 
     def advance(self, amount: int = 1) -> None:

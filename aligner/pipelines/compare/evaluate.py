@@ -69,9 +69,9 @@ def evaluate(pair: Pair, tolerance: ToleranceSpec) -> Row:
     tol = tolerance.explicit(pair.ref.record.module)  # None: the dtypes' defaults, once the files tell the dtypes
     try:
         if _stats_only(a) or _stats_only(b):
-            if not (a.record.stats and b.record.stats):
-                raise TensorError("one side has only statistics and the other none to compare them with")
             ra, rb = a.record, b.record
+            if not (ra.stats and rb.stats):
+                raise TensorError("one side has only statistics and the other none to compare them with")
             row.metrics = compare_stats(ra.stats, rb.stats, tuple(ra.shape), tuple(rb.shape), ra.dtype, rb.dtype, tol)
         else:
             row.metrics = compare_streams(open_tensor(a), open_tensor(b), tol)

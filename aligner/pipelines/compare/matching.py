@@ -200,12 +200,23 @@ def _align_gap(ga: list[int], gb: list[int], score: Callable[[int, int], float])
     return out
 
 
+def _same(item: Item) -> Hashable | None:
+    """What identifies a record's tensor for folding: its content link, up to unit dimensions (a Flatten of
+    [1, C, 1, 1] into [1, C] passes the tensor through; the digest, which covers the shape, differs)."""
+    r = item.record
+    if r.stats and r.shape is not None:
+        return ("stats", r.dtype, tuple(s for s in r.shape if s != 1),
+                tuple(sorted((k, v) for k, v in r.stats.items() if isinstance(v, (int, float)))))
+    return item.link
+
+
 def passthrough(items: Sequence[Item]) -> dict[int, int]:
     """Records of calls that only pass a tensor through: {index: index of the record holding that tensor}.
 
     A call is a run of consecutive records of one module and kind; it is a pass-through when each of its output
-    records holds bitwise (or, in statistics-only dumps, statistically) the same tensor as one of its input records
-    or as the record just before the call. Parameter gradients and probes never fold.
+    records holds the same tensor as one of its input records or as the record just before the call, up to unit
+    dimensions (same dtype, same statistics, same shape once the 1s are dropped: a Flatten/squeeze of [1, C, 1, 1]).
+    Parameter gradients and probes never fold.
     """
     folded: dict[int, int] = {}
     i = 0
@@ -216,15 +227,15 @@ def passthrough(items: Sequence[Item]) -> dict[int, int]:
                 items[j + 1].record.kind == rec.kind:
             j += 1
         if rec.kind in ("forward", "backward") and i > 0:
-            sources = {items[k].link: k for k in range(i, j + 1) if items[k].record.io in _INPUTS}
-            before = items[i - 1].link
+            sources = {_same(items[k]): k for k in range(i, j + 1) if items[k].record.io in _INPUTS}
+            before = _same(items[i - 1])
             if before is not None:
                 sources.setdefault(before, i - 1)
             outputs = [k for k in range(i, j + 1) if items[k].record.io not in _INPUTS]
-            links = [items[k].link for k in outputs]
+            links = [_same(items[k]) for k in outputs]
             if outputs and all(link is not None and link in sources for link in links):
                 for k in range(i, j + 1):
-                    folded[k] = sources[items[k].link] if k in outputs else i - 1
+                    folded[k] = sources[_same(items[k])] if k in outputs else i - 1
         i = j + 1
     return folded
 
@@ -239,25 +250,36 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     named = sorted((i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b)
     partner: dict[int, tuple[int, str]] = {ia: (ib, "name") for ia, ib in named}
     used_b = {ib for _, ib in named}
-    anchors = [(-1, -1)] + _increasing(named) + [(len(items_a), len(items_b))]
     names_a = [name_a(it.record) if name_a else it.record.module for it in items_a]
     names_b = [name_b(it.record) if name_b else it.record.module for it in items_b]
 
     def score(ia: int, ib: int) -> float:
         return _score(items_a[ia], items_b[ib], names_a[ia], names_b[ib])
 
-    for (a0, b0), (a1, b1) in zip(anchors, anchors[1:]):
-        gap_a = [i for i in range(a0 + 1, a1) if i not in partner and i not in fold_a]
-        gap_b = [j for j in range(b0 + 1, b1) if j not in used_b and j not in fold_b]
-        for ia, ib in _align_gap(gap_a, gap_b, score):
-            partner[ia] = (ib, "content")
-            used_b.add(ib)
+    # Parameter gradients and module records are aligned as two separate streams: where a parameter's hook fires
+    # relative to its module's backward records is the framework's choice (MindSpore: parameter gradients, then the
+    # cell's grad_output and grad_input together; PyTorch: grad_output, parameter gradients, grad_input), so a
+    # parameter-gradient anchor would put a module's grad_output in different gaps on the two sides.
+    for stream in (True, False):
+        in_a = [(it.record.kind == "param_grad") == stream for it in items_a]
+        in_b = [(it.record.kind == "param_grad") == stream for it in items_b]
+        anchors = [(-1, -1)] + _increasing([(ia, ib) for ia, ib in named if in_a[ia]]) + \
+            [(len(items_a), len(items_b))]
+        for (a0, b0), (a1, b1) in zip(anchors, anchors[1:]):
+            gap_a = [i for i in range(a0 + 1, a1) if in_a[i] and i not in partner and i not in fold_a]
+            gap_b = [j for j in range(b0 + 1, b1) if in_b[j] and j not in used_b and j not in fold_b]
+            for ia, ib in _align_gap(gap_a, gap_b, score):
+                partner[ia] = (ib, "content")
+                used_b.add(ib)
     # order rows by the reference position; a record only in `a` sits right after its predecessor's row
     rows: list[tuple[float, int, Pair]] = []
-    by_b = {ib: (ia, how) for ia, (ib, how) in partner.items()}
+    by_b: dict[int, tuple[int, str]] = {ib: (ia, how) for ia, (ib, how) in partner.items()}
     for ib, item in enumerate(items_b):
-        ia, how = by_b.get(ib, (None, "folded" if ib in fold_b else None))
-        rows.append((ib, 0, Pair(items_a[ia] if ia is not None else None, item, how)))
+        if ib in by_b:
+            ia, how = by_b[ib]
+            rows.append((ib, 0, Pair(items_a[ia], item, how)))
+        else:
+            rows.append((ib, 0, Pair(None, item, "folded" if ib in fold_b else None)))
     last = -1.0
     for ia, item in enumerate(items_a):
         if ia in partner:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Framework
 from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import ToleranceSpec
 from aligner.mapping import load_user_map
@@ -25,7 +26,7 @@ from aligner.pipelines.compare.verdict import judge
 def choose_reference(ref: str | None, frameworks: tuple[str, str]) -> int:
     """Index (0 or 1) of the reference side: --ref first|second|pytorch|mindspore; default PyTorch, else second."""
     if ref is None:
-        return 0 if frameworks[0] == "pytorch" and frameworks[1] != "pytorch" else 1
+        return 0 if frameworks[0] == Framework.PYTORCH and frameworks[1] != Framework.PYTORCH else 1
     if ref in ("first", "second"):
         return 0 if ref == "first" else 1
     sides = [i for i, fw in enumerate(frameworks) if fw == ref]

@@ -18,6 +18,7 @@ import numpy as np
 
 from aligner.core.dtypes import canonical, to_numpy, to_storable
 from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Framework
 from aligner.dumping import manifest
 from aligner.io.base import drop_pages, populate_pages
 from aligner.metrics.measure import flat_chunks
@@ -64,7 +65,7 @@ class Source:
     """One side: its records in execution order and what the manifest header says."""
 
     root: Path
-    framework: str           # "pytorch" | "mindspore" | "numpy" | "unknown"
+    framework: str           # a Framework value ("pytorch", "mindspore", "numpy"), or what the manifest says
     mode: str                # "full" | "stats" | "npy" (plain directory of .npy files)
     items: list[Item]
     problems: list[str]      # manifest lines that did not parse
@@ -145,7 +146,7 @@ class NpyStream:
             data = np.empty(total, stored)
             with open(self.path, "rb", buffering=0) as fh:
                 fh.seek(self.header.data_offset)
-                if fh.readinto(data) != data.nbytes:
+                if fh.readinto(data.data) != data.nbytes:
                     raise TensorError(f"{self.path.name}: truncated while being compared")
             yield from (self._view(data[start:start + size]) for start in range(0, total, size))
             return
@@ -207,7 +208,7 @@ def _plain_item(path: Path, seq: int) -> Item:
 
 def _read_plain(root: Path) -> Source:
     files = sorted((p for p in root.iterdir() if p.suffix == ".npy" and p.is_file()), key=lambda p: _number_key(p.name))
-    return Source(root, "numpy", "npy", [_plain_item(p, i) for i, p in enumerate(files)], [])
+    return Source(root, Framework.NUMPY, "npy", [_plain_item(p, i) for i, p in enumerate(files)], [])
 
 
 def _read_dump(root: Path) -> Source:

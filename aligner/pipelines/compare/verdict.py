@@ -97,14 +97,15 @@ def dataflow(rows: Sequence[Row]) -> Flow:
     inputs = Flow()
     open_calls: dict[str, list[list[int]]] = defaultdict(list)   # module -> stack of input groups
     closed: dict[str, list[int]] = {}                             # module -> inputs of its last finished call
-    producers: dict[tuple[str, str], int] = {}                    # (phase, content link) -> latest producing row
+    producers: dict[tuple[Phase, str], int] = {}                  # (phase, content link) -> latest producing row
     last_bwd: dict[str, list[int]] = {}                           # module -> grad_output rows of its latest call
-    prev_in_phase: dict[str, int] = {}
+    prev_in_phase: dict[Phase, int] = {}
     prev: Row | None = None
     for i, row in enumerate(rows):
         rec, item = row.pair.ref.record, row.pair.ref
         phase = phase_of(row)
         link = item.link
+        produced = producers.get((phase, link)) if link is not None else None  # the row that made this input
         ups: list[int] | None = None
         if rec.kind == "forward" and rec.io == "input":
             same_call = prev is not None and prev.pair.ref.record.kind == "forward" and \
@@ -113,7 +114,7 @@ def dataflow(rows: Sequence[Row]) -> Flow:
                 open_calls[rec.module][-1].append(i)
             else:
                 open_calls[rec.module].append([i])
-            ups = [producers[(phase, link)]] if (phase, link) in producers else []
+            ups = [] if produced is None else [produced]
         elif rec.kind == "forward":
             if rec.index == 0 and open_calls[rec.module]:
                 closed[rec.module] = open_calls[rec.module].pop()
@@ -123,7 +124,7 @@ def dataflow(rows: Sequence[Row]) -> Flow:
             if prev_rec is None or prev_rec.kind != "backward" or prev_rec.module != rec.module:
                 last_bwd[rec.module] = []
             last_bwd[rec.module].append(i)
-            ups = [producers[(phase, link)]] if (phase, link) in producers else []
+            ups = [] if produced is None else [produced]
         elif rec.kind == "backward":
             ups = last_bwd.get(rec.module)
         elif rec.kind == "param_grad":

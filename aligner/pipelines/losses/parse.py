@@ -201,7 +201,8 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
 
 def _table_records(path: Path, rows: Iterable[tuple[int, dict[str, Any]]], unit: str) -> list[_Record]:
     """Turn rows with a loss field (and optional step/epoch fields) into records; rows without a loss are skipped."""
-    records, seen_keys = [], set()
+    records: list[_Record] = []
+    seen_keys: set[str] = set()
     for number, raw_row in rows:
         row = {str(k).strip().lower(): v for k, v in raw_row.items() if k is not None}
         seen_keys.update(row)
@@ -255,8 +256,9 @@ def _resolution(records: list[_Record]) -> float:
             number = Decimal(record.token.strip().lstrip("[").strip())
         except InvalidOperation:  # a form float() reads but Decimal does not: no digit count to learn from
             continue
-        if number.is_finite() and not _is_float32(float(number)):
-            units.append(10.0 ** number.as_tuple().exponent)
+        exponent = number.as_tuple().exponent  # 'n', 'N' or 'F' for nan, snan and infinity
+        if isinstance(exponent, int) and not _is_float32(float(number)):
+            units.append(10.0 ** exponent)
     return min(units, default=0.0)
 
 
@@ -270,29 +272,30 @@ def _is_float32(value: float) -> bool:
 
 def _global_steps(path: Path, records: list[_Record]) -> tuple[list[int], list[int]]:
     """1-based global steps: per-epoch step counters are chained, missing steps become consecutive indices."""
-    with_step = [r for r in records if r.step is not None]
-    if not with_step:
+    counters = [r.step for r in records if r.step is not None]
+    if not counters:
         return list(range(1, len(records) + 1)), _epoch_changes(records, range(1, len(records) + 1))
-    if len(with_step) != len(records):
+    if len(counters) != len(records):
         missing = next(r for r in records if r.step is None)
         raise AlignerError(f"{path} {missing.where}: a loss without a step number, while other entries have one")
-    shift = 1 if records[0].step == 0 else 0  # a 0-based counter: its step 0 is everyone's step 1
+    shift = 1 if counters[0] == 0 else 0  # a 0-based counter: its step 0 is everyone's step 1
     steps: list[int] = []
-    offset, previous = 0, None
-    for record in records:
-        raw = record.step + shift
-        if previous is not None:
-            new_epoch = record.epoch is not None and record.epoch != previous.epoch
-            if new_epoch and previous.epoch is not None and record.epoch < previous.epoch:
-                raise AlignerError(f"{path} {record.where}: epoch {record.epoch} comes after epoch {previous.epoch}; "
+    offset = 0
+    for i, (record, step) in enumerate(zip(records, counters)):
+        raw = step + shift
+        if i:
+            previous, previous_step = records[i - 1], counters[i - 1]
+            epoch, previous_epoch = record.epoch, previous.epoch
+            new_epoch = epoch is not None and epoch != previous_epoch
+            if epoch is not None and previous_epoch is not None and epoch < previous_epoch:
+                raise AlignerError(f"{path} {record.where}: epoch {epoch} comes after epoch {previous_epoch}; "
                                    "is this two runs in one file?")
-            if new_epoch and raw <= previous.step + shift:  # the step counter restarted with the epoch
+            if new_epoch and raw <= previous_step + shift:  # the step counter restarted with the epoch
                 offset = steps[-1]
-            elif raw <= previous.step + shift:
-                raise AlignerError(f"{path} {record.where}: step {record.step} comes after step {previous.step}; "
+            elif raw <= previous_step + shift:
+                raise AlignerError(f"{path} {record.where}: step {step} comes after step {previous_step}; "
                                    "is this two runs in one file?")
         steps.append(offset + raw)
-        previous = record
     return steps, _epoch_changes(records, steps)
 
 

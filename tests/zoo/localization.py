@@ -1,0 +1,640 @@
+"""Localization benchmark: does `align compare` name the module where a migration bug was put?
+
+    .venv/bin/python -m tests.zoo.localization [WORKDIR] [--only FAMILY ...] [--markdown OUT.md]
+
+For every real zoo pair of tests/zoo (cnn, vit, encoder_lm, decoder_lm, mha, upsample): build, `make_equal`
+(align convert --like), dump the torch side once (`aligner.dump(model, dir)`, default options: forward outputs of
+leaf modules), then put ONE bug at a time into the MindSpore model (an attribute, a primitive, a cell, a weight or
+a `construct` of one instance, or a module-level function of the zoo package; always undone afterwards), dump the
+MindSpore side and run `aligner.compare(ms_dump, pt_dump)` (the library form of `align compare ms pt`).
+
+A bug is a *hit* when `result.module(result.verdict.findings[0].origin)` (the named origin, as the reference torch
+path) is exactly `Bug.expected`: the module whose own forward holds the bug (for a bug in a parent's forward code --
+"glue code", a functional op such as softmax / interpolate / a residual add -- that parent). Otherwise a *miss*
+(what was named instead, or "nothing" when compare found no divergence), or an *error* (the injection or a dump
+raised).
+
+`CATALOGUE` is the bug list as data; `Bug.now` / `Bug.why` record the current outcome and, for a miss, what aligner
+would need to get it right (tests/zoo/test_localization.py turns the misses into strict xfails). Each clean pair is
+also compared in both argument orders (`clean_orders`): exit 1 there is a false divergence.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import math
+import shutil
+import sys
+import tempfile
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from tests.zoo import torch_compat  # noqa: F401  (must precede timm/transformers)
+
+FAMILIES = ["cnn", "vit", "encoder_lm", "decoder_lm", "mha", "upsample"]
+
+Restore = Callable[[], None]
+
+
+# ---- injection helpers (each returns the function that undoes it) -----------------------------------------------
+def _get(root: Any, path: str) -> Any:
+    obj = root
+    for part in path.split("."):
+        obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
+    return obj
+
+
+def set_attr(obj: Any, name: str, value: Any) -> Restore:
+    """`obj.name = value`; undo puts the old value back (or removes an instance attribute that was not there, e.g. a
+    per-instance `construct`)."""
+    had = name in vars(obj)
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+
+    def restore() -> None:
+        if had or not isinstance(old, types.MethodType):
+            setattr(obj, name, old)
+        else:
+            delattr(obj, name)
+    return restore
+
+
+def set_construct(cell: Any, fn: Callable) -> Restore:
+    """Replace one cell instance's `construct` (the class and every other instance are untouched)."""
+    return set_attr(cell, "construct", types.MethodType(fn, cell))
+
+
+def transpose_weight(param: Any) -> Restore:
+    import mindspore as ms
+
+    old = param.asnumpy().copy()
+    assert old.ndim == 2 and old.shape[0] == old.shape[1], f"not a square weight: {old.shape}"
+    param.set_data(ms.Tensor(np.ascontiguousarray(old.T)))
+    return lambda: param.set_data(ms.Tensor(old))
+
+
+def _chain(*restores: Restore) -> Restore:
+    def restore() -> None:
+        for r in reversed(restores):
+            r()
+    return restore
+
+
+# ---- the injections, one per bug ---------------------------------------------------------------------------------
+def cnn_pool_pad_same(pair) -> Restore:
+    """mindcv's own stem pool (TF 'same' padding: 0 before, 1 after) instead of timm's padding=1 on every side."""
+    from mindspore import nn
+    return set_attr(pair.ms_model, "max_pool", nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="same"))
+
+
+def cnn_pool_ceil_mode(pair) -> Restore:
+    from mindspore import nn
+    return set_attr(pair.ms_model, "max_pool",
+                    nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="pad", padding=1, ceil_mode=True))
+
+
+def cnn_conv_pad_same(pair) -> Restore:
+    """layer2.0.conv2 (3x3, stride 2): pad_mode='same' (pads 0 before / 1 after) instead of padding=1."""
+    from mindspore import ops
+    conv = pair.ms_model.layer2[0].conv2
+    prim = ops.Conv2D(out_channel=conv.out_channels, kernel_size=conv.kernel_size, mode=1, pad_mode="same", pad=0,
+                      stride=conv.stride, dilation=conv.dilation, group=conv.group)
+    return set_attr(conv, "conv2d", prim)
+
+
+def cnn_bn_momentum(pair) -> Restore:
+    """Stem BatchNorm built with torch's momentum value: `nn.BatchNorm2d(momentum=0.1)` means a moving-average
+    weight of 0.1 on the OLD statistics in MindSpore (0.9 on the batch). Only the running statistics differ."""
+    from mindspore import ops
+    bn = pair.ms_model.bn1
+    prim = ops.BatchNorm(is_training=True, epsilon=bn.eps, momentum=0.9, data_format=bn.format)
+    return set_attr(bn, "bn_train", prim)
+
+
+def cnn_avgpool_variant(pair) -> Restore:
+    """Variant of the cnn pair (no zoo pair has a padded average pool): the stem pool becomes a 3x3/2 average pool
+    with padding 1 on BOTH sides (torch default count_include_pad=True); needs its own torch reference dump."""
+    import torch
+    from mindspore import nn
+    return _chain(set_attr(pair.torch_model, "maxpool", torch.nn.AvgPool2d(3, 2, 1)),
+                  set_attr(pair.ms_model, "max_pool",
+                           nn.AvgPool2d(3, 2, pad_mode="pad", padding=1, count_include_pad=True)))
+
+
+def cnn_avgpool_count_include_pad(pair) -> Restore:
+    from mindspore import nn
+    return set_attr(pair.ms_model, "max_pool", nn.AvgPool2d(3, 2, pad_mode="pad", padding=1, count_include_pad=False))
+
+
+def vit_glue_scale(pair) -> Restore:
+    """blocks.0's own construct scales the attention branch by 0.5 before the residual add (between the attn and
+    norm2 child calls)."""
+    block = pair.ms_model.blocks[0]
+
+    def construct(self, x):
+        x = x + 0.5 * self.drop_path1(self.ls1(self.attn(self.norm1(x))))
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x
+    return set_construct(block, construct)
+
+
+def vit_attn_scale(pair) -> Restore:
+    """embed_dim ** -0.5 (the wrong dim) instead of head_dim ** -0.5."""
+    import mindspore as ms
+    attn = pair.ms_model.blocks[0].attn
+    return set_attr(attn, "scale", ms.Tensor(float(attn.num_heads * attn.head_dim) ** -0.5))
+
+
+def _vit_attention_construct(axis: int) -> Callable:
+    def construct(self, x):  # mindcv.models.vit.Attention.construct with the softmax axis as a parameter
+        import mindspore as ms
+        from mindspore import ops
+        b, n, c = x.shape
+        qkv = self.qkv(x)
+        qkv = self.reshape(qkv, (b, n, 3, self.num_heads, self.head_dim))
+        qkv = self.transpose(qkv, (2, 0, 3, 1, 4))
+        q, k, v = self.unstack(qkv)
+        q, k = self.q_norm(q), self.k_norm(k)
+        attn = self.mul(self.q_matmul_k(q, k), self.scale).astype(ms.float32)
+        attn = self.attn_drop(ops.softmax(attn, axis=axis))
+        out = self.attn_matmul_v(attn, v)
+        out = self.reshape(self.transpose(out, (0, 2, 1, 3)), (b, n, c))
+        return self.proj_drop(self.proj(out))
+    return construct
+
+
+def vit_softmax_axis(pair) -> Restore:
+    return set_construct(pair.ms_model.blocks[0].attn, _vit_attention_construct(axis=-2))
+
+
+def vit_transposed_weight(pair) -> Restore:
+    return transpose_weight(pair.ms_model.blocks[0].attn.proj.weight)
+
+
+def vit_gelu_tanh(pair) -> Restore:
+    """MindSpore's nn.GELU default (approximate=True, tanh) instead of exact erf."""
+    return set_attr(pair.ms_model.blocks[0].mlp.act, "approximate", "tanh")
+
+
+def vit_layernorm_eps(pair) -> Restore:
+    """MindSpore's nn.LayerNorm default epsilon 1e-7 instead of timm's 1e-6."""
+    from mindspore import ops
+    return set_attr(pair.ms_model.blocks[0].norm1, "layer_norm",
+                    ops.LayerNorm(begin_norm_axis=-1, begin_params_axis=-1, epsilon=1e-7))
+
+
+def bert_missing_residual(pair) -> Restore:
+    """BertSelfOutput: LayerNorm(dense(h)) without `+ input_tensor`."""
+    out = pair.ms_model.bert.encoder.layer[0].attention.output
+
+    def construct(self, hidden_states, input_tensor):
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)))
+    return set_construct(out, construct)
+
+
+def bert_transposed_weight(pair) -> Restore:
+    return transpose_weight(pair.ms_model.bert.encoder.layer[0].attention.self.query.weight)
+
+
+def segformer_layernorm_eps(pair) -> Restore:
+    """encoder block 0's layer_norm_1 with legacy nn.LayerNorm's default epsilon 1e-7 instead of 1e-5 (not BERT:
+    there eps 1e-5 instead of 1e-12 moves the logits by only 1.7e-6, inside float32 rounding of this pair)."""
+    return set_attr(pair.ms_model.segformer.encoder.block[0][0].layer_norm_1, "eps", 1e-7)
+
+
+def llama_missing_residual(pair) -> Restore:
+    """model.layers.0: the residual add after self-attention is dropped."""
+    layer = pair.ms_model.model.layers[0]
+
+    def construct(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None,
+                  output_attentions=False, use_cache=False, cache_position=None, position_embeddings=None, **kwargs):
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, _ = self.self_attn(hidden_states=hidden_states, attention_mask=attention_mask,
+                                          position_ids=position_ids, past_key_values=past_key_values,
+                                          output_attentions=output_attentions, use_cache=use_cache,
+                                          cache_position=cache_position, position_embeddings=position_embeddings,
+                                          **kwargs)
+        residual = hidden_states  # BUG: `hidden_states = residual + hidden_states` is missing above
+        hidden_states = residual + self.mlp(self.post_attention_layernorm(hidden_states))
+        return hidden_states
+    return set_construct(layer, construct)
+
+
+def llama_attn_scale(pair) -> Restore:
+    """hidden_size ** -0.5 instead of head_dim ** -0.5."""
+    attn = pair.ms_model.model.layers[0].self_attn
+    return set_attr(attn, "scaling", float(pair.ms_model.config.hidden_size) ** -0.5)
+
+
+def llama_softmax_axis(pair) -> Restore:
+    """eager_attention_forward (module-level, looked up at call time) with softmax over dim=-2, layer 0 only."""
+    import mindone.transformers.models.llama.modeling_llama as ml
+    from mindspore import mint
+    target = pair.ms_model.model.layers[0].self_attn
+    original = ml.eager_attention_forward
+
+    def eager(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        if module is not target:
+            return original(module, query, key, value, attention_mask, scaling, dropout, **kwargs)
+        key_states = ml.repeat_kv(key, module.num_key_value_groups)
+        value_states = ml.repeat_kv(value, module.num_key_value_groups)
+        w = mint.matmul(query, key_states.swapaxes(2, 3)) * scaling
+        if attention_mask is not None:
+            w = w + attention_mask[:, :, :, : key_states.shape[-2]]
+        w = mint.nn.functional.softmax(w, dim=-2, dtype=query.dtype)  # BUG: dim=-1
+        return mint.matmul(w, value_states).swapaxes(1, 2).contiguous(), w
+    return set_attr(ml, "eager_attention_forward", eager)
+
+
+def siglip_mha_scale(pair) -> Restore:
+    """mindone's MultiheadAttention port: 1/sqrt(embed_dim) instead of 1/sqrt(head_dim) (module-level
+    `_scaled_dot_product_attention`; only the pooling head uses MultiheadAttention)."""
+    from mindspore import mint
+
+    mha_mod = sys.modules[type(pair.ms_model.vision_model.head.attention).__module__]
+    original = mha_mod._scaled_dot_product_attention
+    embed_dim = pair.ms_model.vision_model.head.attention.embed_dim
+
+    def sdpa(query, key, value, attn_mask, dropout_p, is_causal, is_training, dtype):
+        assert not is_causal and dropout_p == 0.0
+        attn = mint.matmul(query, key.swapaxes(-2, -1) * (1 / math.sqrt(embed_dim)))  # BUG: head dim
+        if attn_mask is not None:
+            attn = attn + attn_mask
+        attn = mint.softmax(attn, -1)
+        return mint.matmul(attn, value), attn
+    assert original.__code__.co_varnames[:8] == sdpa.__code__.co_varnames[:8]
+    return set_attr(mha_mod, "_scaled_dot_product_attention", sdpa)
+
+
+def siglip_transposed_weight(pair) -> Restore:
+    return transpose_weight(pair.ms_model.vision_model.encoder.layers[0].self_attn.out_proj.weight)
+
+
+def segformer_align_corners(pair) -> Restore:
+    """decode_head upsamples with align_corners=True (the call site passes False): mint.nn.functional.interpolate
+    is wrapped for the duration (only the decode head resizes)."""
+    from mindspore import mint
+    original = mint.nn.functional.interpolate
+
+    def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, *args, **kwargs):
+        if mode == "bilinear":
+            align_corners = True
+        return original(input, size, scale_factor, mode, align_corners, *args, **kwargs)
+    return set_attr(mint.nn.functional, "interpolate", interpolate)
+
+
+def segformer_gelu_tanh(pair) -> Restore:
+    """Mix-FFN activation of encoder block 0: tanh-approximate GELU instead of exact erf."""
+    from mindspore import mint
+    act = pair.ms_model.segformer.encoder.block[0][0].mlp.intermediate_act_fn
+    return set_attr(act, "act", lambda x: mint.nn.functional.gelu(x, approximate="tanh"))
+
+
+# ---- the catalogue -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Bug:
+    id: str
+    family: str                    # tests/zoo/<family>.py
+    kind: str                      # bug kind (a column of the matrix)
+    expected: str                  # torch module path compare must name
+    inject: Callable[[Any], Restore]
+    how: str                       # the injection in words
+    train: bool = False            # one forward in training mode on both sides (running statistics change)
+    variant: Callable[[Any], Restore] | None = None   # changes BOTH sides first (own torch reference dump)
+    now: str = "hit"               # current outcome: "hit" | "miss" (test_localization.py asserts / xfails it)
+    why: str = ""                  # for a miss: why, and what aligner would need
+
+
+KINDS = ["glue code", "attention scale", "softmax axis", "transposed weight", "pad_mode same", "GELU approximate",
+         "LayerNorm eps", "BatchNorm momentum", "ceil_mode", "align_corners", "count_include_pad", "missing residual"]
+
+CATALOGUE: list[Bug] = [
+    # cnn: timm resnet50 vs mindcv resnet50
+    Bug("cnn-pool-pad-same", "cnn", "pad_mode same", "maxpool", cnn_pool_pad_same,
+        "max_pool = nn.MaxPool2d(3, 2, pad_mode='same') (mindcv's own) instead of padding=1"),
+    Bug("cnn-conv-pad-same", "cnn", "pad_mode same", "layer2.0.conv2", cnn_conv_pad_same,
+        "layer2.0.conv2 primitive Conv2D(pad_mode='same') instead of pad=1 (3x3, stride 2)"),
+    Bug("cnn-ceil-mode", "cnn", "ceil_mode", "maxpool", cnn_pool_ceil_mode,
+        "max_pool = nn.MaxPool2d(3, 2, padding=1, ceil_mode=True)",
+        now="miss",
+        why=('matcher: timm `maxpool` / mindcv `max_pool` pair only by shape in the leftover matcher; ceil_mode '
+             'changes the shape (17x17 vs 16x16), so both stay unmatched and the next name-matched record '
+             '(layer1.0.conv1, a shape mismatch) is blamed. Needs renamed-module matching (name similarity or '
+             "convert's module map) or blaming an unmatched pair just before the first divergence")),
+    Bug("cnn-bn-momentum", "cnn", "BatchNorm momentum", "bn1", cnn_bn_momentum,
+        "bn1.bn_train = ops.BatchNorm(momentum=0.9) (nn.BatchNorm2d(momentum=0.1) in MindSpore terms); one "
+        "training-mode forward on both sides", train=True,
+        now="miss",
+        why=('buffer records: momentum changes only running_mean/var, and dumps record outputs only (nothing the bug'
+             ' touches is dumped); the module named is a false divergence that the clean training-mode pair shows '
+             'too (training-mode BatchNorm rounding in resnet50 exceeds the float32 tolerance). Needs BatchNorm '
+             'buffer records after the step (moving_mean <-> running_mean) plus a training-mode-aware tolerance')),
+    Bug("cnn-avgpool-count-include-pad", "cnn", "count_include_pad", "maxpool", cnn_avgpool_count_include_pad,
+        "VARIANT: stem pool -> AvgPool2d(3, 2, padding=1) on both sides; MS count_include_pad=False",
+        variant=cnn_avgpool_variant),
+    # vit: timm vs mindcv ViT
+    Bug("vit-glue-scale", "vit", "glue code", "blocks.0", vit_glue_scale,
+        "blocks.0.construct: x + 0.5 * attn-branch (extra scale between the attn and norm2 calls)",
+        now="miss",
+        why=("glue code: the scale is in blocks.0's own construct; with leaf outputs only, the first divergent "
+             "record is the next child (norm2). Needs input records plus a rule 'a child's input diverges while the "
+             "sibling output feeding it matched -> blame the parent's code' (inputs=True, leaves_only=False alone "
+             'still names norm2)')),
+    Bug("vit-attn-scale", "vit", "attention scale", "blocks.0.attn", vit_attn_scale,
+        "blocks.0.attn.scale = embed_dim**-0.5 instead of head_dim**-0.5",
+        now="miss",
+        why=("functional op in attn's own construct (mul by scale): attn is not a leaf, so proj is the first "
+             "divergent record. Needs parent-code blame from input records (proj's input diverged while qkv's output"
+             ' matched) or op-level dumps')),
+    Bug("vit-softmax-axis", "vit", "softmax axis", "blocks.0.attn", vit_softmax_axis,
+        "blocks.0.attn.construct with ops.softmax(axis=-2)",
+        now="miss",
+        why=("functional softmax in attn's own construct: same as the scale bug (proj named). Needs parent-code "
+             'blame from input records, or op-level dumps')),
+    Bug("vit-transposed-weight", "vit", "transposed weight", "blocks.0.attn.proj", vit_transposed_weight,
+        "blocks.0.attn.proj.weight (64x64) transposed"),
+    Bug("vit-gelu-tanh", "vit", "GELU approximate", "blocks.0.mlp.act", vit_gelu_tanh,
+        "blocks.0.mlp.act.approximate = 'tanh'"),
+    Bug("vit-layernorm-eps", "vit", "LayerNorm eps", "blocks.0.norm1", vit_layernorm_eps,
+        "blocks.0.norm1 epsilon 1e-7 (MS default) instead of 1e-6"),
+    # encoder_lm: BERT
+    Bug("bert-missing-residual", "encoder_lm", "missing residual", "bert.encoder.layer.0.attention.output",
+        bert_missing_residual, "layer.0.attention.output.construct: LayerNorm(dense(h)) without + input_tensor",
+        now="miss",
+        why=('the residual add is glue in BertSelfOutput.construct; LayerNorm (whose input is the sum) is named. '
+             "Needs input records + parent-code blame (LayerNorm's input diverged while dense's output matched)")),
+    Bug("bert-transposed-weight", "encoder_lm", "transposed weight", "bert.encoder.layer.0.attention.self.query",
+        bert_transposed_weight, "layer.0.attention.self.query.weight (32x32) transposed"),
+    # decoder_lm: Llama
+    Bug("llama-missing-residual", "decoder_lm", "missing residual", "model.layers.0", llama_missing_residual,
+        "model.layers.0.construct without the post-attention residual add",
+        now="miss",
+        why=("glue in the decoder layer's construct; post_attention_layernorm named. Needs input records + "
+             'parent-code blame')),
+    Bug("llama-attn-scale", "decoder_lm", "attention scale", "model.layers.0.self_attn", llama_attn_scale,
+        "layers.0.self_attn.scaling = hidden_size**-0.5 instead of head_dim**-0.5",
+        now="miss",
+        why=('functional attention inside self_attn (not a leaf): o_proj named. Needs input records + parent-code '
+             'blame, or op-level dumps')),
+    Bug("llama-softmax-axis", "decoder_lm", "softmax axis", "model.layers.0.self_attn", llama_softmax_axis,
+        "eager_attention_forward with softmax(dim=-2) for layers.0 only",
+        now="miss",
+        why=('functional softmax inside self_attn: o_proj named. Needs input records + parent-code blame, or '
+             'op-level dumps')),
+    # mha: Siglip with nn.MultiheadAttention pooling head
+    Bug("siglip-mha-scale", "mha", "attention scale", "vision_model.head.attention", siglip_mha_scale,
+        "MultiheadAttention port: 1/sqrt(embed_dim) instead of 1/sqrt(head_dim)",
+        now="miss",
+        why=('nn.MultiheadAttention has a child (out_proj, used functionally, never called) so leaves_only skips it '
+             'on both sides; head.layernorm named. Needs MHA dumped as a unit (a module whose children are not '
+             'called counts as a leaf); leaves_only=False already hits')),
+    Bug("siglip-transposed-weight", "mha", "transposed weight", "vision_model.encoder.layers.0.self_attn.out_proj",
+        siglip_transposed_weight, "encoder.layers.0.self_attn.out_proj.weight (32x32) transposed"),
+    # upsample: Segformer
+    Bug("segformer-align-corners", "upsample", "align_corners", "decode_head", segformer_align_corners,
+        "decode_head's bilinear interpolate with align_corners=True",
+        now="miss",
+        why=("functional interpolate + concat in decode_head's own construct; linear_fuse named (also with "
+             'inputs=True, leaves_only=False). Needs parent-code blame from input records, or op-level dumps')),
+    Bug("segformer-gelu-tanh", "upsample", "GELU approximate",
+        "segformer.encoder.block.0.0.mlp.intermediate_act_fn", segformer_gelu_tanh,
+        "encoder block 0 Mix-FFN GELU approximate='tanh'"),
+    Bug("segformer-layernorm-eps", "upsample", "LayerNorm eps", "segformer.encoder.block.0.0.layer_norm_1",
+        segformer_layernorm_eps, "encoder block 0 layer_norm_1 eps 1e-7 (legacy nn.LayerNorm default) instead of 1e-5"),
+]
+
+
+# ---- running -----------------------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    bug: Bug
+    status: str                    # hit | miss | error
+    named: str | None = None       # torch path of the named origin (None: nothing named)
+    named_ms: str | None = None    # the MindSpore path of that row
+    first: str | None = None       # first divergent record (before the upstream walk)
+    exit_code: int | None = None
+    detail: str = ""
+    seconds: float = 0.0
+
+    def cell(self) -> str:
+        if self.status == "hit":
+            return "hit"
+        if self.status == "error":
+            return f"error ({self.detail})"
+        return f"miss (named `{self.named}`)" if self.named else "miss (nothing named, exit 0)"
+
+
+@dataclass
+class PairRun:
+    """One built, converted pair with its torch reference dumps (shared by all bugs of the pair)."""
+    family: str
+    pair: Any
+    work: Path
+    refs: dict[str, Path] = field(default_factory=dict)
+    options: dict = field(default_factory=dict)    # extra aligner.dump options (both sides); default: none
+    _n: int = 0
+
+    def fresh(self, label: str) -> Path:
+        self._n += 1
+        return self.work / f"{self._n:02d}_{label}"
+
+    # -- dumping -----------------------------------------------------------------------------------------------
+    def dump_torch(self, directory: Path, train: bool = False) -> Path:
+        import torch
+
+        import aligner
+        from aligner.core.progress import SILENT
+        model = self.pair.torch_model
+        saved = copy.deepcopy(model.state_dict()) if train else None
+        model.train(train)
+        try:
+            with aligner.dump(model, directory, progress=SILENT, **self.options), torch.no_grad():
+                model(**self.pair.torch_tensors())
+        finally:
+            model.eval()
+            if saved is not None:
+                model.load_state_dict(saved)
+        return directory
+
+    def dump_ms(self, directory: Path, train: bool = False) -> Path:
+        import mindspore as ms
+
+        import aligner
+        from aligner.core.progress import SILENT
+        model = self.pair.ms_model
+        saved = {p.name: p.asnumpy().copy() for p in model.get_parameters()} if train else None
+        model.set_train(train)
+        try:
+            with aligner.dump(model, directory, progress=SILENT, **self.options):
+                model(**self.pair.ms_tensors())
+        finally:
+            model.set_train(False)
+            if saved is not None:
+                for p in model.get_parameters():
+                    p.set_data(ms.Tensor(saved[p.name]))
+        return directory
+
+    def reference(self, key: str, train: bool = False) -> Path:
+        """The torch reference dump for this (variant, mode), made once."""
+        if key not in self.refs:
+            self.refs[key] = self.dump_torch(self.fresh(f"pt_{key}"), train)
+        return self.refs[key]
+
+
+def build_pair(family: str, work: Path, options: dict | None = None) -> PairRun:
+    pair = importlib.import_module(f"tests.zoo.{family}").build(seed=0)
+    work = Path(work) / family
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    pair.make_equal(work / "convert")
+    return PairRun(family, pair, work, options=dict(options or {}))
+
+
+def compare(ms_dir: Path, pt_dir: Path):
+    import aligner
+    from aligner.core.progress import SILENT
+    return aligner.compare(ms_dir, pt_dir, progress=SILENT)
+
+
+def run_bug(run: PairRun, bug: Bug) -> Outcome:
+    t0 = time.perf_counter()
+    restores: list[Restore] = []
+    try:
+        try:
+            if bug.variant is not None:
+                restores.append(bug.variant(run.pair))
+            key = (bug.variant.__name__ if bug.variant else "base") + ("_train" if bug.train else "")
+            ref = run.reference(key, bug.train)
+            restores.append(bug.inject(run.pair))
+            ms_dir = run.dump_ms(run.fresh(f"ms_{bug.id}"), bug.train)
+        finally:
+            for r in reversed(restores):
+                r()
+        result = compare(ms_dir, ref)
+    except Exception as exc:
+        msg = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:120] if str(exc).strip() else ''}"
+        return Outcome(bug, "error", detail=msg, seconds=time.perf_counter() - t0)
+    out = Outcome(bug, "miss", exit_code=int(result.exit_code), seconds=time.perf_counter() - t0)
+    findings = result.verdict.findings
+    if findings:
+        f = findings[0]
+        row = result.rows[f.origin]
+        out.named = result.module(f.origin)
+        out.named_ms = row.pair.a.record.module if row.pair.a is not None else None
+        out.first = result.module(f.first)
+        out.status = "hit" if out.named == bug.expected else "miss"
+    return out
+
+
+def clean_orders(run: PairRun, train: bool = False) -> list[tuple[str, int, str | None]]:
+    """The clean pair compared as `ms pt` and `pt ms`: (order, exit code, named origin or None). With `train`, after
+    one training-mode forward on both sides (the dumps the BatchNorm-momentum bug is compared against)."""
+    key = "base_train" if train else "base"
+    ref = run.reference(key, train)
+    ms_dir = run.dump_ms(run.fresh(f"ms_clean{'_train' if train else ''}"), train)
+    rows = []
+    mode = " (train mode)" if train else ""
+    for order, (a, b) in (("ms_dump pt_dump", (ms_dir, ref)), ("pt_dump ms_dump", (ref, ms_dir))):
+        result = compare(a, b)
+        f = result.verdict.findings
+        rows.append((order + mode, int(result.exit_code), result.module(f[0].origin) if f else None))
+    return rows
+
+
+def run_catalogue(work: Path, families: list[str] | None = None, bugs: list[Bug] | None = None,
+                  clean: bool = True, log: Callable[[str], None] = print, options: dict | None = None):
+    """Every bug of the chosen families (one build per family); returns (outcomes, clean rows per family)."""
+    from tests.zoo import ms_compat
+
+    bugs = bugs if bugs is not None else CATALOGUE
+    families = families or [f for f in FAMILIES if any(b.family == f for b in bugs)]
+    outcomes: list[Outcome] = []
+    cleans: dict[str, list] = {}
+    ms_compat.install()
+    try:
+        for family in families:
+            t0 = time.perf_counter()
+            run = build_pair(family, work, options)
+            log(f"[{family}] built + converted in {time.perf_counter() - t0:.1f}s")
+            if clean:
+                cleans[family] = clean_orders(run)
+                if any(b.train for b in bugs if b.family == family):
+                    cleans[family] += clean_orders(run, train=True)
+                log(f"[{family}] clean: {cleans[family]}")
+            for bug in (b for b in bugs if b.family == family):
+                o = run_bug(run, bug)
+                outcomes.append(o)
+                log(f"[{family}] {bug.id}: {o.cell()} (first {o.first}, exit {o.exit_code}, {o.seconds:.1f}s)")
+            del run
+    finally:
+        ms_compat.uninstall()
+    return outcomes, cleans
+
+
+# ---- reporting ---------------------------------------------------------------------------------------------------
+def markdown(outcomes: list[Outcome], cleans: dict[str, list]) -> str:
+    fams = [f for f in FAMILIES if any(o.bug.family == f for o in outcomes)]
+    kinds = [k for k in KINDS if any(o.bug.kind == k for o in outcomes)]
+    lines = ["| pair | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+    for fam in fams:
+        cells = []
+        for k in kinds:
+            here = [o for o in outcomes if o.bug.family == fam and o.bug.kind == k]
+            cells.append("<br>".join(o.cell() for o in here) if here else "")
+        lines.append(f"| {fam} | " + " | ".join(cells) + " |")
+    hits = sum(o.status == "hit" for o in outcomes)
+    lines += ["", f"**{hits} / {len(outcomes)} hits** "
+              f"({sum(o.status == 'miss' for o in outcomes)} misses, {sum(o.status == 'error' for o in outcomes)} "
+              "errors).", "",
+              "| bug | pair | kind | injection | expected (torch path) | result | named origin (torch / MS path) "
+              "| first divergent | exit |", "|---|---|---|---|---|---|---|---|---|"]
+    for o in outcomes:
+        named = f"`{o.named}` / `{o.named_ms}`" if o.named else "-"
+        lines.append(f"| {o.bug.id} | {o.bug.family} | {o.bug.kind} | {o.bug.how} | `{o.bug.expected}` | "
+                     f"{o.status}{' (' + o.detail + ')' if o.detail else ''} | {named} | "
+                     f"{'`' + o.first + '`' if o.first else '-'} | {o.exit_code if o.exit_code is not None else '-'} |")
+    if cleans:
+        false = sum(rc == 1 for rows in cleans.values() for _, rc, _ in rows)
+        total = sum(len(rows) for rows in cleans.values())
+        lines += ["", f"Clean pairs (no bug), both argument orders: **{false} / {total} false divergences** "
+                  "(exit 1).", "", "| pair | order | exit | named |", "|---|---|---|---|"]
+        for fam, rows in cleans.items():
+            for order, rc, named in rows:
+                lines.append(f"| {fam} | `align compare {order}` | {rc} | {'`' + named + '`' if named else '-'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("workdir", nargs="?", default=None)
+    ap.add_argument("--only", nargs="*", default=None, help="families, or bug ids")
+    ap.add_argument("--no-clean", action="store_true")
+    ap.add_argument("--markdown", default=None, help="also write the table here")
+    ap.add_argument("--inputs", action="store_true",
+                    help="diagnostic: dump with inputs=True, leaves_only=False (default: aligner.dump's defaults)")
+    args = ap.parse_args(argv)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="aligner_loc_"))
+    bugs = CATALOGUE
+    if args.only:
+        bugs = [b for b in CATALOGUE if b.family in args.only or b.id in args.only]
+    t0 = time.perf_counter()
+    outcomes, cleans = run_catalogue(work, bugs=bugs, clean=not args.no_clean, log=lambda s: print(s, flush=True),
+                                     options={"inputs": True, "leaves_only": False} if args.inputs else None)
+    table = markdown(outcomes, cleans)
+    print(f"\n{table}\n\ntotal {time.perf_counter() - t0:.0f}s, dumps under {work}")
+    for o in outcomes:
+        if o.status != o.bug.now:
+            print(f"NOTE: {o.bug.id} is now {o.status}, the catalogue says {o.bug.now}")
+    if args.markdown:
+        Path(args.markdown).write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
