@@ -113,6 +113,9 @@ def test_shape_and_dtype_disagreement() -> None:
     assert squeezed.allclose and not squeezed.shape_match and squeezed.method == "elements"
     dt = compare_arrays(np.ones(4, np.float16), np.ones(4, np.float32))
     assert dt.allclose and not dt.dtype_match and dt.diverged
+    ids = compare_arrays(np.arange(6, dtype=np.int32), np.arange(6, dtype=np.int64))  # MindSpore vs torch indices
+    assert not ids.dtype_match and not ids.diverged
+    assert compare_arrays(np.arange(6, dtype=np.int32), np.arange(1, 7, dtype=np.int64)).diverged
 
 
 def test_statistics_compare_by_norm_not_by_relative_mean() -> None:

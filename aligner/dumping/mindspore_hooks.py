@@ -11,10 +11,10 @@ from typing import Any
 
 import mindspore as ms
 
+from aligner.core.errors import AlignerError
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session
 from aligner.dumping.tensors import tensors_in
-from aligner.core.errors import AlignerError
 
 
 def check_pynative() -> None:

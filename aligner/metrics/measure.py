@@ -86,8 +86,9 @@ class Metrics:
     @property
     def diverged(self) -> bool:
         """Values, dtype or shape disagree; a dtype seen as `torch.float32` on one side and `Float32` on the other
-        does not, because both are canonical `float32` here."""
-        return not self.allclose or not self.dtype_match
+        does not, because both are canonical `float32` here. Integer widths do not either when every value agrees:
+        MindSpore keeps index tensors as int32 where torch uses int64 (the dtype difference is still reported)."""
+        return not self.allclose or not (self.dtype_match or _INTEGERS >= {self.dtype_a, self.dtype_b})
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in _METRIC_FIELDS}  # flat: no deep copy needed
@@ -97,6 +98,7 @@ class Metrics:
         return out
 
 
+_INTEGERS = frozenset({"int8", "int16", "int32", "int64", "uint8"})
 _METRIC_FIELDS = tuple(f.name for f in dataclasses.fields(Metrics))
 
 

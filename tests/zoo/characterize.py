@@ -15,17 +15,20 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.zoo import torch_compat  # noqa: F401
-from tests.zoo import ms_compat
+from tests.zoo import (
+    ms_compat,
+    torch_compat,  # noqa: F401
+)
 from tests.zoo.common import run_align
 
 FAMILIES = ["cnn", "vit", "encoder_lm", "decoder_lm", "mha", "upsample"]
 
 
 def dump_pair(pair, root: Path, backward: bool) -> tuple[Path, Path]:
-    import aligner
     import mindspore as ms
     import torch
+
+    import aligner
 
     pt_dir, ms_dir = root / "pt", root / "ms"
     with aligner.dump(pair.torch_model, pt_dir):
@@ -76,7 +79,7 @@ def characterize(family: str, work: Path) -> list[dict]:
         shutil.rmtree(root, ignore_errors=True)
         try:
             ms_dir, pt_dir = dump_pair(pair, root, backward)
-        except Exception as exc:  # noqa: BLE001 - a characterisation, not a test
+        except Exception as exc:
             msg = f"dump failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
             rows.append({"pair": pair.name, "mode": root.name, "order": "-", "diff": diff, "rc": "-",
                          "first": msg, "only_a": "-", "only_b": "-", "matched": "-", "stderr": ""})

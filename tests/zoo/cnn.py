@@ -24,7 +24,6 @@ NUM_CLASSES = 10
 
 def build(seed: int = 0, arch: str = "resnet50", size: int = 64) -> Pair:
     import mindcv
-    import mindspore as ms
     import timm
     from mindspore import nn
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 import mindspore as ms
-from mindspore import mint, nn, ops
+import numpy as np
+from mindspore import mint, ops
 
 _INSTALLED = False
 PATCHED: list[str] = []  # what install() replaced, for the record
@@ -168,7 +167,8 @@ def linspace(start, end, steps, *, dtype=None):
     return ms.Tensor(np.linspace(start, end, steps).astype(_np_dtype(dtype, np.float32)))
 
 
-FUNCTIONAL = {"interpolate": interpolate, "pad": pad, "embedding": embedding, "layer_norm": layer_norm, "conv2d": conv2d, "gelu": gelu}
+FUNCTIONAL = {"interpolate": interpolate, "pad": pad, "embedding": embedding, "layer_norm": layer_norm,
+              "conv2d": conv2d, "gelu": gelu}
 MINT = {"linspace": linspace, "addmm": addmm, "baddbmm": baddbmm, "arange": arange, "randn": randn, "rand": rand}
 
 

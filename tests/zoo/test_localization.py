@@ -7,7 +7,7 @@ injection or dump that raises is a real failure, not an xfail. Also: each clean 
 orders must not diverge.
 
 Skipped when the zoo is not installed (scripts/install_zoo.sh). Each pair is built, converted and its torch reference
-dumped once per module run.
+dumped once per module run: about 65 s for the whole file on the shared 2-core machine (not marked slow).
 """
 from __future__ import annotations
 
@@ -22,8 +22,6 @@ for _name in ("timm", "mindcv", "transformers", "mindone.transformers"):
 
 from tests.zoo import localization as loc  # noqa: E402
 from tests.zoo import ms_compat  # noqa: E402
-
-pytestmark = pytest.mark.slow
 
 # Clean configurations compared in both orders; value: None (must pass) or the xfail reason (a known false divergence).
 CLEAN = {

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("mindspore")
-from tests.zoo import torch_compat  # noqa: E402,F401  (must precede timm/transformers: torchvision op schemas)
+from tests.zoo import torch_compat  # noqa: F401  (must precede timm/transformers: torchvision op schemas)
 
 for _name in ("timm", "mindcv", "transformers", "mindone.transformers"):
     pytest.importorskip(_name)

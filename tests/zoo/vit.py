@@ -24,7 +24,6 @@ IMG = 32
 
 
 def build(seed: int = 0) -> Pair:
-    import mindspore as ms
     from mindcv.models.vit import VisionTransformer as MsViT
     from mindspore import nn
     from timm.models.vision_transformer import VisionTransformer as PtViT
@@ -38,4 +37,5 @@ def build(seed: int = 0) -> Pair:
     msm.set_train(False)
     x = np.random.default_rng(seed).standard_normal((2, 3, IMG, IMG)).astype(np.float32)
     return Pair(name="vit_tiny", torch_model=pt, ms_model=msm, torch_inputs={"x": x}, ms_inputs={"x": x},
-                notes=["mindcv GELU approximate=False (MS default tanh)", "mindcv LayerNorm epsilon=1e-6 (MS default 1e-7)"])
+                notes=["mindcv GELU approximate=False (MS default tanh)",
+                       "mindcv LayerNorm epsilon=1e-6 (MS default 1e-7)"])
