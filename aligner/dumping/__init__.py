@@ -14,19 +14,20 @@ from types import TracebackType
 from typing import Any
 
 from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Framework
 from aligner.core.progress import SILENT, Progress
 from aligner.dumping.directory import DumpDir, claim
 from aligner.dumping.options import Options
 from aligner.dumping.randomness import pinned
 from aligner.dumping.session import Session, activate, active
-from aligner.dumping.tensors import MINDSPORE, framework_version, model_framework
+from aligner.dumping.tensors import framework_version, model_framework
 from aligner.dumping.writer import BackgroundWriter, MemorySink
 
 __all__ = ["dump", "save", "DumpContext", "MemoryCapture"]
 
 
 def _install(framework: str, model: Any, session: Session, opts: Options) -> list[Any]:
-    if framework == MINDSPORE:
+    if framework == Framework.MINDSPORE:
         from aligner.dumping import mindspore_hooks as hooks
     else:
         from aligner.dumping import torch_hooks as hooks  # type: ignore[no-redef]
@@ -38,7 +39,7 @@ class DumpContext:
 
     def __init__(self, model: Any, framework: str | None, opts: Options, step: int) -> None:
         self.framework = framework
-        if framework == MINDSPORE:
+        if framework == Framework.MINDSPORE:
             from aligner.dumping.mindspore_hooks import check_pynative
 
             check_pynative()

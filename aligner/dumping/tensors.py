@@ -10,24 +10,22 @@ from aligner.core.dtypes import to_numpy, torch_to_numpy
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 
-PYTORCH, MINDSPORE = Framework.PYTORCH, Framework.MINDSPORE
-
 
 def model_framework(model: Any) -> Framework:
     """PYTORCH for a torch.nn.Module, MINDSPORE for a mindspore.nn.Cell, else a clear AlignerError."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(model, torch.nn.Module):
-        return PYTORCH
+        return Framework.PYTORCH
     ms = sys.modules.get("mindspore")
     if ms is not None and isinstance(model, ms.nn.Cell):
-        return MINDSPORE
+        return Framework.MINDSPORE
     raise AlignerError(f"aligner.dump needs a torch.nn.Module or a mindspore.nn.Cell, got {type(model).__name__}; "
                        "pass the model object itself (not its state_dict, a function or a path)")
 
 
 def framework_version(framework: str) -> str:
     """The installed version string of an (already imported) framework."""
-    return sys.modules["torch" if framework == PYTORCH else "mindspore"].__version__
+    return sys.modules["torch" if framework == Framework.PYTORCH else "mindspore"].__version__
 
 
 def is_tensor(obj: Any) -> bool:

@@ -18,6 +18,7 @@ import re
 from collections import defaultdict
 from typing import Callable, Hashable, Sequence
 
+from aligner.core.frameworks import Framework
 from aligner.dumping.manifest import Record
 from aligner.io.base import TensorInfo
 from aligner.mapping import build_plan
@@ -56,12 +57,12 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
     always planned from the MindSpore side toward PyTorch's names, so the argument order changes nothing.
     """
     params: dict[str, str] = {}
-    ms_first = framework_first == "mindspore"
-    if {framework_first, framework_second} == {"pytorch", "mindspore"}:
+    ms_first = framework_first == Framework.MINDSPORE
+    if {framework_first, framework_second} == {Framework.PYTORCH, Framework.MINDSPORE}:
         ms_items = first if ms_first else second
         infos = {it.record.module: TensorInfo(tuple(it.record.shape), it.record.dtype or "float32")
                  for it in ms_items if it.record.kind == "param_grad"}
-        for entry in build_plan(infos, "mindspore", "pytorch").entries if infos else []:
+        for entry in build_plan(infos, Framework.MINDSPORE, Framework.PYTORCH).entries if infos else []:
             if entry.target and len(entry.sources) == 1:
                 params[entry.sources[0]] = entry.target
 
