@@ -20,10 +20,10 @@ import mindspore as ms
 import numpy as np
 import pytest
 import torch
+from conftest import align_in_process
 from mindspore import nn
 from twin_models import BLOCK_INPUT, make_twins
 
-from aligner.cli import main
 from aligner.pipelines.losses import DEFAULT_RTOL, FLOAT32_EPS, NOISE_ROUNDINGS, REAL_FACTOR
 
 SEED, STEPS, LR, MOMENTUM = 0, 4, 0.05, 0.9
@@ -103,11 +103,9 @@ def torch_rerun(data: tuple[np.ndarray, np.ndarray]) -> list[float]:
 
 
 def align_losses(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, dict, str]:
-    """`align losses ARGS --json -` in-process: exit code, parsed JSON, stderr."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(["losses", *map(str, args), "--json", "-"])
-    captured = capsys.readouterr()
-    return exit_info.value.code, json.loads(captured.out), captured.err
+    """`align losses ARGS --json -` through the suite's in-process harness: exit code, parsed JSON, stderr."""
+    proc = align_in_process(capsys, "losses", *args, "--json", "-")
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
 def in_noise_units(a: list[float], b: list[float]) -> np.ndarray:

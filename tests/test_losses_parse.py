@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import align_in_process
+from conftest import assert_one_line_error as check_error
 
-from aligner.cli import main
 from aligner.core.errors import AlignerError
 from aligner.core.tolerance import Tolerance
 from aligner.pipelines.losses import StepStatus, Verdict, compare_curves
@@ -22,20 +24,16 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    """`align losses ARGS` in-process: exit code, stdout, stderr."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(["losses", *map(str, args)])
-    captured = capsys.readouterr()
-    return exit_info.value.code, captured.out, captured.err
+    """`align losses ARGS` through the suite's in-process harness: exit code, stdout, stderr."""
+    proc = align_in_process(capsys, "losses", *args)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def assert_one_line_error(result: tuple[int, str, str], *fragments: str) -> None:
-    """Exit 2, nothing on stdout, one `align: error:` line on stderr containing each fragment."""
+    """The suite's user-error check, plus: nothing on stdout, and the `align: error:` prefix."""
     code, out, err = result
-    assert (code, out) == (2, ""), err
-    assert err.startswith("align: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in err, err
+    check_error(subprocess.CompletedProcess([], code, out, err), *fragments)
+    assert out == "" and err.startswith("align: error: "), err
 
 
 # --- readers -------------------------------------------------------------------------------------------------
@@ -255,7 +253,7 @@ def test_agreeing_logs_exit_0(capsys, logs):
 
 def test_different_lengths_warn_and_compare_the_common_steps(capsys, logs, tmp_path):
     longer = write(tmp_path, "long.log", "step 1 loss 2.5\nstep 2 loss 2.25\nstep 3 loss 2\n")
-    code, out, err = run(capsys, logs[0], longer)
+    code, _, err = run(capsys, logs[0], longer)
     assert code == 0 and err == ("align: warning: A has 2 losses (steps 1-2), B has 3 (steps 1-3): "
                                  "compared only the 2 common steps\n")
 

@@ -8,9 +8,9 @@ import mindspore as ms
 import numpy as np
 import pytest
 import torch
+from conftest import align_in_process
 from mindspore import nn
 
-from aligner.cli import main
 from aligner.pipelines.losses import DEFAULT_RTOL, FLOAT32_EPS, NOISE_ROUNDINGS, REAL_FACTOR
 
 STEPS, STEPS_PER_EPOCH, LR, MOMENTUM = 4, 2, 0.1, 0.9
@@ -114,11 +114,9 @@ def ms_log(tmp_path_factory: pytest.TempPathFactory, ms_losses: list[float]) -> 
 
 
 def align_losses(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict, str]:
-    """Run `align losses ... --json -` in-process: exit code, parsed JSON, stderr."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(["losses", *map(str, args), "--json", "-"])
-    captured = capsys.readouterr()
-    return exit_info.value.code, json.loads(captured.out), captured.err
+    """`align losses ARGS --json -` through the suite's in-process harness: exit code, parsed JSON, stderr."""
+    proc = align_in_process(capsys, "losses", *args, "--json", "-")
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
 def test_clean_pair_agrees_within_float32_noise(capsys, init, ms_losses, ms_log, tmp_path):
@@ -189,10 +187,9 @@ def test_per_epoch_lr_decay_parts_after_the_epoch(capsys, init, ms_log, tmp_path
 def test_human_report_and_plot(capsys, init, ms_log, tmp_path):
     pt_log = write_torch_text(tmp_path / "train_pt.log", train_torch(init, lr=0.11))
     plot = tmp_path / "curves.png"
-    with pytest.raises(SystemExit) as exit_info:
-        main(["losses", str(ms_log), str(pt_log), "--plot", str(plot), "--show", "3"])
-    out = capsys.readouterr().out
-    assert exit_info.value.code == 1
+    proc = align_in_process(capsys, "losses", ms_log, pt_log, "--plot", plot, "--show", "3")
+    out = proc.stdout
+    assert proc.returncode == 1
     assert "Step 1 agrees, step 2 differs" in out and "align diff step1_ms.ckpt step1_pt.pth" in out
     assert out.count(" ok") == 1 and out.count("differs") >= 2  # 3 table rows: step 1 ok, steps 2-3 differ
     assert plot.read_bytes().startswith(b"\x89PNG") and plot.stat().st_size > 10_000

@@ -7,6 +7,7 @@ from aligner.cli.options import check_outputs, json_option, trust_pickle_option
 from aligner.pipelines.convert import convert
 from aligner.render.console import make_console
 from aligner.render.convert import print_convert, write_convert_json
+from aligner.render.progress import terminal_progress
 
 FRAMEWORK = click.Choice(["pytorch", "mindspore"])
 
@@ -47,7 +48,7 @@ def command(source: str, output: str, like: str | None, map_path: str | None, sa
     check_outputs(force, output=output, save_map=save_map, json=json_out)
     result = convert(source, output, like_path=like, map_path=map_path, to=to, src=src, force=force,
                      allow_incomplete=allow_incomplete, trust_pickle=trust_pickle or trust_pickle_alias,
-                     save_map=save_map)
+                     save_map=save_map, progress=terminal_progress())
     if json_out != "-":
         print_convert(result, make_console(), make_console(stderr=True), verbose)
     if json_out:

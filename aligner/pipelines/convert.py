@@ -7,13 +7,14 @@ keys, plus what was dropped, created or transformed on purpose, and which layer 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from aligner.core.atomic import check_output
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.frameworks import Framework
+from aligner.core.progress import SILENT, Progress, Task
 from aligner.io import TensorSource, detect_format, open_checkpoint, write_checkpoint
 from aligner.io.base import ArraySource
 from aligner.mapping import Plan, build_plan, load_user_map
@@ -104,9 +105,16 @@ def plan_conversion(source: TensorSource, dst: str | None = None, src: str | Non
     return plan
 
 
+def _counted(items: Iterator[tuple[str, np.ndarray]], task: Task) -> Iterator[tuple[str, np.ndarray]]:
+    """The tensors to write, advancing the progress task as each one is handed to the writer."""
+    for item in items:
+        yield item
+        task.advance()
+
+
 def convert(src_path: str, out_path: str, *, like_path: str | None = None, map_path: str | None = None,
             to: str | None = None, src: str | None = None, force: bool = False, allow_incomplete: bool = False,
-            trust_pickle: bool = False, save_map: str | None = None) -> "ConvertResult":
+            trust_pickle: bool = False, save_map: str | None = None, progress: Progress = SILENT) -> "ConvertResult":
     """Convert a checkpoint file. Nothing is written when the plan has failures (missing, mismatched or ambiguous
     target keys) unless `allow_incomplete`; bad input raises AlignerError before anything is written."""
     out_fmt = detect_format(out_path, for_output=True)
@@ -127,7 +135,9 @@ def convert(src_path: str, out_path: str, *, like_path: str | None = None, map_p
             return ConvertResult(src_path, out_path, plan, written=False, like=like_path)
         if save_map:
             write_map(plan, save_map)
-        write_checkpoint(out_path, out_fmt, plan.tensors(source), plan.output_infos(), plan.dst_framework)
+        with progress.task("converting", total=len(plan.outputs)) as task:
+            write_checkpoint(out_path, out_fmt, _counted(plan.tensors(source), task), plan.output_infos(),
+                             plan.dst_framework)
     return ConvertResult(src_path, out_path, plan, written=True, like=like_path)
 
 

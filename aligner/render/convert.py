@@ -8,6 +8,7 @@ from rich.table import Table
 from aligner.mapping import FAILING, Plan
 from aligner.mapping.plan import Entry, EntryStatus
 from aligner.pipelines.convert import ConvertResult
+from aligner.render.console import make_console
 from aligner.render.jsonout import write_json
 
 STYLE = {EntryStatus.UNCHANGED: "dim", EntryStatus.RENAMED: "cyan", EntryStatus.TRANSFORMED: "magenta",
@@ -88,7 +89,7 @@ def print_convert(result: ConvertResult, console: Console, err_console: Console,
 
 def print_plan(plan: Plan, verbose: bool = False, console: Console | None = None) -> None:
     """Just the table and counts of a plan (for scripts that plan without converting)."""
-    console = console or Console(highlight=False)
+    console = console or make_console()
     table = plan_table(plan, verbose)
     if table is not None:
         console.print(table)
