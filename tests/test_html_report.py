@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -155,9 +154,8 @@ def test_clean_page_hides_near_zero_record(tmp_path: Path, browser: Any) -> None
     page.close()
 
 
-def test_big_report_is_fast() -> None:
-    """10,000 rows well under a second, plotly.js embedding included (CPU time, so other jobs on a busy machine do
-    not count; about 0.5 s on a loaded 2-core box)."""
+def test_big_report_has_every_row() -> None:
+    """10,000 rows, the last thousand divergent, all in the table (speed belongs in scripts/bench_*, not here)."""
     rows = []
     for i in range(10_000):
         rec = Record(seq=i, module=f"blocks.{i // 4}.fc{i % 4}", type="Linear", kind="forward", io="output", index=0,
@@ -169,8 +167,5 @@ def test_big_report_is_fast() -> None:
         rows.append(Row(Pair(item, item, "name"), m, read=True))
     result = CompareResult("a (mindspore)", "b (pytorch)", rows, judge(rows), [])
     out = io.StringIO()
-    start = time.process_time()
     write_html(result, out)
-    elapsed = time.process_time() - start
-    assert elapsed < 1.0, elapsed
     assert out.getvalue().count('<tr id="row-') == 10_000
