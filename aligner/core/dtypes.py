@@ -37,6 +37,7 @@ SAFETENSORS_CODE: dict[str, str] = {
     "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8", "bool": "BOOL",
 }
 FLOATING = frozenset({"float16", "float32", "float64", "bfloat16"})
+INTEGER = frozenset({"int8", "int16", "int32", "int64", "uint8"})
 
 _ALIASES: dict[str, str] = {}
 for _canon in NUMPY:

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, Protocol
 
 import numpy as np
 
-from aligner.core.dtypes import canonical, contiguous
+from aligner.core.dtypes import INTEGER, canonical, contiguous
 from aligner.core.tolerance import Tolerance
 from aligner.metrics.kernel import Totals, accumulate
 
@@ -88,7 +88,7 @@ class Metrics:
         """Values, dtype or shape disagree; a dtype seen as `torch.float32` on one side and `Float32` on the other
         does not, because both are canonical `float32` here. Integer widths do not either when every value agrees:
         MindSpore keeps index tensors as int32 where torch uses int64 (the dtype difference is still reported)."""
-        return not self.allclose or not (self.dtype_match or _INTEGERS >= {self.dtype_a, self.dtype_b})
+        return not self.allclose or not (self.dtype_match or INTEGER >= {self.dtype_a, self.dtype_b})
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in _METRIC_FIELDS}  # flat: no deep copy needed
@@ -98,7 +98,6 @@ class Metrics:
         return out
 
 
-_INTEGERS = frozenset({"int8", "int16", "int32", "int64", "uint8"})
 _METRIC_FIELDS = tuple(f.name for f in dataclasses.fields(Metrics))
 
 
