@@ -353,3 +353,17 @@ def test_json_to_a_file_keeps_the_text_report_and_is_strict(capsys, logs, tmp_pa
     assert (report["verdict"], report["exit_code"], report["steps"][1]["status"]) == ("update", 1, "differs")
     assert report["tolerance"] == {"rtol": 1e-4, "atol": 1e-6, "symmetric": True}
     assert report["noise"]["source"] == "float32" and report["steps"][1]["abs_diff"] == "nan"
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--noise", "abc"], "--noise must be a number"),
+    (["--noise", "-1"], "--noise must be a finite number >= 0"),
+    (["--noise", "1e-6", "--repeat-a", "REPEAT"], "give --noise or --repeat-a/--repeat-b, not both"),
+    (["--repeat-a", "MISSING"], "MISSING"),
+])
+def test_bad_noise_options_are_one_line_errors(capsys, tmp_path, extra, fragment):
+    a = write(tmp_path, "a.log", "step 1 loss 2\nstep 2 loss 1\n")
+    b = write(tmp_path, "b.log", "step 1 loss 2\nstep 2 loss 1\n")
+    args = [str(a if x == "REPEAT" else tmp_path / "missing.log" if x == "MISSING" else x) for x in extra]
+    fragment = str(tmp_path / "missing.log") if fragment == "MISSING" else fragment
+    assert_one_line_error(run(capsys, a, b, *args), fragment)
