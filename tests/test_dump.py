@@ -21,8 +21,14 @@ ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
 def read(directory: Path) -> tuple[dict, list[Record]]:
+    """Header and records; an input recorded as a link (`same_as`) gets its producer's file and stats, as compare
+    reads it."""
     lines = [item for _, item in iter_manifest(directory)]
     assert not [x for x in lines if isinstance(x, ValueError)]
+    by_seq = {r.seq: r for r in lines[1:]}
+    for r in lines[1:]:
+        if r.same_as is not None:
+            r.file, r.stats = by_seq[r.same_as].file, by_seq[r.same_as].stats
     return lines[0], lines[1:]
 
 
@@ -87,9 +93,12 @@ def test_every_module_has_forward_and_backward_records(twin_dumps):
     _, tnet, pt, _ = twin_dumps
     leaves = {n for n, m in tnet.named_modules() if n and next(m.children(), None) is None}
     _, recs = read(pt)
-    for kind_, io in (("forward", "output"), ("forward", "input"), ("backward", "grad_output")):
+    for kind_, io in (("forward", "output"), ("backward", "grad_output")):
         assert {r.module for r in recs if (r.kind, r.io) == (kind_, io)} == leaves
-    first = next(r.module for r in recs if r.kind == "forward")  # its input is data: no gradient flows out of it
+    # every leaf's input is recorded, and the model's own input ("") too, as data or as a link to the record of the
+    # call that returned it
+    assert {r.module for r in recs if (r.kind, r.io) == ("forward", "input")} == leaves | {""}
+    first = next(r.module for r in recs if r.kind == "forward" and r.module)  # fed data: no gradient flows out
     assert {r.module for r in recs if r.io == "grad_input"} == leaves - {first}
     assert {r.module for r in recs if r.kind == "param_grad"} == {n for n, _ in tnet.named_parameters()}
 
@@ -190,14 +199,14 @@ def test_steps_select_and_append(tmp_path):
     _, recs = read(tmp_path / "d")
     assert sorted({r.step for r in recs}) == [0, 2]
     assert [r.seq for r in recs] == list(range(len(recs)))
-    assert {r.kind for r in recs} == {"forward"}
+    assert {r.kind for r in recs} == {"forward", "buffer"}  # training mode: BatchNorm running stats after forward
 
 
 def test_identical_tensors_are_written_once(tmp_path):
     tnet, _ = make_twins("cnn", train=False)
     x = example_input("cnn")
     for step in range(2):  # eval mode, no grad: step 1 computes exactly what step 0 did
-        with torch.no_grad(), aligner.dump(tnet, tmp_path / "d", step=step):
+        with torch.no_grad(), aligner.dump(tnet, tmp_path / "d", step=step, inputs=False):
             out = tnet(torch.from_numpy(x))
             aligner.save("logits", out)
     _, recs = read(tmp_path / "d")
@@ -209,7 +218,7 @@ def test_identical_tensors_are_written_once(tmp_path):
 def test_bfloat16_is_stored_losslessly(tmp_path):
     net = torch.nn.Linear(8, 4).to(torch.bfloat16)
     x = torch.randn(3, 8, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
-    with aligner.dump(net, tmp_path / "pt"):
+    with aligner.dump(net, tmp_path / "pt", inputs=False):
         out = net(x)
     cell = ms.nn.Dense(8, 4)
     bf = ms.Tensor(np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)).astype(ms.bfloat16)
@@ -245,12 +254,13 @@ def test_include_exclude_and_all_modules(tmp_path):
         ms_step(mnet, x)
     for d in ("pt", "ms"):
         _, recs = read(tmp_path / d)
-        fwd = [r.module for r in recs if r.kind == "forward"]
+        fwd = [r.module for r in recs if r.kind == "forward" and r.io == "output"]
         assert fwd == ["attn.q", "attn.softmax", "attn.drop", "attn.out", "attn"]
         assert {r.module.rsplit(".", 1)[0] for r in recs if r.kind == "param_grad"} == {"attn.q", "attn.out"}
     with aligner.dump(tnet, tmp_path / "root", leaves_only=False, include="^$", backward=False):
         tnet(torch.from_numpy(x))
-    assert [(r.module, r.type) for r in read(tmp_path / "root")[1]] == [("", "TorchBlock")]
+    assert [(r.module, r.type, r.io) for r in read(tmp_path / "root")[1]] == [
+        ("", "TorchBlock", "input"), ("", "TorchBlock", "output")]
 
 
 def test_refuses_bad_input(tmp_path):
@@ -280,7 +290,7 @@ def test_overwrite_replaces_a_previous_dump_from_another_process(tmp_path):
     (target / MANIFEST).write_text("{}\n")
     (target / "tensors").mkdir()
     (target / "tensors" / "stale.npy").write_bytes(b"")
-    with aligner.dump(net, target, overwrite=True, backward=False):
+    with aligner.dump(net, target, overwrite=True, backward=False, inputs=False):
         net(torch.ones(1, 2))
     header, recs = read(target)
     assert header["format"] == "aligner-dump" and len(recs) == 1
@@ -307,7 +317,7 @@ def test_write_errors_surface_on_exit(tmp_path):
 
 def test_backward_after_the_context_is_not_recorded(tmp_path):
     net = torch.nn.Linear(2, 2)
-    with aligner.dump(net, tmp_path / "d"):
+    with aligner.dump(net, tmp_path / "d", inputs=False):
         out = net(torch.ones(1, 2))
     out.sum().backward()  # the hooks' session is closed: no crash, no record
     assert [r.kind for r in read(tmp_path / "d")[1]] == ["forward"]

@@ -12,7 +12,7 @@ import fnmatch
 import math
 from typing import Iterable, Sequence
 
-from aligner.core.dtypes import canonical
+from aligner.core.dtypes import FLOATING, canonical
 from aligner.core.errors import AlignerError
 
 # torch.testing.assert_close defaults: canonical dtype -> (rtol, atol); integers and bool must match exactly
@@ -71,6 +71,11 @@ class ToleranceSpec:
 
     default: Tolerance | None = None
     overrides: tuple[tuple[str, Tolerance], ...] = ()
+    # the least the per-dtype defaults of floating dtypes may be, and why (compare sets it for dumps of a
+    # training-mode forward through BatchNorm, whose batch statistics amplify rounding); never applies to a user's
+    # own tolerance
+    floor: Tolerance | None = None
+    floor_reason: str = ""
 
     def explicit(self, name: str) -> Tolerance | None:
         """The user's tolerance for this name (the last matching override, else the default); None: per dtype."""
@@ -81,7 +86,14 @@ class ToleranceSpec:
 
     def resolve(self, name: str, *dtypes: str) -> Tolerance:
         """The tolerance for one named tensor of these dtypes."""
-        return self.explicit(name) or Tolerance.for_dtype(*dtypes)
+        return self.explicit(name) or self.for_dtype(*dtypes)
+
+    def for_dtype(self, *dtypes: str) -> Tolerance:
+        """The per-dtype default, raised to `floor` for floating dtypes."""
+        tol = Tolerance.for_dtype(*dtypes)
+        if self.floor is None or not any(canonical(d) in FLOATING for d in dtypes):
+            return tol
+        return Tolerance(max(tol.rtol, self.floor.rtol), max(tol.atol, self.floor.atol), tol.symmetric)
 
     @property
     def is_default(self) -> bool:
@@ -90,11 +102,14 @@ class ToleranceSpec:
     def describe(self) -> str:
         """In words, for reports: what the verdicts used."""
         text = str(self.default) if self.default else "per dtype, as torch.testing (float32: rtol=1.3e-06, atol=1e-05)"
+        if self.default is None and self.floor is not None:
+            text += f", at least {self.floor} ({self.floor_reason})"
         return text + "".join(f"; {p}: {t}" for p, t in self.overrides)
 
     def to_dict(self) -> dict[str, object]:
         return {"default": self.default.to_dict() if self.default else None,
-                "overrides": {p: t.to_dict() for p, t in self.overrides}}
+                "overrides": {p: t.to_dict() for p, t in self.overrides},
+                "floor": self.floor.to_dict() if self.floor else None, "floor_reason": self.floor_reason or None}
 
     @classmethod
     def parse(cls, rtol: Sequence[str] | str | None, atol: Sequence[str] | str | None, *,

@@ -134,18 +134,24 @@ class MemoryCapture(DumpContext):
 
 def dump(model: Any, directory: str | os.PathLike, *, step: int = 0, steps: Iterable[int] | None = None,
          include: str | None = None, exclude: str | None = None, leaves_only: bool = True, forward: bool = True,
-         backward: bool = True, inputs: bool = False, stats_only: bool = False,
-         overwrite: bool = False, progress: Progress = SILENT) -> DumpContext:
+         backward: bool = True, inputs: bool | None = None, ops: bool = False, scope: str | None = None,
+         stats_only: bool = False, overwrite: bool = False, progress: Progress = SILENT) -> DumpContext:
     """Context manager recording `model`'s forward outputs, backward gradients and parameter gradients to `directory`.
 
     The first `dump` on a directory in a process checks it is empty (or clears a previous dump with overwrite=True)
     and writes the header; later contexts on the same directory (one per training step) append to it. Only steps in
     `steps` (all when None) are recorded; `include`/`exclude` are regexes searched in module paths and parameter names.
     `progress` shows the writes still queued when the context exits (`aligner.dump` passes a terminal bar).
+
+    inputs: None (default) records each call's inputs as links to the record that returned them, and stores those
+    that code between module calls computed (what tells a module's own error from its parent's glue code); True
+    stores every input; False none. ops=True also records every tensor operation called inside the forward of the
+    module at `scope` (a path; the whole model when None), with the source line of each call: the zoom-in that
+    names the op where the numbers part.
     """
     if not isinstance(step, int):
         raise AlignerError(f"aligner.dump step must be an int, got {type(step).__name__}")
-    opts = Options.build(include, exclude, leaves_only, forward, backward, inputs)
+    opts = Options.build(include, exclude, leaves_only, forward, backward, inputs, ops, scope)
     return _DirectoryDump(model, directory, opts, step, steps, stats_only, overwrite, progress)
 
 

@@ -2,10 +2,13 @@
 
 A dump directory holds `manifest.jsonl` and `tensors/*.npy`:
 
-* line 1, the header: ``{"format": "aligner-dump", "version": 1, "framework": "pytorch" | "mindspore" | "numpy",
-  "framework_version": ..., "aligner_version": ..., "mode": "full" | "stats", "seed": {...} | null}``
+* line 1, the header: ``{"format": "aligner-dump", "version": 2, "framework": "pytorch" | "mindspore" | "numpy",
+  "framework_version": ..., "aligner_version": ..., "mode": "full" | "stats", "seed": {...} | null,
+  "rank": null, "world_size": null}`` (rank layout: room for multi-rank dumps);
 * one line per record, in execution order: ``{"seq", "step", "module", "type", "kind", "io", "index", "dtype",
-  "shape", "stats", "file"}`` (see `Record`).
+  "shape", "stats", "file"}`` and, from version 2, ``"call", "parent", "same_as", "source"`` (see `Record`).
+
+Version 1 dumps (no call structure, no op/buffer records) are still read: their new fields are null.
 
 Tensor files are content-addressed (`tensors/<digest>.npy`) so identical tensors are written once; bfloat16 tensors are
 stored as their uint16 bit patterns (lossless) and the record's canonical `dtype` says how to view them.
@@ -25,8 +28,12 @@ from aligner.core.version import __version__
 MANIFEST = "manifest.jsonl"
 TENSOR_DIR = "tensors"
 FORMAT = "aligner-dump"
-VERSION = 1
-KINDS = ("forward", "backward", "param_grad", "probe")
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+# forward/backward: module calls; param_grad: parameter gradients; probe: aligner.save; op: one tensor operation
+# called inside a zoomed module (dump(ops=True)); buffer: a normalisation buffer after a training-mode forward;
+# param: a parameter's value (reserved for later versions' readers: written by no dump yet).
+KINDS = ("forward", "backward", "param_grad", "probe", "op", "buffer", "param")
 
 
 @dataclasses.dataclass
@@ -35,7 +42,18 @@ class Record:
 
     kind/io: forward -> io "input"|"output"; backward -> io "grad_input" (gradient w.r.t. the module's inputs, i.e.
     flowing out of it) | "grad_output"; param_grad -> module is the full parameter name, io "grad"; probe (aligner.save)
-    -> module is the probe name, io "output". `index` is the position within the flattened inputs/outputs.
+    -> module is the probe name, io "output"; op -> module is the module whose forward called the op, type the op as
+    called ("torch.matmul", "Tensor.__mul__", "ops.BatchMatMul"), io "input"|"output"; buffer -> module is the
+    normalisation module, io the buffer in PyTorch's words ("running_mean", "running_var"). `index` is the position
+    within the flattened inputs/outputs.
+
+    Version 2 fields (None in version 1 dumps):
+    call: the id of the module or op call the record belongs to (a call's inputs and outputs share it);
+    parent: the path of the innermost module whose forward was running when the call was made ("" the model itself,
+    None called outside the model: the model's own inputs);
+    same_as: for an input, the seq of the earlier record holding this very tensor (no file: the input is that
+    record's output, unchanged); an input computed by code between module calls is stored with its own file;
+    source: "file.py:line" of the code that called an op.
     """
 
     seq: int
@@ -49,6 +67,10 @@ class Record:
     step: int = 0
     stats: dict[str, Any] | None = None
     file: str | None = None
+    call: int | None = None
+    parent: str | None = None
+    same_as: int | None = None
+    source: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
@@ -70,7 +92,7 @@ def write_header(path: str | os.PathLike, framework: str, framework_version: str
                  seed: dict[str, Any] | None = None) -> None:
     """Start a manifest with its header line (the dump writer appends records after it)."""
     header = {"format": FORMAT, "version": VERSION, "framework": framework, "framework_version": framework_version,
-              "aligner_version": __version__, "mode": mode, "seed": seed}
+              "aligner_version": __version__, "mode": mode, "seed": seed, "rank": None, "world_size": None}
     with open(Path(path) / MANIFEST, "w", encoding="utf-8") as fh:
         fh.write(json.dumps(header) + "\n")
 

@@ -12,6 +12,7 @@ from typing import Any
 import mindspore as ms
 
 from aligner.core.errors import AlignerError
+from aligner.dumping.calls import CallHooks
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session
 from aligner.dumping.tensors import tensors_in
@@ -24,19 +25,17 @@ def check_pynative() -> None:
                            "mindspore.set_context(mode=mindspore.PYNATIVE_MODE) before building and running the model")
 
 
-class _CellHooks:
+class _CellHooks(CallHooks):
     """The forward pre-hook, forward hook and backward hook of one cell."""
 
-    def __init__(self, path: str, cell: ms.nn.Cell, session: Session, opts: Options) -> None:
-        self.path, self.type, self.session, self.opts = path, type(cell).__name__, session, opts
+    def __init__(self, path: str, cell: ms.nn.Cell, session: Session, opts: Options, is_leaf: bool) -> None:
+        super().__init__(path, cell, session, opts, is_leaf, _buffers)
 
-    def pre(self, cell: ms.nn.Cell, inputs: tuple) -> None:
-        for i, t in enumerate(tensors_in(inputs)):
-            self.session.emit(self.path, self.type, "forward", "input", i, t)
+    def pre(self, cell: ms.nn.Cell, args: tuple, kwargs: dict) -> None:
+        self.enter((args, kwargs))
 
-    def post(self, cell: ms.nn.Cell, inputs: tuple, output: Any) -> None:
-        for i, t in enumerate(tensors_in(output)):
-            self.session.emit(self.path, self.type, "forward", "output", i, t)
+    def post(self, cell: ms.nn.Cell, args: tuple, kwargs: dict, output: Any) -> None:
+        self.exit(cell, output)
 
     def backward(self, cell: ms.nn.Cell, grad_input: tuple, grad_output: tuple) -> None:
         if not self.session.open:
@@ -47,19 +46,22 @@ class _CellHooks:
                     self.session.emit(self.path, self.type, "backward", io, i, g)
 
 
+def _buffers(cell: ms.nn.Cell) -> list[tuple[str, Any]]:
+    """The normalisation buffers of a cell (BatchNorm moving statistics, or PyTorch-named ones), if it has any."""
+    return [(name, t) for name in ("moving_mean", "moving_variance", "running_mean", "running_var")
+            if isinstance(t := getattr(cell, name, None), ms.Tensor)]
+
+
 def install(model: ms.nn.Cell, session: Session, opts: Options) -> list[Any]:
     """Register every hook the options ask for; returns the handles to remove on exit."""
     check_pynative()
     handles: list[Any] = []
-    for path, cell in model.cells_and_names():
-        if not opts.selects_module(path, next(iter(cell.cells()), None) is None):
-            continue
-        hooks = _CellHooks(path, cell, session, opts)
-        if opts.forward and opts.inputs:
-            handles.append(cell.register_forward_pre_hook(hooks.pre))
-        if opts.forward:
-            handles.append(cell.register_forward_hook(hooks.post))
-        if opts.backward:
+    for path, cell in model.cells_and_names():  # every cell: the call stack; selected ones also record
+        is_leaf = next(iter(cell.cells()), None) is None
+        hooks = _CellHooks(path, cell, session, opts, is_leaf)
+        handles.append(cell.register_forward_pre_hook(hooks.pre, with_kwargs=True))
+        handles.append(cell.register_forward_hook(hooks.post, with_kwargs=True, always_call=True))
+        if opts.backward and opts.selects_module(path, is_leaf):
             handles.append(cell.register_backward_hook(hooks.backward))
     if opts.backward:
         for name, param in model.parameters_and_names():

@@ -25,15 +25,24 @@ class Options:
     leaves_only: bool = True
     forward: bool = True
     backward: bool = True
-    inputs: bool = False
+    inputs: bool | None = None  # True: every input's data; None: data of those no record holds, else a link; False: none
+    ops: bool = False           # record every tensor operation inside `scope`'s forward
+    scope: str | None = None    # the module path whose forward ops=True zooms into ("" the whole model)
 
     @classmethod
     def build(cls, include: str | None, exclude: str | None, leaves_only: bool, forward: bool, backward: bool,
-              inputs: bool) -> "Options":
+              inputs: bool | None, ops: bool = False, scope: str | None = None) -> "Options":
         """Validate user arguments into Options."""
         if not (forward or backward):
             raise AlignerError("aligner.dump with forward=False and backward=False records nothing; enable one")
-        return cls(_compile(include, "include"), _compile(exclude, "exclude"), leaves_only, forward, backward, inputs)
+        if inputs not in (None, True, False):
+            raise AlignerError(f"aligner.dump inputs must be True, False or None (automatic), got {inputs!r}")
+        if scope is not None and not isinstance(scope, str):
+            raise AlignerError(f"aligner.dump scope must be a module path string, got {type(scope).__name__}")
+        if scope is not None and not ops:
+            raise AlignerError("aligner.dump scope= names the module whose operations ops=True records; pass ops=True")
+        return cls(_compile(include, "include"), _compile(exclude, "exclude"), leaves_only, forward, backward, inputs,
+                   bool(ops), "" if ops and scope is None else scope)
 
     def selects_name(self, name: str) -> bool:
         """Whether a module path or parameter name passes include (re.search) and exclude."""

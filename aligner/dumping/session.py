@@ -1,51 +1,142 @@
-"""The capture that is active right now: numbers records in execution order and feeds them to a sink."""
+"""The capture that is active right now: numbers records in execution order, tracks the module call stack, and
+feeds records to a sink."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
+import weakref
 from typing import Any, Protocol
 
 import numpy as np
 
 from aligner.core.dtypes import canonical
 from aligner.dumping.manifest import Record
-from aligner.dumping.tensors import to_host
+from aligner.dumping.tensors import dtype_name, shape_of, to_host
 
 
 class Sink(Protocol):
-    """Receives each record with its host array (BackgroundWriter or MemorySink)."""
+    """Receives each record with its host array (BackgroundWriter or MemorySink); None for a record without data
+    (an input that is an earlier record's tensor, `same_as`)."""
 
-    def put(self, record: Record, array: np.ndarray) -> None: ...
+    def put(self, record: Record, array: np.ndarray | None) -> None: ...
 
     def close(self) -> None: ...
 
 
+@dataclasses.dataclass
+class Frame:
+    """One module call in progress: its path, call id, and the sequence number when it started."""
+
+    path: str
+    call: int
+    first_seq: int
+
+
 class Session:
-    """Sequence numbers, the step and per-name probe counters of one capture (hooks of both frameworks call emit)."""
+    """Sequence numbers, call ids, the module call stack, the step and per-name probe counters of one capture (the
+    hooks of both frameworks call emit)."""
 
     def __init__(self, sink: Sink, step: int, first_seq: int = 0) -> None:
         self.sink = sink
         self.step = step
         self.seq = first_seq
         self.open = True  # False once the context has exited: late gradient hooks are ignored
+        self.stack: list[Frame] = []
+        self._calls = 0
         self._probes: collections.Counter[str] = collections.Counter()
+        self._outputs: dict[int, tuple[weakref.ref, int, int]] = {}  # id(tensor) -> (ref, seq, version)
         self._lock = threading.Lock()  # autograd may run hooks on another thread (CUDA devices)
 
-    def emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any) -> None:
-        """Copy `tensor` to the host and queue its record with the next sequence number."""
+    # -- call structure -------------------------------------------------------------------------------------------
+    def new_call(self) -> int:
+        """A fresh call id (module calls and op calls share the numbering)."""
+        with self._lock:
+            self._calls += 1
+            return self._calls
+
+    def enter(self, path: str) -> Frame:
+        """A module call starts: push it (its parent is the call below it on the stack)."""
+        frame = Frame(path, self.new_call(), self.seq)
+        self.stack.append(frame)
+        return frame
+
+    def leave(self, frame: Frame) -> None:
+        """A module call ends: pop it (and anything above it that an exception left behind)."""
+        while self.stack:
+            if self.stack.pop() is frame:
+                return
+
+    def parent(self, frame: Frame | None = None) -> str | None:
+        """Path of the module whose forward is running around `frame` (the top of the stack when None); None when
+        the call happens outside the model."""
+        stack = self.stack
+        if frame is not None:
+            stack = stack[:next((i for i, f in enumerate(stack) if f is frame), len(stack))]
+        return stack[-1].path if stack else None
+
+    def inside(self, path: str) -> bool:
+        """Whether a call of the module at `path` is running (at any depth of the stack)."""
+        return any(f.path == path for f in self.stack)
+
+    # -- records ----------------------------------------------------------------------------------------------------
+    def emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
+             call: int | None = None, parent: str | None = None, source: str | None = None) -> int:
+        """Copy `tensor` to the host and queue its record with the next sequence number (returned)."""
         array = to_host(tensor)
         with self._lock:
-            record = Record(seq=self.seq, module=module, type=type_, kind=kind, io=io, index=index,
-                            dtype=canonical(array.dtype), shape=list(array.shape), step=self.step)
+            seq = self.seq
+            record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index,
+                            dtype=canonical(array.dtype), shape=list(array.shape), step=self.step, call=call,
+                            parent=parent, source=source)
             self.seq += 1
             self.sink.put(record, array)
+        return seq
+
+    def emit_output(self, module: str, type_: str, kind: str, index: int, tensor: Any, *, call: int | None,
+                    parent: str | None, source: str | None = None) -> int:
+        """Emit a call's output and remember the tensor, so a later call taking it as input links to this record."""
+        seq = self.emit(module, type_, kind, "output", index, tensor, call=call, parent=parent, source=source)
+        self.remember(tensor, seq)
+        return seq
+
+    def remember(self, tensor: Any, seq: int) -> None:
+        """Make `tensor` (recorded as `seq`) the producer later inputs link to."""
+        try:
+            self._outputs[id(tensor)] = (weakref.ref(tensor), seq, getattr(tensor, "_version", 0))
+        except TypeError:  # not weakly referenceable: such inputs are stored, never linked
+            pass
+
+    def producer(self, tensor: Any) -> int | None:
+        """The seq of the output record holding this very tensor, unchanged since (None: computed elsewhere)."""
+        known = self._outputs.get(id(tensor))
+        if known is None or known[0]() is not tensor or known[2] != getattr(tensor, "_version", 0):
+            return None
+        return known[1]
+
+    def emit_input(self, module: str, type_: str, kind: str, index: int, tensor: Any, *, call: int | None,
+                   parent: str | None, link: bool, source: str | None = None) -> None:
+        """Record a call's input: with `link`, a record without data (`same_as`) when it is an earlier output
+        unchanged; otherwise (computed by code between module calls, or `link` False) its data."""
+        same = self.producer(tensor) if link else None
+        if same is None:
+            seq = self.emit(module, type_, kind, "input", index, tensor, call=call, parent=parent, source=source)
+            if parent is None:  # a model input: what every call it feeds links to
+                self.remember(tensor, seq)
+            return
+        with self._lock:
+            record = Record(seq=self.seq, module=module, type=type_, kind=kind, io="input", index=index,
+                            dtype=dtype_name(tensor), shape=shape_of(tensor), step=self.step, call=call,
+                            parent=parent, same_as=same, source=source)
+            self.seq += 1
+            self.sink.put(record, None)
 
     def probe(self, name: str, tensor: Any) -> None:
         """Record a hand-placed probe; repeated names in one step get index 0, 1, 2, ... in call order."""
         with self._lock:
             index = self._probes[name]
             self._probes[name] += 1
-        self.emit(name, "probe", "probe", "output", index, tensor)
+        self.emit(name, "probe", "probe", "output", index, tensor, parent=self.parent())
 
 
 _active: Session | None = None

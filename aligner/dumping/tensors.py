@@ -6,7 +6,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from aligner.core.dtypes import to_numpy, torch_to_numpy
+from aligner.core.dtypes import canonical, to_numpy, torch_to_numpy
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 
@@ -62,3 +62,13 @@ def to_host(tensor: Any) -> np.ndarray:
         # MindSpore registers its own numpy bfloat16 type: reinterpret the bits as ml_dtypes' (one bfloat16 for all)
         return array.view(np.uint16).view(to_numpy("bfloat16")) if array.dtype.name == "bfloat16" else array
     raise AlignerError(f"aligner.save needs a torch or MindSpore tensor or a numpy array, got {type(tensor).__name__}")
+
+
+def dtype_name(tensor: Any) -> str:
+    """The canonical dtype name of a torch/MindSpore tensor or numpy array, without copying it."""
+    return canonical(tensor.dtype)
+
+
+def shape_of(tensor: Any) -> list[int]:
+    """The shape of a torch/MindSpore tensor or numpy array as a list of ints, without copying it."""
+    return [int(s) for s in tensor.shape]

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from aligner.dumping.calls import CallHooks
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session
 from aligner.dumping.tensors import tensors_in
@@ -37,11 +38,12 @@ def _map_tensors(fn: Callable[[torch.Tensor], torch.Tensor], obj: Any) -> Any:
     return obj
 
 
-class _ModuleHooks:
+class _ModuleHooks(CallHooks):
     """The pre-hook, forward hook and gradient hooks of one module."""
 
-    def __init__(self, path: str, module: torch.nn.Module, session: Session, opts: Options) -> None:
-        self.path, self.type, self.session, self.opts = path, type(module).__name__, session, opts
+    def __init__(self, path: str, module: torch.nn.Module, session: Session, opts: Options, is_leaf: bool) -> None:
+        super().__init__(path, module, session, opts, is_leaf, _buffers)
+        self.grads = opts.backward and opts.selects_module(path, is_leaf)
         self.pending: list[list[tuple[int, torch.Tensor, int, torch.Tensor]]] = []  # stack: re-entrant calls
 
     def emit_grad(self, io: str, index: int, grad: torch.Tensor | None) -> None:
@@ -49,10 +51,8 @@ class _ModuleHooks:
             self.session.emit(self.path, self.type, "backward", io, index, grad)
 
     def pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        if self.opts.forward and self.opts.inputs:
-            for i, t in enumerate(tensors_in((args, kwargs))):
-                self.session.emit(self.path, self.type, "forward", "input", i, t)
-        if not (self.opts.backward and torch.is_grad_enabled()):
+        self.enter((args, kwargs))
+        if not (self.grads and torch.is_grad_enabled()):
             return None
         aliases: list[tuple[int, torch.Tensor, int, torch.Tensor]] = []
         position = itertools.count()  # flat index over all input tensors, as in forward input records
@@ -70,13 +70,10 @@ class _ModuleHooks:
         return (new_args, new_kwargs) if aliases else None
 
     def post(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
-        outputs = list(tensors_in(output))
-        if self.opts.forward:
-            for i, t in enumerate(outputs):
-                self.session.emit(self.path, self.type, "forward", "output", i, t)
-        if not (self.opts.backward and torch.is_grad_enabled()):
+        self.exit(module, output)
+        if not (self.grads and torch.is_grad_enabled()):
             return
-        for i, t in enumerate(outputs):
+        for i, t in enumerate(tensors_in(output)):
             if t.requires_grad:
                 t.register_hook(functools.partial(self.emit_grad, "grad_output", i))
         for index, a, version, original in (self.pending.pop() if self.pending else []):
@@ -84,6 +81,12 @@ class _ModuleHooks:
                 a.register_hook(functools.partial(self.emit_grad, "grad_input", index))
             else:  # modified in place by this module: the hook goes on the CopySlices node of the input's base
                 _hook_inplace(original, functools.partial(self.emit_grad, "grad_input", index))
+
+
+def _buffers(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The normalisation buffers of a module (BatchNorm running statistics), if it has any."""
+    return [(name, t) for name in ("running_mean", "running_var")
+            if isinstance(t := getattr(module, name, None), torch.Tensor)]
 
 
 def _hook_inplace(original: torch.Tensor, emit: Callable[[torch.Tensor | None], None]) -> None:
@@ -111,12 +114,10 @@ def _hook_inplace(original: torch.Tensor, emit: Callable[[torch.Tensor | None], 
 def install(model: torch.nn.Module, session: Session, opts: Options) -> list[Any]:
     """Register every hook the options ask for; returns the handles to remove on exit."""
     handles: list[Any] = []
-    for path, module in model.named_modules():
-        if not opts.selects_module(path, next(module.children(), None) is None):
-            continue
-        hooks = _ModuleHooks(path, module, session, opts)
+    for path, module in model.named_modules():  # every module: the call stack; selected ones also record
+        hooks = _ModuleHooks(path, module, session, opts, next(module.children(), None) is None)
         handles.append(module.register_forward_pre_hook(hooks.pre, with_kwargs=True))
-        handles.append(module.register_forward_hook(hooks.post))
+        handles.append(module.register_forward_hook(hooks.post, always_call=True))
     if opts.backward:
         for name, param in model.named_parameters():
             if param.requires_grad and opts.selects_name(name):

@@ -37,7 +37,9 @@ class MemorySink:
     def __init__(self) -> None:
         self.items: list[tuple[Record, np.ndarray]] = []
 
-    def put(self, record: Record, array: np.ndarray) -> None:
+    def put(self, record: Record, array: np.ndarray | None) -> None:
+        if array is None:  # a link to an earlier record (same_as): nothing to keep
+            return
         record.stats = tensor_stats(array)
         self.items.append((record, array))
 
@@ -60,8 +62,8 @@ class BackgroundWriter:
         self._thread = threading.Thread(target=self._run, name="aligner-dump-writer", daemon=True)
         self._thread.start()
 
-    def put(self, record: Record, array: np.ndarray) -> None:
-        """Queue one tensor (blocks only while the queue is full); raises if an earlier write failed."""
+    def put(self, record: Record, array: np.ndarray | None) -> None:
+        """Queue one tensor (None: a record with no data) (blocks only while the queue is full); raises if an earlier write failed."""
         self._raise_if_failed()
         self._queue.put((record, array))
 
@@ -106,7 +108,9 @@ class BackgroundWriter:
             except OSError as exc:
                 self._error = self._error or exc
 
-    def _store(self, tensor_dir: Path, record: Record, array: np.ndarray) -> str:
+    def _store(self, tensor_dir: Path, record: Record, array: np.ndarray | None) -> str:
+        if array is None:
+            return record.to_json()
         record.stats = tensor_stats(array)
         if not self.stats_only:
             stored = to_storable(array)

@@ -8,8 +8,9 @@ leaf modules), then put ONE bug at a time into the MindSpore model (an attribute
 a `construct` of one instance, or a module-level function of the zoo package; always undone afterwards), dump the
 MindSpore side and run `aligner.compare(ms_dump, pt_dump)` (the library form of `align compare ms pt`).
 
-A bug is a *hit* when `result.module(result.verdict.findings[0].origin)` (the named origin, as the reference torch
-path) is exactly `Bug.expected`: the module whose own forward holds the bug (for a bug in a parent's forward code --
+A bug is a *hit* when `result.verdict.findings[0].blame` (the module the verdict blames, as the reference torch path:
+the origin row's module, or for a differing input computed between module calls the parent whose code computed it)
+is exactly `Bug.expected`: the module whose own forward holds the bug (for a bug in a parent's forward code --
 "glue code", a functional op such as softmax / interpolate / a residual add -- that parent). Otherwise a *miss*
 (what was named instead, or "nothing" when compare found no divergence), or an *error* (the injection or a dump
 raised).
@@ -525,7 +526,7 @@ def run_bug(run: PairRun, bug: Bug) -> Outcome:
     if findings:
         f = findings[0]
         row = result.rows[f.origin]
-        out.named = result.module(f.origin)
+        out.named = f.blame
         out.named_ms = row.pair.a.record.module if row.pair.a is not None else None
         out.first = result.module(f.first)
         out.status = "hit" if out.named == bug.expected else "miss"
@@ -543,7 +544,7 @@ def clean_orders(run: PairRun, train: bool = False) -> list[tuple[str, int, str 
     for order, (a, b) in (("ms_dump pt_dump", (ms_dir, ref)), ("pt_dump ms_dump", (ref, ms_dir))):
         result = compare(a, b)
         f = result.verdict.findings
-        rows.append((order + mode, int(result.exit_code), result.module(f[0].origin) if f else None))
+        rows.append((order + mode, int(result.exit_code), f[0].blame if f else None))
     return rows
 
 

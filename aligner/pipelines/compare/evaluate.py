@@ -67,6 +67,8 @@ def evaluate(pair: Pair, tolerance: ToleranceSpec) -> Row:
     if a is None or b is None:
         return row
     tol = tolerance.explicit(pair.ref.record.module)  # None: the dtypes' defaults, once the files tell the dtypes
+    if tol is None and tolerance.floor is not None and a.record.dtype and b.record.dtype:
+        tol = tolerance.for_dtype(a.record.dtype, b.record.dtype)
     try:
         if _stats_only(a) or _stats_only(b):
             ra, rb = a.record, b.record

@@ -82,6 +82,12 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
     return name_first, name_second
 
 
+def _spelling(path: str) -> str:
+    """A module path up to case and underscores: the same layer spelled by another zoo (`maxpool` / `max_pool`,
+    `downsample` / `down_sample`)."""
+    return path.replace("_", "").lower()
+
+
 def _keys(items: Sequence[Item], namer: Namer | None) -> list[Hashable | None]:
     """Name keys in order; the nth call of the same module/io/index gets occurrence n. None when renamed away."""
     seen: dict[tuple, int] = defaultdict(int)
@@ -92,7 +98,7 @@ def _keys(items: Sequence[Item], namer: Namer | None) -> list[Hashable | None]:
         if module is None:
             keys.append(None)
             continue
-        base = (r.kind, module, r.io, r.index, r.step)
+        base = (r.kind, _spelling(module), r.io, r.index, r.step)
         keys.append(base + (seen[base],))
         seen[base] += 1
     return keys

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -13,7 +14,7 @@ from typing import Callable
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.core.progress import SILENT, Progress
-from aligner.core.tolerance import ToleranceSpec
+from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.mapping import load_user_map
 from aligner.pipelines.compare.evaluate import Row, evaluate, evaluate_all
 from aligner.pipelines.compare.matching import match, namers
@@ -21,6 +22,15 @@ from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.sources import Source, read_source
 from aligner.pipelines.compare.verdict import bisect as bisect_rows
 from aligner.pipelines.compare.verdict import judge
+
+
+# A training-mode forward through BatchNorm normalises by batch statistics, reductions whose summation order differs
+# between the frameworks; dividing by them amplifies rounding. Measured on the clean timm/mindcv ResNet-50 pair
+# (batch 2, 64x64, tests/zoo/cnn.py): relative L2 error up to 7.3e-6 and max abs error 5.9e-5 (values up to 2.1) by
+# layer4, where eval mode stays under 1e-6. rtol = atol = 1e-4 bounds that with 5x margin (1e-4 + 1e-4 * 2.1 = 3.1e-4
+# against 5.9e-5), and stays 5x under the smallest real bug measured here (tanh-GELU: 4.7e-4 in one layer).
+TRAINING_FLOOR = Tolerance(1e-4, 1e-4)
+_TRAINING_REASON = "the reference dump ran BatchNorm in training mode: batch statistics amplify rounding"
 
 
 def choose_reference(ref: str | None, frameworks: tuple[str, str]) -> int:
@@ -102,6 +112,25 @@ def _evaluate_processes(pairs: list, tolerance: ToleranceSpec, workers: int,
 
 def _evaluate(pairs: list, tolerance: ToleranceSpec, workers: int | None,
               progress: Callable[[], None] | None = None) -> list[Row]:
+    """Evaluate each distinct pair of tensor files once (an input linked to the output that returned it is the same
+    pair of files), then give every row its pair's result."""
+    first: dict[tuple, int] = {}
+    owner: list[int] = []
+    for i, p in enumerate(pairs):
+        key = (p.a.path, p.b.path, tolerance.explicit(p.ref.record.module)) \
+            if p.a is not None and p.b is not None and p.a.path and p.b.path else (i,)
+        owner.append(first.setdefault(key, i))
+    unique = sorted(set(owner))
+    done = dict(zip(unique, _evaluate_unique([pairs[i] for i in unique], tolerance, workers, progress)))
+    if progress:
+        for _ in range(len(pairs) - len(unique)):
+            progress()
+    return [done[i] if owner[i] == i else Row(pairs[i], done[owner[i]].metrics, done[owner[i]].error, read=True)
+            for i in range(len(pairs))]
+
+
+def _evaluate_unique(pairs: list, tolerance: ToleranceSpec, workers: int | None,
+                     progress: Callable[[], None] | None = None) -> list[Row]:
     """One worker for short runs and small tensors; else forked worker processes, or evaluate_all's threads."""
     n = workers or os.cpu_count() or 1
     mode = _parallel_mode(pairs, n)
@@ -127,6 +156,8 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
         raise AlignerError(f"both arguments name the same directory {dumps_a}")
     r = choose_reference(ref, (sources[0].framework, sources[1].framework))
     side_a, side_b = sources[1 - r], sources[r]
+    if any(it.record.kind == "buffer" for it in side_b.items) and tolerance.floor is None:
+        tolerance = dataclasses.replace(tolerance, floor=TRAINING_FLOOR, floor_reason=_TRAINING_REASON)
     first, second = sources
     name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
     pairs = match(side_a.items, side_b.items, *((name_first, name_second) if r == 1 else (name_second, name_first)))

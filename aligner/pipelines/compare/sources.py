@@ -211,20 +211,40 @@ def _read_plain(root: Path) -> Source:
     return Source(root, Framework.NUMPY, "npy", [_plain_item(p, i) for i, p in enumerate(files)], [])
 
 
+def _resolve(item: Item, by_seq: dict[int, Item]) -> None:
+    """Give an input recorded as a link (`same_as`) its producer's tensor file and statistics."""
+    rec = item.record
+    producer = by_seq.get(rec.same_as) if isinstance(rec.same_as, int) else None
+    if producer is None or producer.record.step != rec.step:
+        item.error = f"input links to record {rec.same_as!r}, which {manifest.MANIFEST} does not hold before it"
+        return
+    rec.file, rec.stats = producer.record.file, producer.record.stats
+    item.path, item.error, item.header = producer.path, producer.error, producer.header
+
+
 def _read_dump(root: Path) -> Source:
     framework, mode = "unknown", "full"
     items: list[Item] = []
     problems: list[str] = []
+    by_seq: dict[int, Item] = {}
     try:
         for lineno, entry in manifest.iter_manifest(root):
             if isinstance(entry, ValueError):
                 problems.append(str(entry))
             elif isinstance(entry, dict):
+                version = entry.get("version")
+                if version not in manifest.READABLE_VERSIONS:
+                    raise AlignerError(f"{root}: dump format version {version!r}; this aligner reads versions "
+                                       f"{', '.join(map(str, manifest.READABLE_VERSIONS))} (a newer aligner wrote it?)")
                 framework, mode = str(entry.get("framework", "unknown")), str(entry.get("mode", "full"))
             elif entry.kind not in manifest.KINDS:
                 problems.append(f"{manifest.MANIFEST} line {lineno}: unknown kind {entry.kind!r}")
             else:
-                items.append(Item(entry, root / entry.file if entry.file else None))
+                item = Item(entry, root / entry.file if entry.file else None)
+                if entry.same_as is not None:
+                    _resolve(item, by_seq)
+                by_seq[entry.seq] = item
+                items.append(item)
     except (OSError, UnicodeDecodeError) as exc:
         raise AlignerError(f"{root}: cannot read {manifest.MANIFEST}: {exc}") from exc
     items.sort(key=lambda it: (it.record.step, it.record.seq))

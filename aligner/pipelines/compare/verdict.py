@@ -1,9 +1,12 @@
 """From per-row metrics to answers: first divergence per phase, where the error is introduced, first NaN/Inf, bisect.
 
-Data flow between records is recovered from the reference side: a forward output's inputs are the input records of
-the same call; an input record is produced by the latest earlier output with the same content (digest file, or the
-same statistics); backward works the same way with grad_output -> grad_input. Without that information a record's
-input is the record before it (a sequential model).
+Data flow between records is recovered from the reference side. Version 2 dumps say it: a call's inputs carry its
+call id, and each input is either a link to the record that returned that very tensor (`same_as`) or data that code
+between module calls computed (the parent's own code: a residual add, an attention scale, a functional softmax), so
+an input that differs while everything before it matched blames that parent's code, not the next module. In version 1
+dumps a forward output's inputs are the input records of the same call, and an input record is produced by the
+latest earlier output with the same content (digest file, or the same statistics); backward works the same way with
+grad_output -> grad_input. Without any of that a record's input is the record before it (a sequential model).
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from typing import Callable, Sequence
 from aligner.pipelines.compare.evaluate import Row
 
 AMPLIFICATION = 10.0  # an error this many times its inputs' error is new here, not carried from upstream
-FORWARD = ("forward", "probe")
+FORWARD = ("forward", "probe", "op", "buffer")
 BACKWARD = ("backward", "param_grad")
 
 
@@ -40,6 +43,18 @@ class Label(str, enum.Enum):
         return self.value
 
 
+class Culprit(str, enum.Enum):
+    """What the origin row says is at fault."""
+
+    MODULE = "module"              # the module's own computation (its inputs matched, or were not recorded)
+    PARENT_CODE = "parent_code"    # code in the parent's forward between module calls computed a differing input
+    OP = "op"                      # one tensor operation of an op-level dump (its inputs matched)
+    MODEL_INPUT = "model_input"    # the data given to the model differs
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclasses.dataclass
 class Divergence:
     """The first divergent row of a phase, the row before it, and the row where its error was introduced."""
@@ -49,6 +64,9 @@ class Divergence:
     previous: int | None       # the matched row just before it
     origin: int                # the row that introduces the error (== first unless it accumulated)
     reason: str                # why `origin` is where the error starts, in words
+    culprit: Culprit = Culprit.MODULE
+    blame: str = ""            # the module (reference path) whose code is at fault: see `culprit`
+    source: str | None = None  # file:line of the op at fault (op-level dumps)
 
 
 @dataclasses.dataclass
@@ -85,16 +103,53 @@ def error_level(row: Row) -> float:
 
 class Flow(dict):
     """Row index -> indices of the rows holding its inputs; `inferred` lists the rows whose inputs were not recorded
-    (their "input" is only the record before them, so nothing proves what entered the call)."""
+    (their "input" is only the record before them, so nothing proves what entered the call); `computed` lists input
+    rows that code between calls computed (no recorded call returned that tensor)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.inferred: set[int] = set()
+        self.computed: set[int] = set()
+
+
+_CALL_KINDS = ("forward", "op", "buffer")
+
+
+def _call_flow(rows: Sequence[Row]) -> Flow:
+    """Data flow of version 2 records from their call ids and links (reference side only; other rows: none)."""
+    flow = Flow()
+    by_seq: dict[tuple[int, int], int] = {}
+    call_inputs: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        b = row.pair.b
+        if b is None or b.record.call is None or b.record.kind not in _CALL_KINDS:
+            continue
+        rec = b.record
+        if rec.io == "input":
+            call_inputs[(rec.step, rec.call)].append(i)
+            producer = by_seq.get((rec.step, rec.same_as)) if rec.same_as is not None else None
+            while producer is not None and rows[producer].pair.matched_by == "folded":
+                # a pass-through call with no twin (an Identity): look through it to what it was given
+                given = call_inputs.get((rec.step, rows[producer].pair.ref.record.call)) or [None]
+                if given[0] is None or given[0] in flow.computed:
+                    producer = None
+                    break
+                producer = (flow.get(given[0]) or [None])[0]
+            flow[i] = [] if producer is None else [producer]
+            if rec.same_as is None or not flow[i]:
+                flow.computed.add(i)
+        else:
+            ups = call_inputs.get((rec.step, rec.call))
+            if ups:
+                flow[i] = list(ups)
+            if rec.io == "output":
+                by_seq[(rec.step, rec.seq)] = i
+    return flow
 
 
 def dataflow(rows: Sequence[Row]) -> Flow:
     """Row index -> indices of the rows holding its inputs (see module docstring)."""
-    inputs = Flow()
+    inputs = _call_flow(rows)
     open_calls: dict[str, list[list[int]]] = defaultdict(list)   # module -> stack of input groups
     closed: dict[str, list[int]] = {}                             # module -> inputs of its last finished call
     producers: dict[tuple[Phase, str], int] = {}                  # (phase, content link) -> latest producing row
@@ -105,6 +160,12 @@ def dataflow(rows: Sequence[Row]) -> Flow:
         rec, item = row.pair.ref.record, row.pair.ref
         phase = phase_of(row)
         link = item.link
+        if i in inputs:  # known from call ids and links
+            if link is not None and rec.io not in ("input", "grad_output"):
+                producers[(phase, link)] = i
+            prev_in_phase[phase] = i
+            prev = row
+            continue
         produced = producers.get((phase, link)) if link is not None else None  # the row that made this input
         ups: list[int] | None = None
         if rec.kind == "forward" and rec.io == "input":
@@ -145,17 +206,19 @@ def _floor(row: Row) -> float:
     return row.metrics.rtol if row.metrics is not None else 0.0
 
 
-def classify(i: int, rows: Sequence[Row], inputs: dict[int, list[int]]) -> tuple[Label, str]:
+def classify(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Label, str]:
     """("introduced" | "inherited", reason in words) for row i: new error, or error its inputs already carried."""
     ups = [j for j in inputs.get(i, []) if rows[j].metrics is not None]
     e_out = error_level(rows[i])
+    if i in inputs.computed:
+        return Label.INTRODUCED, _computed(rows[i], e_out)
     if not ups:
         return Label.INTRODUCED, "no upstream record: its inputs were not dumped or it is a model input"
     worst = max(ups, key=lambda j: error_level(rows[j]))
     e_in = error_level(rows[worst])
     word = "input" if len(ups) == 1 else "inputs"
     if e_in <= _floor(rows[worst]) and not rows[worst].diverged:
-        if i in getattr(inputs, "inferred", ()):
+        if i in inputs.inferred:
             return Label.INTRODUCED, _between(rows[worst], rows[i], e_in, e_out)
         return Label.INTRODUCED, f"its {word} matched (input error {e_in:.1e}, output error {e_out:.1e})"
     if e_out > AMPLIFICATION * max(e_in, _floor(rows[i])):
@@ -186,6 +249,30 @@ def _between(before: Row, row: Row, e_in: float, e_out: float) -> str:
             f"dump with inputs=True to tell them apart)")
 
 
+def _computed(row: Row, e_out: float) -> str:
+    """Why an input computed between calls is where the numbers part."""
+    rec = row.pair.ref.record
+    if rec.parent is None:
+        return f"the model's own input {rec.index} differs (error {e_out:.1e}): the two sides were given different data"
+    where = f"the forward of {rec.parent}" if rec.parent else "the model's top-level forward"
+    return (f"input {rec.index} of {rec.module or '(root)'} (error {e_out:.1e}) was computed by code in {where} "
+            f"between module calls (no recorded call returned that tensor), and every record before it matched")
+
+
+def blame(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Culprit, str, str | None]:
+    """(what is at fault, the reference module path whose code it is, the op's source line) for origin row i."""
+    rec = rows[i].pair.ref.record
+    if i in inputs.computed:
+        if rec.parent is None:
+            return Culprit.MODEL_INPUT, "", None
+        return Culprit.PARENT_CODE, rec.parent, rec.source
+    if rec.kind == "op":
+        return Culprit.OP, rec.parent or "", rec.source
+    if rec.kind == "param_grad":
+        return Culprit.MODULE, rec.module.rpartition(".")[0], None
+    return Culprit.MODULE, rec.module, None
+
+
 def trace_origin(first: int, rows: Sequence[Row], inputs: dict[int, list[int]]) -> int:
     """Walk upstream from `first` while its inputs already carried a comparable, above-noise error."""
     cur, seen = first, {first}
@@ -208,13 +295,14 @@ def _previous(i: int, rows: Sequence[Row], phase: Phase) -> int | None:
     return None
 
 
-def find(rows: Sequence[Row], inputs: dict[int, list[int]], phase: Phase) -> Divergence | None:
+def find(rows: Sequence[Row], inputs: Flow, phase: Phase) -> Divergence | None:
     """The first divergent row of a phase, traced back to where its error is introduced."""
     first = next((i for i, r in enumerate(rows) if r.diverged and phase_of(r) == phase), None)
     if first is None:
         return None
     origin = trace_origin(first, rows, inputs)
-    return Divergence(phase, first, _previous(first, rows, phase), origin, classify(origin, rows, inputs)[1])
+    return Divergence(phase, first, _previous(first, rows, phase), origin, classify(origin, rows, inputs)[1],
+                      *blame(origin, rows, inputs))
 
 
 def nan_origin(rows: Sequence[Row], inputs: dict[int, list[int]]) -> NanFinding | None:
@@ -287,6 +375,7 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
             confirmed &= not diverged(previous)
         for j in inputs.get(first, []):
             diverged(j)
-        findings.append(Divergence(phase, first, previous, first, classify(first, rows, inputs)[1]))
+        findings.append(Divergence(phase, first, previous, first, classify(first, rows, inputs)[1],
+                                   *blame(first, rows, inputs)))
     labels = {f.first: classify(f.first, rows, inputs)[0] for f in findings}
     return Verdict(findings, None, labels, bisect_reads=len(read), bisect_confirmed=confirmed)

@@ -1,0 +1,74 @@
+"""What both frameworks' forward hooks do around one module call: the call stack, input links, output records,
+normalisation buffers after a training-mode forward, and recording a module whose children never run as modules.
+
+Every module gets these hooks (so each record knows the module whose forward called it, `parent`); only selected
+modules emit. Under `leaves_only`, a module with children that are never called as modules during its call (PyTorch's
+`nn.MultiheadAttention` uses its `out_proj` weights functionally) is recorded as if it were a leaf: every module whose
+forward runs leaves a record.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from aligner.dumping.options import Options
+from aligner.dumping.session import Frame, Session
+from aligner.dumping.tensors import tensors_in
+
+# Normalisation buffers, as PyTorch and MindSpore name them, recorded after a training-mode forward under PyTorch's
+# names (BatchNorm momentum changes nothing but these).
+BUFFERS = {"running_mean": "running_mean", "running_var": "running_var",
+           "moving_mean": "running_mean", "moving_variance": "running_var"}
+
+
+class CallHooks:
+    """Forward pre/post hook bodies for one module; the framework modules wire them to their hook APIs."""
+
+    def __init__(self, path: str, module: Any, session: Session, opts: Options, is_leaf: bool,
+                 buffers: Callable[[Any], list[tuple[str, Any]]]) -> None:
+        self.path, self.type, self.session, self.opts = path, type(module).__name__, session, opts
+        self.selected = opts.forward and opts.selects_module(path, is_leaf)
+        # a non-leaf that leaves_only skips, recorded anyway when no record is made during its call
+        self.fallback = opts.forward and not is_leaf and opts.leaves_only and opts.selects_name(path)
+        self.buffers = buffers
+        self.frames: list[tuple[Frame, list[Any]]] = []  # stack: re-entrant calls
+
+    def enter(self, inputs: Any) -> Frame:
+        """Push the call; record its inputs (links, or data for those no recorded call returned)."""
+        session = self.session
+        outermost = not session.stack
+        frame = session.enter(self.path)
+        kept: list[Any] = []
+        if (self.selected or (outermost and self.opts.selects_name(self.path))) and self.opts.inputs is not False:
+            # the model's own inputs are always recorded: a divergence there is in the data, not in any module
+            self._inputs(frame, tensors_in(inputs))
+        elif self.fallback:
+            kept = list(tensors_in(inputs))  # references only: recorded at exit if nothing inside was
+        self.frames.append((frame, kept))
+        return frame
+
+    def _inputs(self, frame: Frame, tensors: Any) -> None:
+        parent = self.session.parent(frame)
+        for i, t in enumerate(tensors):
+            self.session.emit_input(self.path, self.type, "forward", i, t, call=frame.call, parent=parent,
+                                    link=self.opts.inputs is None)
+
+    def exit(self, module: Any, output: Any) -> None:
+        """Record the call's outputs (and BatchNorm buffers in training mode), then pop it."""
+        if not self.frames:
+            return
+        frame, kept = self.frames.pop()
+        session = self.session
+        try:
+            record = self.selected or (self.fallback and session.seq == frame.first_seq)
+            if record:
+                if not self.selected:
+                    self._inputs(frame, kept)
+                parent = session.parent(frame)
+                for i, t in enumerate(tensors_in(output)):
+                    session.emit_output(self.path, self.type, "forward", i, t, call=frame.call, parent=parent)
+                if getattr(module, "training", False):
+                    for name, value in self.buffers(module):
+                        session.emit(self.path, self.type, "buffer", BUFFERS[name], 0, value, call=frame.call,
+                                     parent=parent)
+        finally:
+            session.leave(frame)
