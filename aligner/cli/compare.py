@@ -13,7 +13,7 @@ from aligner.cli.options import (
 )
 from aligner.core.errors import AlignerError
 from aligner.pipelines.compare.run import compare
-from aligner.render.compare import print_table, summary, write_csv, write_json
+from aligner.render.compare import print_table, summary, write_csv, write_json, zoom
 from aligner.render.console import make_console
 from aligner.render.html import write_html
 from aligner.render.jsonout import write_json as write_output
@@ -70,4 +70,7 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
         console = make_console()
         print_table(result, console, full)
         console.print(summary(result), markup=False)
+        code = zoom(result)
+        if code is not None:
+            console.print(code, markup=False, highlight=False)
     return int(result.exit_code)

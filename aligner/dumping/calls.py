@@ -41,6 +41,7 @@ class CallHooks:
         if (self.selected or (outermost and self.opts.selects_name(self.path))) and self.opts.inputs is not False:
             # the model's own inputs are always recorded: a divergence there is in the data, not in any module
             self._inputs(frame, tensors_in(inputs))
+            frame.first_seq = session.seq  # what the children record starts here
         elif self.fallback:
             kept = list(tensors_in(inputs))  # references only: recorded at exit if nothing inside was
         self.frames.append((frame, kept))
@@ -61,7 +62,7 @@ class CallHooks:
         try:
             record = self.selected or (self.fallback and session.seq == frame.first_seq)
             if record:
-                if not self.selected:
+                if not self.selected and kept and self.opts.inputs is not False:
                     self._inputs(frame, kept)
                 parent = session.parent(frame)
                 for i, t in enumerate(tensors_in(output)):

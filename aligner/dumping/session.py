@@ -26,7 +26,7 @@ class Sink(Protocol):
 
 @dataclasses.dataclass
 class Frame:
-    """One module call in progress: its path, call id, and the sequence number when it started."""
+    """One module call in progress: its path, call id, and the sequence number its children's records start at."""
 
     path: str
     call: int

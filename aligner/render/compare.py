@@ -11,8 +11,9 @@ from rich.table import Table
 
 from aligner.pipelines.compare.evaluate import Row, RowStatus
 from aligner.pipelines.compare.result import CompareResult
-from aligner.pipelines.compare.verdict import Divergence, Verdict, error_level
+from aligner.pipelines.compare.verdict import Culprit, Divergence, Verdict, error_level
 from aligner.render.jsonout import jsonable
+from aligner.render.zoom import zoom_code, zoom_hint
 
 _CONTEXT = 5          # rows shown around each finding when the table is abbreviated
 _SHORT_TABLE = 60     # tables up to this many rows are always shown whole
@@ -72,6 +73,24 @@ def _describe(row: Row) -> str:
     return ", ".join(parts)
 
 
+def _culprit(f: Divergence, rows: Sequence[Row]) -> str:
+    """Who the verdict blames, in words."""
+    origin = rows[f.origin]
+    if f.culprit is Culprit.PARENT_CODE:
+        parent = f.blame or "the model's top-level forward"
+        a = origin.pair.a.record.parent if origin.pair.a is not None else None
+        also = f" ({a} on the first side)" if a is not None and a != f.blame else ""
+        return (f" At fault: the code in the forward of {parent}{also} between its module calls, not a module"
+                + (f" (source {f.source})" if f.source else "") + ".")
+    if f.culprit is Culprit.OP:
+        rec = origin.pair.ref.record
+        return f" At fault: the op {rec.type} in the forward of {f.blame or '(root)'}" + \
+            (f" at {f.source}" if f.source else "") + "."
+    if f.culprit is Culprit.MODEL_INPUT:
+        return " At fault: the data given to the model (its own input differs), not its code."
+    return ""
+
+
 def _finding_text(f: Divergence, rows: Sequence[Row]) -> str:
     first, origin = rows[f.first], rows[f.origin]
     text = f"First {f.phase} divergence at {_where(first)}: {_describe(first)}"
@@ -81,6 +100,7 @@ def _finding_text(f: Divergence, rows: Sequence[Row]) -> str:
         level = "above" if origin.diverged else "below"
         text += (f"; it was inherited: the error starts at {_where(origin)} (relative error "
                  f"{error_level(origin):.1e}, {level} tolerance, then accumulated), introduced there: {f.reason}.")
+    text += _culprit(f, rows)
     if f.previous is not None:
         prev = rows[f.previous]
         state = "matched" if prev.status is RowStatus.OK else prev.status.value
@@ -110,6 +130,8 @@ def summary(result: CompareResult) -> str:
                         else "the record before the answer also diverged, so the assumption failed here."))
     for f in v.findings:
         parts.append(_finding_text(f, rows))
+    if v.findings and v.findings[0].culprit is not Culprit.OP and v.findings[0].culprit is not Culprit.MODEL_INPUT:
+        parts.append(zoom_hint(result, v.findings[0]))
     if not v.findings:
         parts.append("No divergence: every compared record matches within tolerance." if v.bisect_reads is None
                      else "No divergence at the last record of either phase.")
@@ -126,9 +148,17 @@ def summary(result: CompareResult) -> str:
     return " ".join(parts)
 
 
+def zoom(result: CompareResult) -> str | None:
+    """The code of the zoom-in that follows the first finding (None when there is nothing to zoom into)."""
+    found = result.verdict.findings
+    if not found or found[0].culprit in (Culprit.OP, Culprit.MODEL_INPUT):
+        return None
+    return zoom_code(result, found[0])
+
+
 def to_json(result: CompareResult) -> dict[str, Any]:
-    """The result as JSON-ready data, with the summary paragraph."""
-    return jsonable({"summary": summary(result)} | result.to_dict())
+    """The result as JSON-ready data, with the summary paragraph and the zoom-in code."""
+    return jsonable({"summary": summary(result), "zoom": zoom(result)} | result.to_dict())
 
 
 def write_json(result: CompareResult, fh: IO[str]) -> None:

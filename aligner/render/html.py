@@ -35,8 +35,9 @@ from typing import IO, Any, NamedTuple, Sequence
 from aligner.core.tolerance import Tolerance
 from aligner.pipelines.compare.evaluate import Row, RowStatus
 from aligner.pipelines.compare.result import CompareResult
-from aligner.pipelines.compare.verdict import Divergence, Phase, error_level, phase_of
+from aligner.pipelines.compare.verdict import Culprit, Divergence, Phase, error_level, phase_of
 from aligner.render.compare import _describe, _fmt, _kind_io, _where, summary
+from aligner.render.zoom import zoom_code, zoom_hint
 
 _CAP = 1e3            # relative errors above this (and inf) are drawn at the top edge of the chart
 _MIN_FLOOR = 1e-16    # the chart's bottom edge never goes below this
@@ -131,22 +132,16 @@ def tolerance_words(result: CompareResult) -> str:
     return rule + " Used here: " + "; ".join(parts) + more + "."
 
 
-def _py_regex(pattern: str) -> str:
-    return f'r"{pattern}"' if '"' not in pattern and not pattern.endswith("\\") else repr(pattern)
-
-
 def _path(label: str) -> str:
     """The directory of a side label such as "dumps_ms/ (mindspore)"."""
     return label.rpartition(" (")[0] or label
 
 
 def _zoom(module: str, backward: bool) -> str:
-    """Code to re-dump one module with its inputs and everything inside it, on both sides."""
-    pattern = "^" + re.escape(module) + r"(\.|$)"
-    scope = f", include={_py_regex(pattern)}" if module else ""
+    """Code to re-dump one module with every tensor operation inside it, on both sides (for a NaN origin)."""
     run = "    loss = loss_fn(model(batch), target)\n    loss.backward()" if backward else "    model(batch)"
     return (f"# on each side, same weights and batch (MindSpore into zoom_ms/):\n"
-            f'with aligner.dump(model, "zoom_pt/"{scope}, leaves_only=False, inputs=True):\n{run}\n'
+            f'with aligner.dump(model, "zoom_pt/", ops=True, scope={module!r}):\n{run}\n'
             f"align compare zoom_ms/ zoom_pt/ --html zoom.html")
 
 
@@ -154,12 +149,13 @@ def next_step(result: CompareResult) -> tuple[str, str]:
     """(what to do next in words, the code or command for it) for this verdict."""
     v, rows = result.verdict, result.rows
     finding = _main_finding(result)
+    if finding is not None and finding.culprit not in (Culprit.OP, Culprit.MODEL_INPUT):
+        return zoom_hint(result, finding), zoom_code(result, finding) + " --html zoom.html"
     if finding is not None:
-        rec = rows[finding.origin].pair.ref.record
-        scope = rec.module.rpartition(".")[0] if rec.kind == "param_grad" else rec.module
-        return (f"Zoom in: dump {scope or 'the whole model'} with its inputs and every submodule on both sides, then "
-                f"compare again; the first record that diverges inside it is the operation to fix.",
-                _zoom(scope, finding.phase == Phase.BACKWARD))
+        a, b = _path(result.side_a), _path(result.side_b)
+        fix = ("Fix the op named above (its source line is in the headline), then compare again."
+               if finding.culprit is Culprit.OP else "Give both models the same input, then compare again.")
+        return fix, f"align compare {a} {b}"
     a, b = _path(result.side_a), _path(result.side_b)
     if result.strict and result.unmatched:
         return ("Pair the records: write a name map (rename/regex rules from the first side's module paths to the "
@@ -168,7 +164,7 @@ def next_step(result: CompareResult) -> tuple[str, str]:
                 "# map.yaml:  regex: [['^old_prefix\\.', 'new_prefix.']]")
     if v.nan_origin is not None:
         rec = rows[v.nan_origin.row].pair.ref.record
-        return (f"Zoom in: dump {rec.module or 'the whole model'} with its inputs and every submodule to find the "
+        return (f"Zoom in: dump every tensor operation inside {rec.module or 'the whole model'} to find the "
                 f"operation that produces the first NaN/Inf.",
                 _zoom(rec.module, phase_of(rows[v.nan_origin.row]) == Phase.BACKWARD))
     if result.errors or result.problems:
@@ -191,6 +187,14 @@ def _main_finding(result: CompareResult) -> Divergence | None:
 
 def _link(rows: Sequence[Row], i: int) -> str:
     return f'<a href="#row-{i}">{_e(_where(rows[i]))}</a>'
+
+
+def _culprit_words(f: Divergence) -> str:
+    if f.culprit is Culprit.PARENT_CODE:
+        return f"the code in the forward of {f.blame or 'the model'} between its module calls, not a module"
+    if f.culprit is Culprit.OP:
+        return f"one op in the forward of {f.blame or 'the model'}" + (f", at {f.source}" if f.source else "")
+    return "the data given to the model (its own input differs), not its code"
 
 
 def _headline(result: CompareResult) -> str:
@@ -239,7 +243,11 @@ def _headline(result: CompareResult) -> str:
         extra.append(f"{len(result.problems)} manifest line(s) were skipped (first: {_e(result.problems[0])}).")
     if origin is not None:
         rec = rows[origin].pair.ref.record
-        big = f'<div class="origin"><a href="#row-{origin}">{_e(rec.module or "(root)")}</a></div>'
+        shown = rec.module
+        if finding is not None and finding.culprit is not Culprit.MODULE:
+            shown = finding.blame
+            reason += f" At fault: {_culprit_words(finding)}."
+        big = f'<div class="origin"><a href="#row-{origin}">{_e(shown or "(root)")}</a></div>'
         where = (f'<div class="where">{_e(rec.type or "-")} · {_e(rec.kind)} {_e(rec.io)}'
                  + (f" #{rec.index}" if rec.index else "") + f" · record #{origin} · step {rec.step}</div>")
     else:

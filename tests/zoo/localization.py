@@ -322,42 +322,20 @@ CATALOGUE: list[Bug] = [
     Bug("cnn-conv-pad-same", "cnn", "pad_mode same", "layer2.0.conv2", cnn_conv_pad_same,
         "layer2.0.conv2 primitive Conv2D(pad_mode='same') instead of pad=1 (3x3, stride 2)"),
     Bug("cnn-ceil-mode", "cnn", "ceil_mode", "maxpool", cnn_pool_ceil_mode,
-        "max_pool = nn.MaxPool2d(3, 2, padding=1, ceil_mode=True)",
-        now="miss",
-        why=('matcher: timm `maxpool` / mindcv `max_pool` pair only by shape in the leftover matcher; ceil_mode '
-             'changes the shape (17x17 vs 16x16), so both stay unmatched and the next name-matched record '
-             '(layer1.0.conv1, a shape mismatch) is blamed. Needs renamed-module matching (name similarity or '
-             "convert's module map) or blaming an unmatched pair just before the first divergence")),
+        "max_pool = nn.MaxPool2d(3, 2, padding=1, ceil_mode=True)"),
     Bug("cnn-bn-momentum", "cnn", "BatchNorm momentum", "bn1", cnn_bn_momentum,
         "bn1.bn_train = ops.BatchNorm(momentum=0.9) (nn.BatchNorm2d(momentum=0.1) in MindSpore terms); one "
-        "training-mode forward on both sides", train=True,
-        now="miss",
-        why=('buffer records: momentum changes only running_mean/var, and dumps record outputs only (nothing the bug'
-             ' touches is dumped); the module named is a false divergence that the clean training-mode pair shows '
-             'too (training-mode BatchNorm rounding in resnet50 exceeds the float32 tolerance). Needs BatchNorm '
-             'buffer records after the step (moving_mean <-> running_mean) plus a training-mode-aware tolerance')),
+        "training-mode forward on both sides", train=True),
     Bug("cnn-avgpool-count-include-pad", "cnn", "count_include_pad", "maxpool", cnn_avgpool_count_include_pad,
         "VARIANT: stem pool -> AvgPool2d(3, 2, padding=1) on both sides; MS count_include_pad=False",
         variant=cnn_avgpool_variant),
     # vit: timm vs mindcv ViT
     Bug("vit-glue-scale", "vit", "glue code", "blocks.0", vit_glue_scale,
-        "blocks.0.construct: x + 0.5 * attn-branch (extra scale between the attn and norm2 calls)",
-        now="miss",
-        why=("glue code: the scale is in blocks.0's own construct; with leaf outputs only, the first divergent "
-             "record is the next child (norm2). Needs input records plus a rule 'a child's input diverges while the "
-             "sibling output feeding it matched -> blame the parent's code' (inputs=True, leaves_only=False alone "
-             'still names norm2)')),
+        "blocks.0.construct: x + 0.5 * attn-branch (extra scale between the attn and norm2 calls)"),
     Bug("vit-attn-scale", "vit", "attention scale", "blocks.0.attn", vit_attn_scale,
-        "blocks.0.attn.scale = embed_dim**-0.5 instead of head_dim**-0.5",
-        now="miss",
-        why=("functional op in attn's own construct (mul by scale): attn is not a leaf, so proj is the first "
-             "divergent record. Needs parent-code blame from input records (proj's input diverged while qkv's output"
-             ' matched) or op-level dumps')),
+        "blocks.0.attn.scale = embed_dim**-0.5 instead of head_dim**-0.5"),
     Bug("vit-softmax-axis", "vit", "softmax axis", "blocks.0.attn", vit_softmax_axis,
-        "blocks.0.attn.construct with ops.softmax(axis=-2)",
-        now="miss",
-        why=("functional softmax in attn's own construct: same as the scale bug (proj named). Needs parent-code "
-             'blame from input records, or op-level dumps')),
+        "blocks.0.attn.construct with ops.softmax(axis=-2)"),
     Bug("vit-transposed-weight", "vit", "transposed weight", "blocks.0.attn.proj", vit_transposed_weight,
         "blocks.0.attn.proj.weight (64x64) transposed"),
     Bug("vit-gelu-tanh", "vit", "GELU approximate", "blocks.0.mlp.act", vit_gelu_tanh,
@@ -366,43 +344,24 @@ CATALOGUE: list[Bug] = [
         "blocks.0.norm1 epsilon 1e-7 (MS default) instead of 1e-6"),
     # encoder_lm: BERT
     Bug("bert-missing-residual", "encoder_lm", "missing residual", "bert.encoder.layer.0.attention.output",
-        bert_missing_residual, "layer.0.attention.output.construct: LayerNorm(dense(h)) without + input_tensor",
-        now="miss",
-        why=('the residual add is glue in BertSelfOutput.construct; LayerNorm (whose input is the sum) is named. '
-             "Needs input records + parent-code blame (LayerNorm's input diverged while dense's output matched)")),
+        bert_missing_residual, "layer.0.attention.output.construct: LayerNorm(dense(h)) without + input_tensor"),
     Bug("bert-transposed-weight", "encoder_lm", "transposed weight", "bert.encoder.layer.0.attention.self.query",
         bert_transposed_weight, "layer.0.attention.self.query.weight (32x32) transposed"),
     # decoder_lm: Llama
     Bug("llama-missing-residual", "decoder_lm", "missing residual", "model.layers.0", llama_missing_residual,
-        "model.layers.0.construct without the post-attention residual add",
-        now="miss",
-        why=("glue in the decoder layer's construct; post_attention_layernorm named. Needs input records + "
-             'parent-code blame')),
+        "model.layers.0.construct without the post-attention residual add"),
     Bug("llama-attn-scale", "decoder_lm", "attention scale", "model.layers.0.self_attn", llama_attn_scale,
-        "layers.0.self_attn.scaling = hidden_size**-0.5 instead of head_dim**-0.5",
-        now="miss",
-        why=('functional attention inside self_attn (not a leaf): o_proj named. Needs input records + parent-code '
-             'blame, or op-level dumps')),
+        "layers.0.self_attn.scaling = hidden_size**-0.5 instead of head_dim**-0.5"),
     Bug("llama-softmax-axis", "decoder_lm", "softmax axis", "model.layers.0.self_attn", llama_softmax_axis,
-        "eager_attention_forward with softmax(dim=-2) for layers.0 only",
-        now="miss",
-        why=('functional softmax inside self_attn: o_proj named. Needs input records + parent-code blame, or '
-             'op-level dumps')),
+        "eager_attention_forward with softmax(dim=-2) for layers.0 only"),
     # mha: Siglip with nn.MultiheadAttention pooling head
     Bug("siglip-mha-scale", "mha", "attention scale", "vision_model.head.attention", siglip_mha_scale,
-        "MultiheadAttention port: 1/sqrt(embed_dim) instead of 1/sqrt(head_dim)",
-        now="miss",
-        why=('nn.MultiheadAttention has a child (out_proj, used functionally, never called) so leaves_only skips it '
-             'on both sides; head.layernorm named. Needs MHA dumped as a unit (a module whose children are not '
-             'called counts as a leaf); leaves_only=False already hits')),
+        "MultiheadAttention port: 1/sqrt(embed_dim) instead of 1/sqrt(head_dim)"),
     Bug("siglip-transposed-weight", "mha", "transposed weight", "vision_model.encoder.layers.0.self_attn.out_proj",
         siglip_transposed_weight, "encoder.layers.0.self_attn.out_proj.weight (32x32) transposed"),
     # upsample: Segformer
     Bug("segformer-align-corners", "upsample", "align_corners", "decode_head", segformer_align_corners,
-        "decode_head's bilinear interpolate with align_corners=True",
-        now="miss",
-        why=("functional interpolate + concat in decode_head's own construct; linear_fuse named (also with "
-             'inputs=True, leaves_only=False). Needs parent-code blame from input records, or op-level dumps')),
+        "decode_head's bilinear interpolate with align_corners=True"),
     Bug("segformer-gelu-tanh", "upsample", "GELU approximate",
         "segformer.encoder.block.0.0.mlp.intermediate_act_fn", segformer_gelu_tanh,
         "encoder block 0 Mix-FFN GELU approximate='tanh'"),
@@ -420,6 +379,7 @@ class Outcome:
     named_ms: str | None = None    # the MindSpore path of that row
     first: str | None = None       # first divergent record (before the upstream walk)
     exit_code: int | None = None
+    disagreements: list[str] = field(default_factory=list)  # other orders / bisect naming something else
     detail: str = ""
     seconds: float = 0.0
 
@@ -530,6 +490,21 @@ def run_bug(run: PairRun, bug: Bug) -> Outcome:
         out.named_ms = row.pair.a.record.module if row.pair.a is not None else None
         out.first = result.module(f.first)
         out.status = "hit" if out.named == bug.expected else "miss"
+    out.disagreements = _other_answers(ms_dir, ref, out.named)
+    return out
+
+
+def _other_answers(ms_dir: Path, pt_dir: Path, named: str | None) -> list[str]:
+    """What `align compare pt ms` and `--bisect` (both orders) blame when it is not `named`: they must agree."""
+    import aligner
+    from aligner.core.progress import SILENT
+    out = []
+    for label, a, b, bisect in (("pt ms", pt_dir, ms_dir, False), ("ms pt --bisect", ms_dir, pt_dir, True),
+                                ("pt ms --bisect", pt_dir, ms_dir, True)):
+        found = aligner.compare(a, b, bisect=bisect, progress=SILENT).verdict.findings
+        other = found[0].blame if found else None
+        if other != named:
+            out.append(f"{label}: {other}")
     return out
 
 
@@ -579,27 +554,42 @@ def run_catalogue(work: Path, families: list[str] | None = None, bugs: list[Bug]
 
 
 # ---- reporting ---------------------------------------------------------------------------------------------------
-def markdown(outcomes: list[Outcome], cleans: dict[str, list]) -> str:
-    fams = [f for f in FAMILIES if any(o.bug.family == f for o in outcomes)]
-    kinds = [k for k in KINDS if any(o.bug.kind == k for o in outcomes)]
+def matrix(cells: dict[str, str]) -> list[str]:
+    """The pairs x bug kinds table (markdown lines) from {bug id: cell text}."""
+    bugs = [b for b in CATALOGUE if b.id in cells]
+    fams = [f for f in FAMILIES if any(b.family == f for b in bugs)]
+    kinds = [k for k in KINDS if any(b.kind == k for b in bugs)]
     lines = ["| pair | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
     for fam in fams:
-        cells = []
+        row = []
         for k in kinds:
-            here = [o for o in outcomes if o.bug.family == fam and o.bug.kind == k]
-            cells.append("<br>".join(o.cell() for o in here) if here else "")
-        lines.append(f"| {fam} | " + " | ".join(cells) + " |")
+            here = [cells[b.id] for b in bugs if b.family == fam and b.kind == k]
+            row.append("<br>".join(here))
+        lines.append(f"| {fam} | " + " | ".join(row) + " |")
+    return lines
+
+
+def catalogue_matrix() -> str:
+    """The table README.md shows: the catalogue's current outcomes (tests/zoo/test_localization.py asserts each, and
+    that README.md holds exactly this table)."""
+    return "\n".join(matrix({b.id: b.now for b in CATALOGUE}))
+
+
+def markdown(outcomes: list[Outcome], cleans: dict[str, list]) -> str:
+    lines = matrix({o.bug.id: o.cell() for o in outcomes})
     hits = sum(o.status == "hit" for o in outcomes)
     lines += ["", f"**{hits} / {len(outcomes)} hits** "
               f"({sum(o.status == 'miss' for o in outcomes)} misses, {sum(o.status == 'error' for o in outcomes)} "
               "errors).", "",
               "| bug | pair | kind | injection | expected (torch path) | result | named origin (torch / MS path) "
-              "| first divergent | exit |", "|---|---|---|---|---|---|---|---|---|"]
+              "| first divergent | exit | `pt ms` and `--bisect` (both orders) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for o in outcomes:
         named = f"`{o.named}` / `{o.named_ms}`" if o.named else "-"
+        agree = "same" if not o.disagreements else "; ".join(o.disagreements)
         lines.append(f"| {o.bug.id} | {o.bug.family} | {o.bug.kind} | {o.bug.how} | `{o.bug.expected}` | "
                      f"{o.status}{' (' + o.detail + ')' if o.detail else ''} | {named} | "
-                     f"{'`' + o.first + '`' if o.first else '-'} | {o.exit_code if o.exit_code is not None else '-'} |")
+                     f"{'`' + o.first + '`' if o.first else '-'} | {o.exit_code if o.exit_code is not None else '-'} "
+                     f"| {agree} |")
     if cleans:
         false = sum(rc == 1 for rows in cleans.values() for _, rc, _ in rows)
         total = sum(len(rows) for rows in cleans.values())

@@ -1,7 +1,8 @@
 """Localization regression set: one migration bug at a time in the MindSpore twin of a real zoo pair; `align compare`
 must name the module where it was put (tests/zoo/localization.py holds the catalogue; results in LOCALIZATION.md).
 
-The catalogue's current hits are asserted; its current misses are strict xfails (reason: what aligner lacks), so a
+The catalogue's current hits are asserted (with `compare pt ms` and `--bisect` in both orders blaming the same
+module), and README.md must show the catalogue's table; its current misses are strict xfails (reason: what aligner lacks), so a
 fix that turns a miss into a hit fails here until the catalogue (`Bug.now`) and LOCALIZATION.md are updated. An
 injection or dump that raises is a real failure, not an xfail. Also: each clean pair compared in both argument
 orders must not diverge.
@@ -10,6 +11,8 @@ Skipped when the zoo is not installed (scripts/install_zoo.sh). Each pair is bui
 dumped once per module run: about 65 s for the whole file on the shared 2-core machine (not marked slow).
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -26,9 +29,7 @@ from tests.zoo import ms_compat  # noqa: E402
 # Clean configurations compared in both orders; value: None (must pass) or the xfail reason (a known false divergence).
 CLEAN = {
     ("cnn", False): None, ("vit", False): None, ("encoder_lm", False): None, ("decoder_lm", False): None,
-    ("mha", False): None, ("upsample", False): None,
-    ("cnn", True): "training-mode BatchNorm (batch statistics) in resnet50: float32 rounding reaches 1e-5 abs by "
-                   "layer3 (layer3.0.downsample.1 named) and exceeds the default float32 tolerance",
+    ("mha", False): None, ("upsample", False): None, ("cnn", True): None,
 }
 
 
@@ -74,3 +75,9 @@ def test_compare_names_the_bug(pair_runs, bug):
     assert outcome.exit_code == 1, f"{bug.id}: compare found no divergence (exit {outcome.exit_code})"
     assert outcome.named == bug.expected, (f"{bug.id}: named {outcome.named!r} (MindSpore {outcome.named_ms!r}), "
                                            f"expected {bug.expected!r}")
+    assert not outcome.disagreements, f"{bug.id}: the other argument order or --bisect blames another module"
+
+
+def test_readme_shows_the_catalogues_table():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert loc.catalogue_matrix() in readme, "README.md's localization table differs from tests/zoo/localization.py"

@@ -22,6 +22,7 @@ from aligner.core.frameworks import Framework
 from aligner.dumping.manifest import Record
 from aligner.io.base import TensorInfo
 from aligner.mapping import build_plan
+from aligner.pipelines.compare import ops as op_records  # aligner.dump(ops=True) records: see compare/ops.py
 from aligner.pipelines.compare.sources import Item
 
 Namer = Callable[[Record], "str | None"]  # the name a record is matched under (None: match by order only)
@@ -52,10 +53,13 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
            rename: Callable[[str], "str | None"] | None = None) -> tuple[Namer, Namer]:
     """The names under which each side's records match the other's.
 
-    The user's renames (`--map`) apply to the first side and win. Parameter-gradient names between PyTorch and
-    MindSpore go through the conversion's layer rules (`gamma` <-> `weight`, `embedding_table` <-> `weight`),
-    always planned from the MindSpore side toward PyTorch's names, so the argument order changes nothing.
+    The user's renames (`--map`, every record kind: module paths, and full names for parameter gradients) apply to
+    the side whose names they carry into the other side's (the one with more such hits; the first on a tie) and win
+    over the built-in ones; the other side's records they name keep their names. Parameter-gradient names between
+    PyTorch and MindSpore go through the conversion's layer rules (`gamma` <-> `weight`, `embedding_table` <->
+    `weight`), always planned from the MindSpore side toward PyTorch's names, so the argument order changes nothing.
     """
+    # --- edited for issue 12 (mapping): user renames pick their side by hits and win on both sides ---
     params: dict[str, str] = {}
     ms_first = framework_first == Framework.MINDSPORE
     if {framework_first, framework_second} == {Framework.PYTORCH, Framework.MINDSPORE}:
@@ -66,20 +70,33 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
             if entry.target and len(entry.sources) == 1:
                 params[entry.sources[0]] = entry.target
 
-    def builtin(record: Record, module: str) -> str:
-        return params.get(module, module) if record.kind == "param_grad" else module
+    def renamed(items: Sequence[Item]) -> dict[str, str | None]:
+        """{module: new name} for the names of `items` a user rule changes."""
+        out: dict[str, str | None] = {}
+        for module in dict.fromkeys(it.record.module for it in items):
+            new = rename(module) if rename is not None else module
+            if new != module:
+                out[module] = new
+        return out
 
-    def name_first(record: Record) -> str | None:
-        if rename is not None:
-            renamed = rename(record.module)
-            if renamed != record.module:
-                return renamed
-        return builtin(record, record.module) if ms_first else record.module
+    by_user = [renamed(first), renamed(second)]
+    names = [{it.record.module for it in first}, {it.record.module for it in second}]
+    hits = [sum(new in names[1 - i] for new in by_user[i].values()) for i in (0, 1)]
+    user_side = 0 if hits[0] >= hits[1] else 1
+    claimed = {new for new in by_user[user_side].values() if new is not None}
 
-    def name_second(record: Record) -> str | None:
-        return record.module if ms_first else builtin(record, record.module)
+    def namer(side: int, is_ms: bool) -> Namer:
+        def name(record: Record) -> str | None:
+            if side == user_side and record.module in by_user[side]:
+                return by_user[side][record.module]
+            if side != user_side and record.module in claimed:
+                return record.module
+            return params.get(record.module, record.module) if is_ms and record.kind == "param_grad" else \
+                record.module
+        return name
 
-    return name_first, name_second
+    return namer(0, ms_first), namer(1, framework_second == Framework.MINDSPORE)
+    # --- end of the issue 12 edit ---
 
 
 def _spelling(path: str) -> str:
@@ -95,7 +112,7 @@ def _keys(items: Sequence[Item], namer: Namer | None) -> list[Hashable | None]:
     for item in items:
         r = item.record
         module = r.module if namer is None else namer(r)
-        if module is None:
+        if module is None or op_records.is_op(r):  # op records never pair by name (compare/ops.py)
             keys.append(None)
             continue
         base = (r.kind, _spelling(module), r.io, r.index, r.step)
@@ -136,8 +153,16 @@ def _tokens(path: str) -> frozenset[str]:
 
 
 def _type(record: Record) -> str:
+    if op_records.is_op(record):  # the canonical op (compare/ops.py): Tensor.matmul is ops.BatchMatMul
+        return op_records.op_type(record)
     name = record.type.lower()
     return _TYPE_ALIASES.get(name, name)
+
+
+def same_layer(x: Item, y: Item) -> bool:
+    """Whether two paired records look like the same layer: the same module type (up to framework spelling) or the
+    same kind, io and shape."""
+    return (bool(x.record.type) and _type(x.record) == _type(y.record)) or _signature(x) == _signature(y)
 
 
 def _content(x: Record, y: Record) -> float:

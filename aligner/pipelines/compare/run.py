@@ -17,7 +17,7 @@ from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.mapping import load_user_map
 from aligner.pipelines.compare.evaluate import Row, evaluate, evaluate_all
-from aligner.pipelines.compare.matching import match, namers
+from aligner.pipelines.compare.matching import match, namers, same_layer
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.sources import Source, read_source
 from aligner.pipelines.compare.verdict import bisect as bisect_rows
@@ -142,6 +142,25 @@ def _evaluate_unique(pairs: list, tolerance: ToleranceSpec, workers: int | None,
     return evaluate_all(pairs, tolerance, 1 if mode == "single" else n, progress)
 
 
+_SAME_MODEL_MIN_RECORDS = 8  # below this many records per side, too little to tell two models apart
+# Pairs that look like the same layer (same module type, or the same shape): on the six zoo pairs with each injected
+# bug, at least 69% of the smaller side (ceil_mode changes every later shape, types still agree), 100% on clean pairs;
+# two unrelated models pair almost nothing (or pair by container index only, with other types and shapes).
+_SAME_MODEL_MIN_PAIRED = 0.2
+
+
+def _check_same_model(pairs: list, side_a: Source, side_b: Source) -> None:
+    """Refuse to compare dumps of two different models: almost nothing pairs up, so any verdict would be noise."""
+    alike = sum(1 for p in pairs if p.a is not None and p.b is not None and same_layer(p.a, p.b))
+    smaller = min(sum(1 for p in pairs if getattr(p, side) is not None and p.matched_by != "folded")
+                  for side in "ab")
+    if smaller >= _SAME_MODEL_MIN_RECORDS and alike < _SAME_MODEL_MIN_PAIRED * smaller:
+        raise AlignerError(
+            f"{side_a.root} and {side_b.root} look like dumps of different models: only {alike} of {smaller} "
+            f"records pair with a record of the same layer type or shape (at least {_SAME_MODEL_MIN_PAIRED:.0%} "
+            f"needed); dump the same model in both frameworks, or pass --map with the renames between them")
+
+
 def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str | None = None,
             tolerance: ToleranceSpec | None = None, bisect: bool = False, workers: int | None = None,
             strict: bool = False, progress: Progress = SILENT) -> CompareResult:
@@ -161,6 +180,7 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
     first, second = sources
     name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
     pairs = match(side_a.items, side_b.items, *((name_first, name_second) if r == 1 else (name_second, name_first)))
+    _check_same_model(pairs, side_a, side_b)
     if bisect:
         rows = [Row(p) for p in pairs]
         verdict = bisect_rows(rows, lambda i: evaluate(pairs[i], tolerance))

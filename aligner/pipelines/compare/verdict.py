@@ -110,6 +110,7 @@ class Flow(dict):
         super().__init__()
         self.inferred: set[int] = set()
         self.computed: set[int] = set()
+        self.untwinned: dict[int, int] = {}  # input row -> the producer row that has no twin on the other side
 
 
 _CALL_KINDS = ("forward", "op", "buffer")
@@ -122,28 +123,31 @@ def _call_flow(rows: Sequence[Row]) -> Flow:
     call_inputs: dict[tuple[int, int], list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
         b = row.pair.b
-        if b is None or b.record.call is None or b.record.kind not in _CALL_KINDS:
+        call = b.record.call if b is not None else None
+        if b is None or call is None or b.record.kind not in _CALL_KINDS:
             continue
         rec = b.record
+        by_seq[(rec.step, rec.seq)] = i
         if rec.io == "input":
-            call_inputs[(rec.step, rec.call)].append(i)
+            call_inputs[(rec.step, call)].append(i)
             producer = by_seq.get((rec.step, rec.same_as)) if rec.same_as is not None else None
             while producer is not None and rows[producer].pair.matched_by == "folded":
                 # a pass-through call with no twin (an Identity): look through it to what it was given
-                given = call_inputs.get((rec.step, rows[producer].pair.ref.record.call)) or [None]
-                if given[0] is None or given[0] in flow.computed:
+                folded_call = rows[producer].pair.ref.record.call
+                given = call_inputs.get((rec.step, folded_call if folded_call is not None else -1))
+                if not given or given[0] in flow.computed:
                     producer = None
                     break
                 producer = (flow.get(given[0]) or [None])[0]
             flow[i] = [] if producer is None else [producer]
             if rec.same_as is None or not flow[i]:
                 flow.computed.add(i)
+            elif producer is not None and rows[producer].pair.a is None:
+                flow.untwinned[i] = producer
         else:
-            ups = call_inputs.get((rec.step, rec.call))
+            ups = call_inputs.get((rec.step, call))
             if ups:
                 flow[i] = list(ups)
-            if rec.io == "output":
-                by_seq[(rec.step, rec.seq)] = i
     return flow
 
 
@@ -212,6 +216,13 @@ def classify(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Label, str]:
     e_out = error_level(rows[i])
     if i in inputs.computed:
         return Label.INTRODUCED, _computed(rows[i], e_out)
+    if i in inputs.untwinned:
+        x, rec = rows[inputs.untwinned[i]].pair.ref.record, rows[i].pair.ref.record
+        where = rows[i].pair.a.record.parent if rows[i].pair.a is not None else None
+        return Label.INTRODUCED, (f"input {rec.index} of {rec.module or '(root)'} (error {e_out:.1e}) is what "
+                                  f"{x.module or '(root)'} returned, and {x.module or '(root)'} has no twin on the "
+                                  f"other side" + (f" (there, code in the forward of {where or 'the model'} computed "
+                                                   f"it)" if where is not None else ""))
     if not ups:
         return Label.INTRODUCED, "no upstream record: its inputs were not dumped or it is a model input"
     worst = max(ups, key=lambda j: error_level(rows[j]))
@@ -262,6 +273,8 @@ def _computed(row: Row, e_out: float) -> str:
 def blame(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Culprit, str, str | None]:
     """(what is at fault, the reference module path whose code it is, the op's source line) for origin row i."""
     rec = rows[i].pair.ref.record
+    if i in inputs.untwinned:
+        return Culprit.MODULE, rows[inputs.untwinned[i]].pair.ref.record.module, None
     if i in inputs.computed:
         if rec.parent is None:
             return Culprit.MODEL_INPUT, "", None
