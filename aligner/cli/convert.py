@@ -18,7 +18,8 @@ FRAMEWORK = click.Choice(["pytorch", "mindspore"])
               help="Output file; its extension picks the format (.ckpt, .pth/.pt/.bin, .safetensors).")
 @click.option("--like", "like", type=click.Path(dir_okay=False),
               help="A checkpoint saved from the target model: every one of its keys must be filled, with its shape "
-                   "(also settles layer types that names alone leave open, e.g. Linear vs Embedding).")
+                   "(also settles layer types that names alone leave open, e.g. Linear vs Embedding, and splits "
+                   "fused qkv/gate_up tensors the target keeps as separate ones).")
 @click.option("--map", "map_path", type=click.Path(dir_okay=False),
               help="User mapping YAML (overrides built-in rules).")
 @click.option("--save-map", type=click.Path(dir_okay=False),

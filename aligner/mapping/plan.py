@@ -11,9 +11,10 @@ import numpy as np
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.io.base import TensorInfo, TensorSource
-from aligner.mapping import structural
+from aligner.mapping import fused, structural
+from aligner.mapping.fused import FusedSplit
 from aligner.mapping.rules import LayerRule, group_names, infer_rule, split_name
-from aligner.mapping.transforms import Cast, Op, Reshape, apply_ops, shape_after
+from aligner.mapping.transforms import Cast, Op, Reshape, Split, apply_ops, shape_after
 from aligner.mapping.usermap import UserMap
 
 
@@ -87,6 +88,7 @@ class Plan:
     entries: list[Entry]
     notes: list[str] = dataclasses.field(default_factory=list)
     guesses: list[Guess] = dataclasses.field(default_factory=list)   # layer types read from names/shapes alone
+    splits: list[FusedSplit] = dataclasses.field(default_factory=list)   # fused tensors split to fit --like
 
     @property
     def outputs(self) -> list[Entry]:
@@ -136,27 +138,30 @@ def _entry_from_rules(name: str, prefix: str, leaf: str, info: TensorInfo, rule:
     return Entry(target, [name], status, f"{rule.type} rule", ops, TensorInfo(shape, info.dtype))
 
 
-def _user_transforms(user: UserMap, infos: dict[str, TensorInfo]) -> list[Entry]:
-    """The entries of the user's `transforms:` (one per target), their output shapes checked against the sources."""
+def _user_transforms(user: UserMap, infos: dict[str, TensorInfo]) -> tuple[list[Entry], set[str]]:
+    """The entries of the user's `transforms:` (one per target, patterns expanded) with their output shapes checked
+    against the sources, and the source names they consume."""
     entries = []
-    for i, t in enumerate(user.transforms, 1):
-        unknown = [s for s in t.sources if s not in infos]
-        if unknown:
-            raise AlignerError(f"{user.path}: transform #{i} names unknown source(s) {', '.join(unknown)}")
+    consumed: set[str] = set()
+    for t in user.resolve_transforms(infos):
         shapes = [infos[s].shape for s in t.sources]
         dtype = infos[t.sources[0]].dtype
+        consumed.update(t.sources)
         for target, op in t.outputs:
-            entries.append(Entry(target, list(t.sources), EntryStatus.TRANSFORMED, f"user transform #{i} ({t.kind})",
-                                 [op], TensorInfo(shape_after(shapes, [op]), dtype)))
-    return entries
+            try:
+                shape = shape_after(shapes, [op])
+            except AlignerError as exc:
+                raise AlignerError(f"{user.path}: {t.label} on {', '.join(t.sources)}: {exc}") from None
+            entries.append(Entry(target, list(t.sources), EntryStatus.TRANSFORMED, f"user {t.label}", [op],
+                                 TensorInfo(shape, dtype)))
+    return entries, consumed
 
 
 def build_plan(infos: dict[str, TensorInfo], src: str, dst: str, user: UserMap | None = None,
                like: dict[str, TensorInfo] | None = None, tied: dict[str, str] | None = None) -> Plan:
     """Map source names (framework `src`) to framework `dst`: user rules, then layer rules, then the target."""
     user = user or UserMap()
-    entries = _user_transforms(user, infos)
-    consumed = user.transform_sources()
+    entries, consumed = _user_transforms(user, infos)
     guesses: list[Guess] = []
     for prefix, leaves in group_names({n: i for n, i in infos.items() if n not in consumed}).items():
         rule = infer_rule(prefix, leaves, src) if src != dst else None
@@ -234,6 +239,27 @@ def _fit(entry: Entry, target: str, want: TensorInfo, how: str) -> None:
     entry.reason = how
 
 
+def _split_fused(plan: Plan, by_name: dict[str, Entry], like: dict[str, TensorInfo], claimed: set[str]) -> None:
+    """Replace each leftover fused source (qkv, gate_up) that fits one target block's parts by one split entry per
+    part; record the split on the plan, and why a fused source was left alone."""
+    sources = {n: e.written_as()[1].shape for n, e in by_name.items()
+               if len(e.sources) == 1 and e.status != EntryStatus.CREATED}
+    splits, notes = fused.detect(sources, {k: v.shape for k, v in like.items() if k not in claimed})
+    plan.notes.extend(notes)
+    for split in splits:
+        entry = by_name.pop(split.source)
+        plan.entries.remove(entry)
+        have = entry.written_as()[1]
+        for i, target in enumerate(split.targets):
+            cut = Split(split.axis, len(split.targets), i)
+            part = Entry(target, list(entry.sources), EntryStatus.TRANSFORMED, split.why, entry.ops + [cut],
+                         TensorInfo(shape_after([have.shape], [cut]), have.dtype))
+            _fit(part, target, like[target], split.why)
+            plan.entries.append(part)
+            claimed.add(target)
+        plan.splits.append(dataclasses.replace(split, source=entry.sources[0]))
+
+
 def _reconcile(plan: Plan, infos: dict[str, TensorInfo], like: dict[str, TensorInfo], tied: dict[str, str]) -> None:
     """Make the plan fill exactly the target's keys: direct hits, then structural matches; report the rest."""
     claimed: set[str] = set()
@@ -251,8 +277,9 @@ def _reconcile(plan: Plan, infos: dict[str, TensorInfo], like: dict[str, TensorI
             entry.ops, entry.info = [], infos[entry.sources[0]]
             entry.status = EntryStatus.UNCHANGED if hit == entry.sources[0] else EntryStatus.RENAMED
         _fit(entry, hit, like[hit], entry.reason or "target key")
-    free_targets = {k: v for k, v in like.items() if k not in claimed}
     by_name = {e.written_as()[0]: e for e in leftovers}  # created leaves too: a recreated counter follows its module
+    _split_fused(plan, by_name, like, claimed)
+    free_targets = {k: v for k, v in like.items() if k not in claimed}
     pairs, ambiguous = structural.match({n: e.written_as()[1].shape for n, e in by_name.items()}, free_targets)
     for sname, tname, reason in pairs:
         entry = by_name.pop(sname)

@@ -3,11 +3,14 @@
 Used only with a target (`--like`): each leftover module group is summarised by its signature (leaves named the
 framework-neutral way, shapes without unit axes). Groups with the same signature are paired in order when both sides
 have the same number of them; otherwise by path similarity, and a near tie is reported as ambiguous, never guessed.
+Tensors still left over are paired one by one only when their shape is unique among the leftovers on both sides and
+their leaf names share a word stem (`cls_token` -> `embeddings.cls_token`, `pos_embed` -> `position_embeddings`).
 """
 from __future__ import annotations
 
 import difflib
 import functools
+import re
 
 from aligner.io.base import TensorInfo
 from aligner.mapping.rules import load_rules, split_name
@@ -98,4 +101,31 @@ def match(sources: dict[str, tuple[int, ...]], targets: dict[str, TensorInfo]
             for leaf, tname in tgroups[t].items():
                 if leaf in sgroups[s]:  # an optional leaf only the target has stays unfilled (reported missing)
                     pairs.append((sgroups[s][leaf], tname, reason))
-    return pairs, ambiguous
+    return pairs + _lone(sources, tshapes, pairs, ambiguous), ambiguous
+
+
+def _stems(name: str) -> set[str]:
+    return {t for t in re.split(r"[._\d]+", split_name(name)[1].lower()) if len(t) >= 3}
+
+
+def _lone(sources: dict[str, tuple[int, ...]], targets: dict[str, tuple[int, ...]], pairs: list[tuple[str, str, str]],
+          ambiguous: dict[str, list[str]]) -> list[tuple[str, str, str]]:
+    """Leftover tensors whose exact shape no other leftover has, on either side, and whose leaf names share a word
+    stem (one word a prefix of the other): paired one to one."""
+    used_s = {s for s, _, _ in pairs} | {c for cs in ambiguous.values() for c in cs}
+    used_t = {t for _, t, _ in pairs} | set(ambiguous)
+    free_s = {n: sh for n, sh in sources.items() if n not in used_s}
+    free_t = {n: sh for n, sh in targets.items() if n not in used_t}
+    by_shape: dict[tuple[int, ...], tuple[list[str], list[str]]] = {}
+    for side, free in enumerate((free_s, free_t)):
+        for name, shape in free.items():
+            by_shape.setdefault(shape, ([], []))[side].append(name)
+    out = []
+    for shape, (same_s, same_t) in by_shape.items():
+        if len(same_s) != 1 or len(same_t) != 1:
+            continue
+        sname, tname = same_s[0], same_t[0]
+        if any(a.startswith(b) or b.startswith(a) for a in _stems(sname) for b in _stems(tname)):
+            out.append((sname, tname, f"structural: the only leftover of shape {list(shape)} on both sides, "
+                                      f"names alike ({split_name(sname)[1]} ~ {split_name(tname)[1]})"))
+    return out

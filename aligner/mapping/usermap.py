@@ -1,22 +1,35 @@
-"""User mapping files (`--map mymap.yaml`): exact and regex renames, drops and tensor transforms.
+r"""User mapping files (`--map mymap.yaml`): exact and regex renames, drops and tensor transforms.
 
     rename:   {source.name: target.name}        # or a list of targets (tied weights: one tensor, two names)
-    regex:    [[pattern, replacement], ...]     # Python re; first match wins; \\1 for groups
+    regex:    [[pattern, replacement], ...]     # Python re; first match wins; \1 for groups
     drop:     [pattern, ...]                    # regexes of source names to leave out
     transforms:
       - {op: split, source: qkv.weight, axis: 0, targets: [q.weight, k.weight, v.weight]}
       - {op: concat, sources: [a.weight, b.weight], axis: 0, target: ab.weight}
       - {op: reshape, source: x, shape: [4, 1, 3], target: y}
       - {op: transpose, source: x, perm: [1, 0], target: y}
+      # regex forms: `pattern` (`patterns` for concat) instead of `source(s)`, targets with \1 backrefs
+      - {op: split, pattern: 'blocks\.(\d+)\.attn\.qkv\.weight', axis: 0,
+         targets: ['layer.\1.q.weight', 'layer.\1.k.weight', 'layer.\1.v.weight']}
+      - {op: concat, patterns: ['mlp\.(\d+)\.gate\.weight', 'mlp\.(\d+)\.up\.weight'], axis: 0,
+         target: 'mlp.\1.gate_up.weight'}
+
+A transform pattern must match a whole source name, and must match at least one (a typo is an error, not a no-op).
+A concat's patterns must have the same groups: the names they match are joined per captured groups, each pattern
+contributing exactly one name per group. A name a regex transform takes may not be taken by another transform, and
+no two transforms may write one target.
 
 User rules override the built-in layer rules for the names they match. `--save-map` writes this same format.
+In `align compare --map`, parameter renames also rename their modules (`features.0.conv.weight: stem.conv.weight`
+renames module `features.0.conv` to `stem.conv`, and `features.0` to `stem`), unless a module's parameters disagree.
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
@@ -26,15 +39,36 @@ from aligner.mapping.transforms import Concat, Op, OpKind, Reshape, Split, Trans
 SECTIONS = ("rename", "regex", "drop", "transforms")
 OPS = {OpKind.SPLIT: ("source", "axis", "targets"), OpKind.CONCAT: ("sources", "axis", "target"),
        OpKind.RESHAPE: ("source", "shape", "target"), OpKind.TRANSPOSE: ("source", "perm", "target")}
+PATTERN_KEY = {"source": "pattern", "sources": "patterns"}   # the regex form of each source field
+_BACKREF = re.compile(r"\\(\d+)|\\g<([^>]*)>")
 
 
 @dataclasses.dataclass(frozen=True)
 class UserTransform:
-    """One `transforms:` item: its op kind, its source(s), and each target with the op that makes it."""
+    """One `transforms:` item: its op kind, its source names (or patterns), and each target with the op that makes it.
 
+    With `regex`, `sources` are patterns that must match whole names and targets are templates (`\\1`, `\\g<name>`).
+    """
+
+    number: int                              # position in the file, for messages
     kind: OpKind
     sources: tuple[str, ...]
-    outputs: tuple[tuple[str, Op], ...]   # several only for split: one part per target
+    outputs: tuple[tuple[str, Op], ...]      # several only for split: one part per target
+    regex: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"transform #{self.number} ({self.kind})"
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedTransform:
+    """A transform applied to real source names: the names it consumes and each (target, op) it writes."""
+
+    label: str
+    sources: tuple[str, ...]
+    outputs: tuple[tuple[str, Op], ...]
+    regex: bool = False
 
 
 @dataclasses.dataclass
@@ -46,6 +80,7 @@ class UserMap:
     regex: list[tuple[re.Pattern, str]] = dataclasses.field(default_factory=list)
     drop: list[re.Pattern] = dataclasses.field(default_factory=list)
     transforms: list[UserTransform] = dataclasses.field(default_factory=list)
+    modules: dict[str, str] = dataclasses.field(default_factory=dict)   # module renames implied by the above
 
     def targets(self, name: str) -> list[str] | None:
         """Target names a user rule gives `name`: [] when dropped, None when no user rule matches."""
@@ -59,15 +94,100 @@ class UserMap:
         return None
 
     def rename_path(self, name: str) -> str | None:
-        """One name through the user rules (unchanged when none match, None when dropped); used for module paths."""
+        """A parameter name or module path through the user rules (unchanged when none match, None when dropped):
+        parameter rules first, then the module renames they imply, for the path or its nearest renamed ancestor."""
         found = self.targets(name)
-        if found is None:
-            return name
-        return found[0] if found else None
+        if found is not None:
+            return found[0] if found else None
+        parts = name.split(".")
+        for cut in range(len(parts), 0, -1):
+            head = ".".join(parts[:cut])
+            if head in self.modules:
+                return ".".join([self.modules[head], *parts[cut:]])
+        return name
 
-    def transform_sources(self) -> set[str]:
-        """Source names the transforms consume (the layer rules leave them alone)."""
-        return {s for t in self.transforms for s in t.sources}
+    def resolve_transforms(self, names: Iterable[str]) -> list[ResolvedTransform]:
+        """The transforms applied to these source names (patterns expanded); AlignerError for an unknown source, a
+        pattern matching nothing, an incomplete or ambiguous concat group, or a name consumed or produced twice."""
+        names = list(names)
+        known = set(names)
+        resolved: list[ResolvedTransform] = []
+        for t in self.transforms:
+            if not t.regex:
+                unknown = [s for s in t.sources if s not in known]
+                if unknown:
+                    raise AlignerError(f"{self.path}: transform #{t.number} names unknown source(s) "
+                                       f"{', '.join(unknown)}{_closest(unknown[0], names)}")
+                resolved.append(ResolvedTransform(t.label, t.sources, t.outputs, regex=False))
+            else:
+                resolved.extend(self._expand(t, names))
+        consumer: dict[str, ResolvedTransform] = {}
+        producer: dict[str, tuple[str, str]] = {}
+        for r in resolved:
+            for s in r.sources:
+                other = consumer.get(s)
+                if other is not None and (other.regex or r.regex):  # two literal entries may reuse one tensor
+                    raise AlignerError(f"{self.path}: {s} is matched by both {other.label} and {r.label} "
+                                       "(ambiguous: narrow the pattern)")
+                consumer[s] = r
+            for target, _ in r.outputs:
+                if target in producer:
+                    raise AlignerError(f"{self.path}: {r.label} writes {target} from {', '.join(r.sources)}, and "
+                                       f"{producer[target][0]} from {producer[target][1]} too (use \\1 groups in "
+                                       "the targets)")
+                producer[target] = (r.label, ", ".join(r.sources))
+        return resolved
+
+    def _expand(self, t: UserTransform, names: list[str]) -> list[ResolvedTransform]:
+        """One regex transform over the source names: one resolved transform per match (per group, for concat)."""
+        patterns = [re.compile(p) for p in t.sources]
+        groups: dict[tuple, list[str | None]] = {}
+        for j, pattern in enumerate(patterns):
+            hits = [m for m in map(pattern.fullmatch, names) if m is not None]
+            if not hits:
+                raise AlignerError(f"{self.path}: {t.label}: pattern {pattern.pattern!r} matches no source name"
+                                   f" (of {len(names)}){_closest(pattern.pattern, names)}")
+            for m in hits:  # a concat joins one match per pattern with the same groups; other ops take each match
+                key = m.groups() if t.kind == OpKind.CONCAT else (m.string,)
+                slot = groups.setdefault(key, [None] * len(patterns))
+                if slot[j] is not None:
+                    raise AlignerError(f"{self.path}: {t.label}: pattern {pattern.pattern!r} matches both "
+                                       f"{slot[j]} and {m.string} with groups {m.groups()} (ambiguous)")
+                slot[j] = m.string
+        out = []
+        for key, members in groups.items():
+            absent = [patterns[j].pattern for j, name in enumerate(members) if name is None]
+            if absent:
+                have = next(name for name in members if name is not None)
+                raise AlignerError(f"{self.path}: {t.label}: pattern {absent[0]!r} has no match with groups {key} "
+                                   f"(another pattern matched {have})")
+            sources = tuple(name for name in members if name is not None)
+            match = patterns[0].fullmatch(sources[0])
+            assert match is not None
+            out.append(ResolvedTransform(t.label, sources, tuple((match.expand(target), op)
+                                                                 for target, op in t.outputs), regex=True))
+        return out
+
+
+def module_renames(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Module path renames implied by parameter renames (source, target): the owning modules pair up, and so do
+    their parents while both sides' last components agree or two child renames say so; a module whose parameters
+    point to different target modules gets no rename."""
+    found: dict[str, set[str]] = {}
+    children: dict[tuple[str, str], set[str]] = {}
+    for src, dst in pairs:
+        s, d = src.split(".")[:-1], dst.split(".")[:-1]
+        while s and d:
+            found.setdefault(".".join(s), set()).add(".".join(d))
+            if s[-1] != d[-1]:
+                if len(s) > 1 and len(d) > 1:
+                    children.setdefault((".".join(s[:-1]), ".".join(d[:-1])), set()).add(".".join(s))
+                break
+            s, d = s[:-1], d[:-1]
+    for (parent, target), kids in children.items():
+        if len(kids) > 1:
+            found.setdefault(parent, set()).add(target)
+    return {m: next(iter(t)) for m, t in found.items() if len(t) == 1}
 
 
 def load_user_map(path: str) -> UserMap:
@@ -100,30 +220,86 @@ def load_user_map(path: str) -> UserMap:
         umap.regex.append((_compile(path, item[0]), str(item[1])))
     umap.drop = [_compile(path, p) for p in data.get("drop") or []]
     for i, t in enumerate(data.get("transforms") or [], 1):
-        if not isinstance(t, dict) or t.get("op") not in OPS:
-            raise AlignerError(f"{path}: transform #{i} needs op one of {', '.join(OPS)}, got {t!r}")
-        kind = OpKind(t["op"])
-        missing = [k for k in OPS[kind] if k not in t]
-        if missing:
-            raise AlignerError(f"{path}: transform #{i} ({kind}) is missing {', '.join(missing)}")
-        try:
-            umap.transforms.append(_transform(kind, t))
-        except (TypeError, ValueError) as exc:
-            raise AlignerError(f"{path}: transform #{i} ({kind}): {exc}") from None
+        umap.transforms.append(_parse_transform(path, i, t))
+    one_to_one = [(t.sources[0], t.outputs[0][0]) for t in umap.transforms
+                  if not t.regex and len(t.sources) == 1 and len(t.outputs) == 1]
+    umap.modules = module_renames([(s, ts[0]) for s, ts in umap.rename.items() if len(set(ts)) == 1] + one_to_one)
     return umap
 
 
-def _transform(kind: OpKind, t: dict[str, Any]) -> UserTransform:
-    """A validated `transforms:` item as typed ops (TypeError/ValueError for a malformed axis, shape or perm)."""
-    if kind == OpKind.SPLIT:
-        targets = [str(x) for x in t["targets"]]
-        return UserTransform(kind, (str(t["source"]),),
-                             tuple((x, Split(int(t["axis"]), len(targets), j)) for j, x in enumerate(targets)))
+def _parse_transform(path: str, i: int, t: Any) -> UserTransform:
+    """A `transforms:` item, checked: known op, its fields in literal or regex form, and regex groups that exist."""
+    if not isinstance(t, dict) or t.get("op") not in OPS:
+        raise AlignerError(f"{path}: transform #{i} needs op one of {', '.join(OPS)}, got {t!r}")
+    kind = OpKind(t["op"])
+    field = OPS[kind][0]
+    regex = PATTERN_KEY[field] in t
+    if regex and field in t:
+        raise AlignerError(f"{path}: transform #{i} ({kind}) gives both {field} and {PATTERN_KEY[field]}: pick one")
+    missing = [k for k in OPS[kind] if k not in t and not (regex and k == field)]
+    if missing:
+        also = f" (or {PATTERN_KEY[field]})" if field in missing else ""
+        raise AlignerError(f"{path}: transform #{i} ({kind}) is missing {', '.join(missing)}{also}")
+    try:
+        parsed = _transform(i, kind, t, regex)
+    except (TypeError, ValueError) as exc:
+        raise AlignerError(f"{path}: transform #{i} ({kind}): {exc}") from None
+    if regex:
+        _check_groups(path, parsed)
+    return parsed
+
+
+def _transform(number: int, kind: OpKind, t: dict[str, Any], regex: bool) -> UserTransform:
+    """A `transforms:` item as typed ops (TypeError/ValueError for a malformed axis, shape, perm or name list)."""
+    field = OPS[kind][0]
+    raw = t[PATTERN_KEY[field] if regex else field]
     if kind == OpKind.CONCAT:
-        return UserTransform(kind, tuple(str(s) for s in t["sources"]), ((str(t["target"]), Concat(int(t["axis"]))),))
-    op: Op = Reshape(tuple(int(n) for n in t["shape"])) if kind == OpKind.RESHAPE else \
-        Transpose(tuple(int(n) for n in t["perm"]))
-    return UserTransform(kind, (str(t["source"]),), ((str(t["target"]), op),))
+        if not isinstance(raw, list) or not raw:
+            raise ValueError(f"{PATTERN_KEY[field] if regex else field} must be a non-empty list")
+        sources = tuple(str(s) for s in raw)
+    else:
+        sources = (str(raw),)
+    outputs: tuple[tuple[str, Op], ...]
+    if kind == OpKind.SPLIT:
+        if not isinstance(t["targets"], list) or not t["targets"]:
+            raise ValueError("targets must be a non-empty list")
+        targets = [str(x) for x in t["targets"]]
+        outputs = tuple((x, Split(int(t["axis"]), len(targets), j)) for j, x in enumerate(targets))
+    elif kind == OpKind.CONCAT:
+        outputs = ((str(t["target"]), Concat(int(t["axis"]))),)
+    else:
+        op: Op = Reshape(tuple(int(n) for n in t["shape"])) if kind == OpKind.RESHAPE else \
+            Transpose(tuple(int(n) for n in t["perm"]))
+        outputs = ((str(t["target"]), op),)
+    return UserTransform(number, kind, sources, outputs, regex)
+
+
+def _check_groups(path: str, t: UserTransform) -> None:
+    """Regex transforms: valid patterns, the same group count in every pattern, targets naming existing groups."""
+    patterns = []
+    for p in t.sources:
+        try:
+            patterns.append(re.compile(p))
+        except re.error as exc:
+            raise AlignerError(f"{path}: {t.label}: bad regex {p!r}: {exc}") from None
+    counts = sorted({p.groups for p in patterns})
+    if len(counts) > 1:
+        raise AlignerError(f"{path}: {t.label}: the patterns capture different numbers of groups ({counts}); "
+                           "each must capture the same groups to be joined")
+    for target, _ in t.outputs:
+        for number, named in _BACKREF.findall(target):
+            ok = int(number) <= patterns[0].groups if number else \
+                named in patterns[0].groupindex or (named.isdigit() and int(named) <= patterns[0].groups)
+            if not ok:
+                ref = f"\\{number}" if number else f"\\g<{named}>"
+                raise AlignerError(f"{path}: {t.label}: target {target!r} refers to group {ref}, but the pattern "
+                                   f"{patterns[0].pattern!r} has {patterns[0].groups} group(s)")
+
+
+def _closest(wanted: str, names: list[str]) -> str:
+    """A hint naming the nearest source name, for a name or pattern that matched nothing."""
+    close = difflib.get_close_matches(wanted.replace("\\", ""), names, n=1, cutoff=0.5)
+    return f"; closest: {close[0]}" if close else ""
 
 
 def _compile(path: str, pattern: Any) -> re.Pattern:

@@ -2,7 +2,8 @@
 
 `convert(...)` returns a `ConvertResult` (the plan, whether anything was written, the exit code); it prints nothing.
 The summary it carries is the one Hugging Face prints when loading weights: missing, unexpected and mismatched-shape
-keys, plus what was dropped, created or transformed on purpose, and which layer types were guessed from names.
+keys, plus what was dropped, created or transformed on purpose, which fused tensors were split to fit `--like`, and
+which layer types were guessed from names.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from aligner.io import TensorSource, detect_format, open_checkpoint, write_check
 from aligner.io.base import ArraySource
 from aligner.mapping import Plan, build_plan, load_user_map
 from aligner.mapping.detect import source_framework
+from aligner.mapping.fused import FusedSplit
 from aligner.mapping.plan import Entry, EntryStatus
 from aligner.mapping.savemap import write_map
 
@@ -59,6 +61,11 @@ class ConvertResult:
         return self.plan.with_status(*statuses)
 
     @property
+    def splits(self) -> list[FusedSplit]:
+        """Fused source tensors (qkv, gate_up) split into the --like target's separate tensors."""
+        return self.plan.splits
+
+    @property
     def guessed(self) -> list[Entry]:
         """Entries whose layer type was read from names and shapes that fit another layer type too."""
         return [e for e in self.plan.entries if e.guessed]
@@ -79,6 +86,7 @@ class ConvertResult:
                 "src_framework": self.plan.src_framework, "dst_framework": self.plan.dst_framework,
                 "tensors_written": len(self.plan.outputs) if self.written else 0,
                 "counts": {str(k): v for k, v in self.plan.counts().items()}, **self.summary(),
+                "splits": [s.to_dict() for s in self.plan.splits],
                 "guesses": [g.to_dict() for g in self.plan.guesses], "notes": list(self.plan.notes),
                 "entries": [e.to_dict() for e in self.plan.entries]}
 

@@ -2,10 +2,13 @@
 (missing / unexpected / mismatched-shape keys, what was dropped, created or transformed on purpose, guessed layers)."""
 from __future__ import annotations
 
+import os
+
 from rich.console import Console
 from rich.table import Table
 
 from aligner.mapping import FAILING, Plan
+from aligner.mapping.fused import FusedSplit
 from aligner.mapping.plan import Entry, EntryStatus
 from aligner.pipelines.convert import ConvertResult
 from aligner.render.console import make_console
@@ -52,14 +55,27 @@ def plan_table(plan: Plan, verbose: bool = False) -> Table | None:
     return table
 
 
+def split_line(split: FusedSplit) -> str:
+    """`split SOURCE -> FIRST, ...REST (axis N)`: later targets shortened to what follows the first's common part."""
+    first, rest = split.targets[0], split.targets[1:]
+    common = os.path.commonprefix(list(split.targets))
+    keep = common[:common.rfind(".") + 1] if "." in common else ""
+    shown = [first] + [f"...{t[len(keep):]}" if keep else t for t in rest]
+    return f"split {split.source} -> {', '.join(shown)} (axis {split.axis})"
+
+
 def summary_lines(result: ConvertResult, verbose: bool = False) -> list[str]:
-    """Counts and abbreviated names per outcome, guessed layer types, and the verdict line."""
+    """Counts and abbreviated names per outcome, fused tensors split, guessed layer types, and the verdict line."""
     plan = result.plan
     lines = []
     for status, label, meaning in _LINES:
         entries = result.with_status(status)
         if entries:
             lines.append(f"{label} ({len(entries)}{': ' + meaning if meaning else ''}): {_names(entries, verbose)}")
+    shown = plan.splits if verbose else plan.splits[:ABBREVIATE]
+    lines += [split_line(s) for s in shown]
+    if len(shown) < len(plan.splits):
+        lines.append(f"split: {len(plan.splits) - len(shown)} more fused tensor(s) likewise (-v: all)")
     for g in plan.guesses:
         lines.append(f"warning: {g.module}: layer type guessed from names and shapes ({g.why}): read as {g.chosen}; "
                      f"could also be {' or '.join(g.alternatives)}. To be sure, pass --like with a checkpoint saved "
