@@ -150,8 +150,11 @@ def test_check_determinism_compares_probes_and_rejects_one_run():
 
 def test_disable_dropout_makes_training_mode_deterministic_in_both_frameworks():
     tnet, mnet = make_twins("block", dropout=0.5)
-    assert aligner.disable_dropout(tnet) == ["attn.drop"] == aligner.disable_dropout(mnet)
-    assert type(tnet.attn.drop).__name__ == type(mnet.attn.drop).__name__ == "Identity"
+    t_off, m_off = aligner.disable_dropout(tnet), aligner.disable_dropout(mnet)
+    assert t_off == ["attn.drop"] == m_off  # the paths switched off
+    assert t_off.attributes == {"attn.drop.p": 0.5} == m_off.attributes  # and what each held before
+    assert type(tnet.attn.drop).__name__ == type(mnet.attn.drop).__name__ == "Dropout"  # kept, probability zeroed
+    assert tnet.attn.drop.p == mnet.attn.drop.p == 0.0
     assert tnet.training and mnet.training
     assert aligner.check_determinism(lambda: torch_block_step(tnet), model=tnet).deterministic
     assert aligner.check_determinism(lambda: ms_block_step(mnet), model=mnet).deterministic
@@ -163,7 +166,7 @@ def test_disable_dropout_handles_sequential_containers_and_bad_input():
     seq = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.3), torch.nn.ReLU())
     cell = ms.nn.SequentialCell([ms.nn.Dense(2, 2), ms.nn.Dropout(p=0.3), ms.nn.ReLU()])
     assert aligner.disable_dropout(seq) == ["1"] == aligner.disable_dropout(cell)
-    assert isinstance(seq[1], torch.nn.Identity) and isinstance(cell.cell_list[1], ms.nn.Identity)
+    assert seq[1].p == cell.cell_list[1].p == 0.0
     cell.set_train(True)
     x = ms.Tensor(np.ones((4, 2), np.float32))
     assert np.array_equal(cell(x).asnumpy(), cell(x).asnumpy())

@@ -1,9 +1,10 @@
-"""Reproducible runs: `fix_random` pins every seed and determinism switch, `disable_dropout` removes dropout.
+"""Reproducible runs: `fix_random` pins every seed and determinism switch, `disable_dropout` switches dropout off.
 
 (`check_determinism`, which uses `fix_random`, lives in `aligner.dumping.determinism`: imports point one way.)
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import random
@@ -94,42 +95,117 @@ def fix_random(seed: int, frameworks: Iterable[str] = FRAMEWORKS) -> dict[str, A
     return record
 
 
-_TORCH_DROPOUT = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
-_MS_DROPOUT = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "DropoutExt", "Dropout2dExt")
+def _returns_input(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A dropout function switched off: it returns its input, as it does with training=False."""
+    @functools.wraps(original)
+    def dropout_off(input: Any, *args: Any, **kwargs: Any) -> Any:
+        return input
+    return dropout_off
 
 
-def _replace_children(parent: Any, children: Iterable[tuple[str, Any]], is_dropout: Callable[[Any], bool],
-                      identity: Callable[[], Any], prefix: str, replaced: list[str]) -> None:
-    for name, child in list(children):
-        path = f"{prefix}{name}"
-        if is_dropout(child):
-            if name.isdigit() and hasattr(parent, "__setitem__"):  # Sequential / SequentialCell / ModuleList
-                parent[int(name)] = identity()
-            else:
-                setattr(parent, name, identity())
-            replaced.append(path)
+def _zero_dropout_p(original: Callable[..., Any]) -> Callable[..., Any]:
+    """An attention function whose `dropout_p` (5th argument) is always 0."""
+    @functools.wraps(original)
+    def attention_without_dropout(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                                  *args: Any, **kwargs: Any) -> Any:
+        return original(query, key, value, attn_mask, 0.0, *args, **kwargs)
+    return attention_without_dropout
 
 
-def disable_dropout(model: Any) -> list[str]:
-    """Replace every dropout layer of a torch Module or MindSpore Cell by Identity (in place, training mode kept);
-    returns the paths replaced. Functional dropout calls inside forward/construct are not affected."""
+# Functional entry points switched off inside `with disable_dropout(model):`: (module, names, how), per framework.
+# torch's MultiheadAttention calls the patched torch.nn.functional names; mindspore.mint.functional is
+# mindspore.mint.nn.functional. Code that bound a function before the context (`from torch.nn.functional import
+# dropout`) keeps the original.
+_FUNCTIONS: dict[Framework, list[tuple[str, tuple[str, ...], Callable[[Callable[..., Any]], Callable[..., Any]]]]] = {
+    Framework.PYTORCH: [
+        ("torch", ("dropout", "dropout_", "alpha_dropout", "alpha_dropout_", "feature_dropout", "feature_dropout_",
+                   "feature_alpha_dropout", "feature_alpha_dropout_"), _returns_input),
+        ("torch.nn.functional", ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                                 "feature_alpha_dropout"), _returns_input),
+        ("torch.nn.functional", ("scaled_dot_product_attention",), _zero_dropout_p),
+    ],
+    Framework.MINDSPORE: [
+        ("mindspore.ops", ("dropout", "dropout1d", "dropout2d", "dropout3d"), _returns_input),
+        ("mindspore.mint.nn.functional", ("dropout", "dropout2d"), _returns_input),
+    ],
+}
+
+
+def _is_dropout_class(module: Any) -> bool:
+    """Dropout, DropPath, DropBlock, PatchDropout, StochasticDepth, ...: classes whose `p`/`prob` is a drop rate."""
+    name = type(module).__name__.lower()
+    return "drop" in name or "stochasticdepth" in name
+
+
+def _switches(module: Any) -> dict[str, float]:
+    """{attribute: value that switches it off} for every dropout probability the module holds that is on: float
+    attributes named like `*drop*` (dropout, dropout_p, attention_dropout, drop_prob, layerdrop, ...) and, on
+    dropout-like classes, `p`/`prob`; `keep_prob` (MindSpore) where no `p` is set (legacy nn.Dropout, Dropout2d/3d,
+    mindcv DropPath)."""
+    attrs = vars(module)
+    found = {}
+    for attr, value in attrs.items():
+        if not isinstance(value, float):
+            continue
+        if attr == "keep_prob":
+            if 0.0 < value < 1.0 and not isinstance(attrs.get("p"), (int, float)):
+                found[attr] = 1.0
+        elif 0.0 < value <= 1.0 and ("drop" in attr.lower() or (attr in ("p", "prob") and _is_dropout_class(module))):
+            found[attr] = 0.0
+    return found
+
+
+class DisabledDropout(list[str]):
+    """What `disable_dropout` switched off: a list of module paths ("<model>" for the root), with `attributes`
+    ({"path.attribute": original value}) and `functions` (functional entry points patched inside `with`).
+
+    Used as a context manager, functional dropout is off too while inside, and everything is restored on exit."""
+
+    def __init__(self, framework: Framework, saved: list[tuple[str, Any, str, float]]) -> None:
+        super().__init__(dict.fromkeys(path for path, _, _, _ in saved))
+        self.attributes = {f"{path}.{attr}": value for path, _, attr, value in saved}
+        self.functions: list[str] = []
+        self._framework = framework
+        self._saved = [(module, attr, value) for _, module, attr, value in saved]
+
+    def __enter__(self) -> DisabledDropout:
+        for module_name, names, switch_off in _FUNCTIONS[self._framework]:
+            owner = _import(module_name)  # None: an older MindSpore without mint
+            for name in names:
+                if owner is not None and hasattr(owner, name):
+                    self._saved.append((owner, name, getattr(owner, name)))
+                    setattr(owner, name, switch_off(getattr(owner, name)))
+                    self.functions.append(f"{module_name}.{name}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+    def restore(self) -> None:
+        """Put back every original probability (and function, when inside `with`)."""
+        while self._saved:
+            owner, name, value = self._saved.pop()
+            setattr(owner, name, value)
+
+
+def disable_dropout(model: Any) -> DisabledDropout:
+    """Switch off every dropout probability held by the modules of a torch Module or MindSpore Cell (in place,
+    training mode kept: BatchNorm still uses batch statistics); returns what was switched off (a list of module
+    paths). As `with disable_dropout(model):`, functional dropout calls (`F.dropout`, `torch.dropout`,
+    `F.scaled_dot_product_attention(dropout_p=...)`, `ops.dropout`, `mint.nn.functional.dropout`) are no-ops inside,
+    and every setting is restored on exit."""
     torch = sys.modules.get("torch")
     ms = sys.modules.get("mindspore")
-    replaced: list[str] = []
     if torch is not None and isinstance(model, torch.nn.Module):
-        drop = tuple(getattr(torch.nn, n) for n in _TORCH_DROPOUT)
-        for path, module in list(model.named_modules()):
-            _replace_children(module, module.named_children(), lambda m: isinstance(m, drop), torch.nn.Identity,
-                              f"{path}." if path else "", replaced)
-            if isinstance(module, torch.nn.MultiheadAttention) and module.dropout:
-                module.dropout = 0.0
-                replaced.append(path)
+        framework, modules = Framework.PYTORCH, model.named_modules()
     elif ms is not None and isinstance(model, ms.nn.Cell):
-        drop = tuple(getattr(ms.nn, n) for n in _MS_DROPOUT if hasattr(ms.nn, n))
-        for path, cell in list(model.cells_and_names()):
-            _replace_children(cell, cell.name_cells().items(), lambda c: isinstance(c, drop), ms.nn.Identity,
-                              f"{path}." if path else "", replaced)
+        framework, modules = Framework.MINDSPORE, model.cells_and_names()
     else:
         raise AlignerError(f"disable_dropout needs a torch.nn.Module or a mindspore.nn.Cell, "
                            f"got {type(model).__name__}")
-    return replaced
+    saved = []
+    for path, module in list(modules):
+        for attr, off in _switches(module).items():
+            saved.append((path or "<model>", module, attr, getattr(module, attr)))
+            setattr(module, attr, off)
+    return DisabledDropout(framework, saved)
