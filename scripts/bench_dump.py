@@ -1,10 +1,12 @@
-"""Time one training step of the twin CNN (torch and MindSpore) without a dump, with a full dump and stats-only.
+"""Time one training step of a twin model (torch and MindSpore) without a dump, with a full dump and stats-only.
 
-    .venv/bin/python scripts/bench_dump.py [--steps 30] [--batch 32]
+    .venv/bin/python scripts/bench_dump.py [--steps 30] [--batch 32] [--model cnn|block]
 
 Each variant runs the same forward/backward/SGD step; the dump variants open a fresh `aligner.dump` context per step
 (leaf modules, forward + backward + parameter gradients, background writer flushed at every context exit), so the
-time includes everything a user's step waits for. Ratios are against the no-dump baseline of the same run.
+time includes everything a user's step waits for. Ratios are against the no-dump baseline of the same run. The
+"inputs" column is the cost of the default input records (links, and data for inputs computed between calls): the
+full dump against the same dump with inputs=False, in the same run (target: at most 1.10x).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from twin_models import make_twins
 
 import aligner
 
-MODES = ("none", "full", "stats")
+MODES = ("none", "full", "stats", "no_inputs")
 
 
 def torch_step(model, x) -> Callable[[], None]:
@@ -63,7 +65,8 @@ def timed(step: Callable[[], None], model, steps: int, root: Path) -> dict[str, 
             if mode == "none":
                 step()
             else:
-                with aligner.dump(model, root / mode, step=i, stats_only=mode == "stats"):
+                inputs = False if mode == "no_inputs" else None
+                with aligner.dump(model, root / mode, step=i, stats_only=mode == "stats", inputs=inputs):
                     step()
             times[mode].append(time.perf_counter() - start)
     return {mode: statistics.median(t[2:]) for mode, t in times.items()}
@@ -74,26 +77,29 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the writer needs a core)")
+    parser.add_argument("--model", choices=("cnn", "block"), default="cnn", help="twin CNN or transformer block")
     args = parser.parse_args()
     import mindspore as ms
     import torch
 
     torch.set_num_threads(args.threads)
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    x = np.random.default_rng(0).standard_normal((args.batch, 3, 16, 16)).astype(np.float32)
-    print(f"twin CNN, batch {args.batch}, input {x.shape[1:]}, median of {args.steps} interleaved steps, "
+    shape = (3, 16, 16) if args.model == "cnn" else (4, 16)
+    x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
+    print(f"twin {args.model}, batch {args.batch}, input {x.shape[1:]}, median of {args.steps} interleaved steps, "
           f"torch threads {args.threads}")
-    print(f"{'framework':<10} {'no dump':>10} {'full dump':>18} {'stats only':>18} {'MB/step (full)':>15}")
+    print(f"{'framework':<10} {'no dump':>10} {'full dump':>18} {'stats only':>18} {'MB/step (full)':>15} "
+          f"{'inputs':>8}")
     for name, make in (("torch", torch_step), ("mindspore", ms_step)):
-        tnet, mnet = make_twins("cnn")
+        tnet, mnet = make_twins(args.model)
         model = tnet if name == "torch" else mnet
         step = make(model, x)
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
-            base, full, stats = timed(step, model, args.steps, root).values()
+            base, full, stats, no_inputs = timed(step, model, args.steps, root).values()
             mb = sum(f.stat().st_size for f in (root / "full").rglob("*.npy")) / 1e6 / (args.steps + 2)
         print(f"{name:<10} {base * 1e3:>8.2f}ms {full * 1e3:>8.2f}ms ({full / base:4.1f}x) "
-              f"{stats * 1e3:>8.2f}ms ({stats / base:4.1f}x) {mb:>15.2f}")
+              f"{stats * 1e3:>8.2f}ms ({stats / base:4.1f}x) {mb:>15.2f} {full / no_inputs:>7.2f}x")
 
 
 if __name__ == "__main__":

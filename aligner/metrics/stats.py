@@ -23,6 +23,7 @@ def tensor_stats(array: np.ndarray) -> dict[str, Any]:
     vals = a32[finite] if nan or inf else a32.reshape(-1)
     if vals.size == 0:
         return {"min": None, "max": None, "mean": None, "l2": None, "nan": nan, "inf": inf}
+    v64 = vals.astype(np.float64, copy=False)
+    # einsum, not np.dot: BLAS dot wakes its thread pool (2 ms for 24K elements on a busy 2-core machine, 60x this)
     return {"min": float(vals.min()), "max": float(vals.max()), "mean": float(vals.mean(dtype=np.float64)),
-            "l2": float(np.sqrt(np.dot(vals.astype(np.float64, copy=False), vals.astype(np.float64, copy=False)))),
-            "nan": nan, "inf": inf}
+            "l2": float(np.sqrt(np.einsum("i,i->", v64, v64))), "nan": nan, "inf": inf}

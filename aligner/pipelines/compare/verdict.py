@@ -218,7 +218,8 @@ def classify(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Label, str]:
         return Label.INTRODUCED, _computed(rows[i], e_out)
     if i in inputs.untwinned:
         x, rec = rows[inputs.untwinned[i]].pair.ref.record, rows[i].pair.ref.record
-        where = rows[i].pair.a.record.parent if rows[i].pair.a is not None else None
+        other = rows[i].pair.a
+        where = other.record.parent if other is not None else None
         return Label.INTRODUCED, (f"input {rec.index} of {rec.module or '(root)'} (error {e_out:.1e}) is what "
                                   f"{x.module or '(root)'} returned, and {x.module or '(root)'} has no twin on the "
                                   f"other side" + (f" (there, code in the forward of {where or 'the model'} computed "
