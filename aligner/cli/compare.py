@@ -30,7 +30,9 @@ REFERENCES = ("first", "second", "pytorch", "mindspore")
 @click.argument("dumps_b", metavar="DUMPS_B")
 @click.option("--ref", "ref", metavar="SIDE", help="Reference side: first, second, pytorch or mindspore "
               "(default: the PyTorch side when a manifest says so, else DUMPS_B). Relative errors divide by it.")
-@click.option("--map", "map_file", metavar="FILE", help="Mapping YAML renaming DUMPS_A's module paths to DUMPS_B's.")
+@click.option("--map", "map_file", metavar="FILE",
+              help="Mapping YAML (e.g. from `align convert --save-map`): renames between the two sides' module paths "
+                   "and parameter names, applied in whichever direction they fit.")
 @tolerance_options
 @click.option("--bisect", is_flag=True, help="Binary search over execution order reading O(log n) tensor pairs; "
               "assumes divergence persists once it starts.")
