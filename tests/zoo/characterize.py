@@ -60,7 +60,7 @@ def compare(a: Path, b: Path, out: Path) -> dict:
         res = json.loads(out.read_text())
         counts = res.get("counts", {})
         row.update(only_a=counts.get("unmatched_a"), only_b=counts.get("unmatched_b"),
-                   matched=f"{counts.get('name')} name + {counts.get('order')} order")
+                   matched=f"{counts.get('name')} name + {counts.get('content')} content")
         findings = res.get("findings") or []
         if findings:
             f = findings[0]

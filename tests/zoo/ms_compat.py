@@ -34,7 +34,12 @@ def _np_dtype(dtype, default):
 # ---- functional replacements -------------------------------------------------------------------------------
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):
-    return ops.gather(weight, input, 0)
+    out = ops.gather(weight, input, 0)
+    if padding_idx is None:
+        return out
+    # the padding row gets no gradient (torch's and the Ascend kernel's padding_idx): same values, gradient stopped
+    keep = (input != padding_idx).expand_dims(-1)
+    return ops.where(keep, out, ops.stop_gradient(out))
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -174,7 +179,7 @@ MINT = {"linspace": linspace, "addmm": addmm, "baddbmm": baddbmm, "arange": aran
 
 # ---- cell replacements -------------------------------------------------------------------------------------
 def _embedding_construct(self, input):
-    return ops.gather(self.weight, input, 0)
+    return embedding(input, self.weight, getattr(self, "padding_idx", None))
 
 
 def _layer_norm_construct(self, input):
