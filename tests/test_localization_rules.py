@@ -114,7 +114,7 @@ def test_a_wrong_weight_blames_the_module_whose_input_matched(tmp_path):
     tnet, mnet = twins()
     w = mnet.blk.b.weight
     w.set_data(ms.Tensor(w.asnumpy().T.copy()))
-    for result, f in both_orders(*dump_pair(tmp_path, tnet, mnet)):
+    for _, f in both_orders(*dump_pair(tmp_path, tnet, mnet)):
         assert (f.culprit, f.blame) == (Culprit.MODULE, "blk.b")
         assert "its input matched" in f.reason
 

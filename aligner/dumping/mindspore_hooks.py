@@ -15,7 +15,6 @@ from aligner.core.errors import AlignerError
 from aligner.dumping.calls import CallHooks
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session
-from aligner.dumping.tensors import tensors_in
 
 
 def check_pynative() -> None:

@@ -25,7 +25,7 @@ class Options:
     leaves_only: bool = True
     forward: bool = True
     backward: bool = True
-    inputs: bool | None = None  # True: every input's data; None: data of those no record holds, else a link; False: none
+    inputs: bool | None = None  # True: every input's data; None: a link, or data no record holds; False: none
     ops: bool = False           # record every tensor operation inside `scope`'s forward
     scope: str | None = None    # the module path whose forward ops=True zooms into ("" the whole model)
 

@@ -63,7 +63,8 @@ class BackgroundWriter:
         self._thread.start()
 
     def put(self, record: Record, array: np.ndarray | None) -> None:
-        """Queue one tensor (None: a record with no data) (blocks only while the queue is full); raises if an earlier write failed."""
+        """Queue one tensor, or a record with no data (None); blocks only while the queue is full; raises if an earlier
+        write failed."""
         self._raise_if_failed()
         self._queue.put((record, array))
 

@@ -78,14 +78,18 @@ def _culprit(f: Divergence, rows: Sequence[Row]) -> str:
     origin = rows[f.origin]
     if f.culprit is Culprit.PARENT_CODE:
         parent = f.blame or "the model's top-level forward"
-        a = origin.pair.a.record.parent if origin.pair.a is not None else None
-        also = f" ({a} on the first side)" if a is not None and a != f.blame else ""
+        there = origin.pair.a.record.parent if origin.pair.a is not None else None
+        also = f" ({there} on the first side)" if there is not None and there != f.blame else ""
         return (f" At fault: the code in the forward of {parent}{also} between its module calls, not a module"
                 + (f" (source {f.source})" if f.source else "") + ".")
     if f.culprit is Culprit.OP:
-        rec = origin.pair.ref.record
+        rec, a = origin.pair.ref.record, origin.pair.a.record if origin.pair.a is not None else None
+        other = ""
+        if a is not None and a is not rec:
+            other = f"; on the first side {a.type} in the forward of {a.parent or '(root)'}" + \
+                (f" at {a.source}" if a.source else "")
         return f" At fault: the op {rec.type} in the forward of {f.blame or '(root)'}" + \
-            (f" at {f.source}" if f.source else "") + "."
+            (f" at {f.source}" if f.source else "") + other + "."
     if f.culprit is Culprit.MODEL_INPUT:
         return " At fault: the data given to the model (its own input differs), not its code."
     return ""

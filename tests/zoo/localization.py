@@ -380,6 +380,8 @@ class Outcome:
     first: str | None = None       # first divergent record (before the upstream walk)
     exit_code: int | None = None
     disagreements: list[str] = field(default_factory=list)  # other orders / bisect naming something else
+    culprit: str | None = None     # what the verdict blames: module | parent_code | op | model_input
+    zoom: str | None = None        # for parent code: the first divergent op of the op-level zoom-in, with sources
     detail: str = ""
     seconds: float = 0.0
 
@@ -406,7 +408,7 @@ class PairRun:
         return self.work / f"{self._n:02d}_{label}"
 
     # -- dumping -----------------------------------------------------------------------------------------------
-    def dump_torch(self, directory: Path, train: bool = False) -> Path:
+    def dump_torch(self, directory: Path, train: bool = False, **extra: Any) -> Path:
         import torch
 
         import aligner
@@ -415,7 +417,7 @@ class PairRun:
         saved = copy.deepcopy(model.state_dict()) if train else None
         model.train(train)
         try:
-            with aligner.dump(model, directory, progress=SILENT, **self.options), torch.no_grad():
+            with aligner.dump(model, directory, progress=SILENT, **self.options, **extra), torch.no_grad():
                 model(**self.pair.torch_tensors())
         finally:
             model.eval()
@@ -423,7 +425,7 @@ class PairRun:
                 model.load_state_dict(saved)
         return directory
 
-    def dump_ms(self, directory: Path, train: bool = False) -> Path:
+    def dump_ms(self, directory: Path, train: bool = False, **extra: Any) -> Path:
         import mindspore as ms
 
         import aligner
@@ -432,7 +434,7 @@ class PairRun:
         saved = {p.name: p.asnumpy().copy() for p in model.get_parameters()} if train else None
         model.set_train(train)
         try:
-            with aligner.dump(model, directory, progress=SILENT, **self.options):
+            with aligner.dump(model, directory, progress=SILENT, **self.options, **extra):
                 model(**self.pair.ms_tensors())
         finally:
             model.set_train(False)
@@ -463,7 +465,7 @@ def compare(ms_dir: Path, pt_dir: Path):
     return aligner.compare(ms_dir, pt_dir, progress=SILENT)
 
 
-def run_bug(run: PairRun, bug: Bug) -> Outcome:
+def run_bug(run: PairRun, bug: Bug, zoom: bool = True) -> Outcome:
     t0 = time.perf_counter()
     restores: list[Restore] = []
     try:
@@ -490,8 +492,40 @@ def run_bug(run: PairRun, bug: Bug) -> Outcome:
         out.named_ms = row.pair.a.record.module if row.pair.a is not None else None
         out.first = result.module(f.first)
         out.status = "hit" if out.named == bug.expected else "miss"
+        out.culprit = str(f.culprit)
+        if out.status == "hit" and str(f.culprit) == "parent_code" and zoom:
+            out.zoom = zoom_in(run, bug, f.blame, row.pair.a.record.parent if row.pair.a is not None else f.blame)
     out.disagreements = _other_answers(ms_dir, ref, out.named)
     return out
+
+
+def zoom_in(run: PairRun, bug: Bug, scope_pt: str, scope_ms: str) -> str:
+    """The zoom-in the report prints, run: op-level dumps of the blamed module on both sides (bug injected on the
+    MindSpore side), compared; returns the first divergent op with both sides' source lines, in words."""
+    restores: list[Restore] = []
+    try:
+        if bug.variant is not None:
+            restores.append(bug.variant(run.pair))
+        pt_dir = run.dump_torch(run.fresh(f"zoom_pt_{bug.id}"), bug.train, ops=True, scope=scope_pt)
+        restores.append(bug.inject(run.pair))
+        ms_dir = run.dump_ms(run.fresh(f"zoom_ms_{bug.id}"), bug.train, ops=True, scope=scope_ms)
+    finally:
+        for r in reversed(restores):
+            r()
+    result = compare(ms_dir, pt_dir)
+    if not result.verdict.findings:
+        return "no divergent op"
+    f = result.verdict.findings[0]
+    row = result.rows[f.origin]
+    a = row.pair.a.record if row.pair.a is not None else None
+    here = f"{row.pair.ref.record.type} @ {_short(f.source)}"
+    there = f"{a.type} @ {_short(a.source)}" if a is not None else "no twin"
+    return f"{f.culprit}: {here} / {there}"
+
+
+def _short(source: str | None) -> str:
+    """`site-packages/timm/models/vision_transformer.py:123` -> `vision_transformer.py:123`."""
+    return source.rsplit("/", 1)[-1] if source else "?"
 
 
 def _other_answers(ms_dir: Path, pt_dir: Path, named: str | None) -> list[str]:
@@ -582,14 +616,16 @@ def markdown(outcomes: list[Outcome], cleans: dict[str, list]) -> str:
               f"({sum(o.status == 'miss' for o in outcomes)} misses, {sum(o.status == 'error' for o in outcomes)} "
               "errors).", "",
               "| bug | pair | kind | injection | expected (torch path) | result | named origin (torch / MS path) "
-              "| first divergent | exit | `pt ms` and `--bisect` (both orders) |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "| first divergent | exit | `pt ms` and `--bisect` (both orders) "
+              "| zoom-in: first divergent op (torch / MS) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for o in outcomes:
         named = f"`{o.named}` / `{o.named_ms}`" if o.named else "-"
         agree = "same" if not o.disagreements else "; ".join(o.disagreements)
         lines.append(f"| {o.bug.id} | {o.bug.family} | {o.bug.kind} | {o.bug.how} | `{o.bug.expected}` | "
                      f"{o.status}{' (' + o.detail + ')' if o.detail else ''} | {named} | "
                      f"{'`' + o.first + '`' if o.first else '-'} | {o.exit_code if o.exit_code is not None else '-'} "
-                     f"| {agree} |")
+                     f"| {agree} | {o.zoom or '-'} |")
     if cleans:
         false = sum(rc == 1 for rows in cleans.values() for _, rc, _ in rows)
         total = sum(len(rows) for rows in cleans.values())

@@ -2,8 +2,9 @@
 must name the module where it was put (tests/zoo/localization.py holds the catalogue; results in LOCALIZATION.md).
 
 The catalogue's current hits are asserted (with `compare pt ms` and `--bisect` in both orders blaming the same
-module), and README.md must show the catalogue's table; its current misses are strict xfails (reason: what aligner lacks), so a
-fix that turns a miss into a hit fails here until the catalogue (`Bug.now`) and LOCALIZATION.md are updated. An
+module, and for code in a parent's forward the op-level zoom-in naming an op), and README.md must show the
+catalogue's table; its current misses are strict xfails (reason: what aligner lacks), so a fix that turns a miss
+into a hit fails here until the catalogue (`Bug.now`) and LOCALIZATION.md are updated. An
 injection or dump that raises is a real failure, not an xfail. Also: each clean pair compared in both argument
 orders must not diverge.
 

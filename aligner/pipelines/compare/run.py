@@ -23,7 +23,6 @@ from aligner.pipelines.compare.sources import Source, read_source
 from aligner.pipelines.compare.verdict import bisect as bisect_rows
 from aligner.pipelines.compare.verdict import judge
 
-
 # A training-mode forward through BatchNorm normalises by batch statistics, reductions whose summation order differs
 # between the frameworks; dividing by them amplifies rounding. Measured on the clean timm/mindcv ResNet-50 pair
 # (batch 2, 64x64, tests/zoo/cnn.py): relative L2 error up to 7.3e-6 and max abs error 5.9e-5 (values up to 2.1) by

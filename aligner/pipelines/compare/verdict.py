@@ -264,6 +264,10 @@ def _between(before: Row, row: Row, e_in: float, e_out: float) -> str:
 def _computed(row: Row, e_out: float) -> str:
     """Why an input computed between calls is where the numbers part."""
     rec = row.pair.ref.record
+    if rec.kind == "op":
+        at = f" at {rec.source}" if rec.source else ""
+        return (f"input {rec.index} of the op {rec.type}{at} (error {e_out:.1e}) was returned by no recorded op: a "
+                f"parameter, buffer or constant it reads, or code between the ops; every record before it matched")
     if rec.parent is None:
         return f"the model's own input {rec.index} differs (error {e_out:.1e}): the two sides were given different data"
     where = f"the forward of {rec.parent}" if rec.parent else "the model's top-level forward"
@@ -277,6 +281,8 @@ def blame(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Culprit, str, str 
     if i in inputs.untwinned:
         return Culprit.MODULE, rows[inputs.untwinned[i]].pair.ref.record.module, None
     if i in inputs.computed:
+        if rec.kind == "op":
+            return Culprit.OP, rec.parent or "", rec.source
         if rec.parent is None:
             return Culprit.MODEL_INPUT, "", None
         return Culprit.PARENT_CODE, rec.parent, rec.source
