@@ -7,8 +7,25 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from aligner.cli import main
+
+# Fuzz budgets: `make test` runs the bounded one; `pytest --fuzz-long` (or ALIGNER_FUZZ=long) the long one. Fuzz tests
+# take their example count from the active profile (`@settings()` without max_examples).
+settings.register_profile("bounded", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("long", max_examples=3000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fuzz-long", action="store_true", help="run the fuzz tests with the long example budget")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    long = config.getoption("--fuzz-long") or os.environ.get("ALIGNER_FUZZ") == "long"
+    settings.load_profile("long" if long else "bounded")
 
 
 def run_align(*args: object, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:

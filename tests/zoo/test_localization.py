@@ -77,6 +77,8 @@ def test_compare_names_the_bug(pair_runs, bug):
     assert outcome.named == bug.expected, (f"{bug.id}: named {outcome.named!r} (MindSpore {outcome.named_ms!r}), "
                                            f"expected {bug.expected!r}")
     assert not outcome.disagreements, f"{bug.id}: the other argument order or --bisect blames another module"
+    if outcome.culprit == "parent_code":  # code in the parent's forward: the zoom-in must name the op
+        assert outcome.zoom and outcome.zoom.startswith("op: "), f"{bug.id}: zoom-in gave {outcome.zoom!r}"
 
 
 def test_readme_shows_the_catalogues_table():
