@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from aligner.pipelines.compare.run import run_compare
+from aligner.pipelines.compare.run import compare
+from aligner.render.compare import write_json
 
 
 def write_pairs(root: Path, pairs: int, numel: int) -> int:
@@ -56,7 +57,9 @@ def aligner_run(root: Path, bisect: bool = False, workers: int | None = None) ->
     out = root / ("bisect.json" if bisect else "result.json")
     out.unlink(missing_ok=True)
     with contextlib.redirect_stdout(io.StringIO()):
-        run_compare(str(root / "a"), str(root / "b"), json_out=str(out), bisect=bisect, workers=workers)
+        result = compare(str(root / "a"), str(root / "b"), bisect=bisect, workers=workers)
+        with open(out, "w", encoding="utf-8") as fh:  # the JSON report, as `align compare --json` writes it
+            write_json(result, fh)
     return json.loads(out.read_text())
 
 

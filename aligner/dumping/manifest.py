@@ -77,15 +77,35 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Record":
-        fields = {f.name for f in dataclasses.fields(cls)}
+        """A record from one parsed manifest line; a missing field or a field of the wrong type is a ValueError
+        (the reader skips that line and reports it)."""
         missing = {"seq", "module", "kind", "dtype", "shape"} - data.keys()
         if missing:
             raise ValueError(f"missing field(s) {', '.join(sorted(missing))}")
-        rec = cls(**{k: v for k, v in data.items() if k in fields} | {
-            "type": data.get("type", ""), "io": data.get("io", "output"), "index": data.get("index", 0)})
+        values = {"type": "", "io": "output", "index": 0} | {k: v for k, v in data.items() if k in _FIELD_TYPES}
+        for name, value in values.items():
+            allowed = _FIELD_TYPES[name]
+            if isinstance(value, bool) or not isinstance(value, allowed):
+                if not (value is None and type(None) in allowed):
+                    raise ValueError(f"field {name!r} is {type(value).__name__}, expected "
+                                     f"{' or '.join(t.__name__ for t in allowed if t is not type(None))}")
+        shape = values["shape"]
+        if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape):
+            raise ValueError(f"field 'shape' must list non-negative integers, got {shape!r}"[:200])
+        stats = values.get("stats")
+        if stats is not None and any(not isinstance(v, (int, float, type(None))) or isinstance(v, bool)
+                                     for v in stats.values()):
+            raise ValueError("field 'stats' must map names to numbers")
+        rec = cls(**values)
         rec.dtype = canonical(rec.dtype)
-        rec.shape = [int(s) for s in rec.shape]
         return rec
+
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "seq": (int,), "module": (str,), "type": (str,), "kind": (str,), "io": (str,), "index": (int,), "dtype": (str,),
+    "shape": (list,), "step": (int,), "stats": (dict, type(None)), "file": (str, type(None)),
+    "call": (int, type(None)), "parent": (str, type(None)), "same_as": (int, type(None)),
+    "source": (str, type(None))}
 
 
 def write_header(path: str | os.PathLike, framework: str, framework_version: str, mode: str,

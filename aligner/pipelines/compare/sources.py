@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import mmap
 import re
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -20,11 +19,10 @@ from aligner.core.dtypes import canonical, to_numpy, to_storable
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.dumping import manifest
-from aligner.io.base import drop_pages, populate_pages
 from aligner.metrics.measure import flat_chunks
 
 _GRAD_TOKENS = {"backward", "grad", "grads", "gradient"}
-_READ_BLOCK = 1 << 20  # bytes: files up to this size are read in one call, larger ones mapped a block at a time
+_READ_BLOCK = 1 << 20  # bytes: files up to this size are read in one call, larger ones a block at a time
 
 
 class TensorError(ValueError):
@@ -119,8 +117,8 @@ def read_npy_header(path: Path) -> NpyHeader:
 
 @dataclasses.dataclass
 class NpyStream:
-    """A .npy file read in flat C-order chunks (an `ArrayStream`): small files in one read, large ones as views on
-    a memory map."""
+    """A .npy file read in flat C-order chunks (an `ArrayStream`): small files in one read, large ones a block at a
+    time into one reused buffer."""
 
     path: Path
     header: NpyHeader
@@ -136,13 +134,16 @@ class NpyStream:
     def chunks(self, size: int) -> Iterator[np.ndarray]:
         stored = self.header.dtype
         total = math.prod(self.header.shape)
-        if self.header.fortran_order and len(self.header.shape) > 1:
-            array = np.load(self.path, mmap_mode="r", allow_pickle=False)
+        if self.header.fortran_order and len(self.header.shape) > 1:  # rare (not np.save's default): read whole
+            try:
+                array = np.load(self.path, allow_pickle=False)
+            except ValueError as exc:  # cut short since its header was read
+                raise TensorError(f"{self.path.name}: truncated while being compared") from exc
             yield from flat_chunks(self._view(array), size)
             return
         if total == 0:
             return
-        if total * stored.itemsize <= _READ_BLOCK:  # small: one read() costs less than mapping and unmapping pages
+        if total * stored.itemsize <= _READ_BLOCK:  # small: one read()
             data = np.empty(total, stored)
             with open(self.path, "rb", buffering=0) as fh:
                 fh.seek(self.header.data_offset)
@@ -150,19 +151,18 @@ class NpyStream:
                     raise TensorError(f"{self.path.name}: truncated while being compared")
             yield from (self._view(data[start:start + size]) for start in range(0, total, size))
             return
-        with open(self.path, "rb") as fh:
-            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        if len(mapped) < self.header.data_offset + total * stored.itemsize:  # cut short since its header was read
-            raise TensorError(f"{self.path.name}: truncated while being compared")
-        # zero-copy views on the page cache; each block's pages are dropped once read so memory stays flat
+        # large: read a block at a time into one buffer with readinto, so memory stays at one block (never a memory
+        # map: a file truncated while it is read would raise SIGBUS inside a numpy copy, which Python cannot catch)
         block = max(size, _READ_BLOCK // stored.itemsize // size * size)
-        data = np.frombuffer(mapped, stored, count=total, offset=self.header.data_offset)
-        for begin in range(0, total, block):
-            part = data[begin:begin + block]
-            populate_pages(part)
-            for start in range(0, len(part), size):
-                yield self._view(part[start:start + size])
-            drop_pages(part)
+        buffer = np.empty(min(block, total), stored)
+        with open(self.path, "rb", buffering=0) as fh:
+            fh.seek(self.header.data_offset)
+            for begin in range(0, total, block):
+                part = buffer[:min(block, total - begin)]
+                if fh.readinto(part.data) != part.nbytes:
+                    raise TensorError(f"{self.path.name}: truncated while being compared")
+                for start in range(0, len(part), size):
+                    yield self._view(part[start:start + size])
 
 
 def open_tensor(item: Item) -> NpyStream:
@@ -208,7 +208,32 @@ def _plain_item(path: Path, seq: int) -> Item:
 
 def _read_plain(root: Path) -> Source:
     files = sorted((p for p in root.iterdir() if p.suffix == ".npy" and p.is_file()), key=lambda p: _number_key(p.name))
-    return Source(root, Framework.NUMPY, "npy", [_plain_item(p, i) for i, p in enumerate(files)], [])
+    items = []
+    for i, p in enumerate(files):
+        confined, why = _confined(root, p.name)
+        if confined is None:
+            items.append(Item(manifest.Record(seq=i, module=p.name[:-4], type="", kind="forward", io="output",
+                                              index=0, dtype="", shape=[]), error=why))
+        else:
+            items.append(_plain_item(p, i))
+    return Source(root, Framework.NUMPY, "npy", items, [])
+
+
+def _confined(root: Path, name: str) -> tuple[Path | None, str | None]:
+    """(path, None) for a manifest's tensor file inside the dump directory, else (None, why): a manifest names only
+    files under its own directory (no absolute path, no `..`, no symlink leading out), so a hostile one cannot make
+    compare read, and leak into its report, a file the user did not name."""
+    candidate = Path(name)
+    if candidate.is_absolute() or ".." in candidate.parts:
+        return None, f"manifest names a file outside the dump directory ({name!r}): refused"
+    path = root / candidate
+    try:
+        inside = path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        inside = False
+    if not inside:
+        return None, f"{name!r} is a link leading outside the dump directory: refused"
+    return path, None
 
 
 def _resolve(item: Item, by_seq: dict[int, Item]) -> None:
@@ -240,7 +265,9 @@ def _read_dump(root: Path) -> Source:
             elif entry.kind not in manifest.KINDS:
                 problems.append(f"{manifest.MANIFEST} line {lineno}: unknown kind {entry.kind!r}")
             else:
-                item = Item(entry, root / entry.file if entry.file else None)
+                item = Item(entry)
+                if entry.file:
+                    item.path, item.error = _confined(root, entry.file)
                 if entry.same_as is not None:
                     _resolve(item, by_seq)
                 by_seq[entry.seq] = item
