@@ -82,7 +82,8 @@ class Record:
         missing = {"seq", "module", "kind", "dtype", "shape"} - data.keys()
         if missing:
             raise ValueError(f"missing field(s) {', '.join(sorted(missing))}")
-        values = {"type": "", "io": "output", "index": 0} | {k: v for k, v in data.items() if k in _FIELD_TYPES}
+        values: dict[str, Any] = {"type": "", "io": "output", "index": 0} | {
+            k: v for k, v in data.items() if k in _FIELD_TYPES}
         for name, value in values.items():
             allowed = _FIELD_TYPES[name]
             if isinstance(value, bool) or not isinstance(value, allowed):
