@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import mindspore as ms
@@ -284,17 +286,17 @@ def test_refuses_bad_input(tmp_path):
 
 
 def test_overwrite_replaces_a_previous_dump_from_another_process(tmp_path):
-    net = torch.nn.Linear(2, 2)
     target = tmp_path / "old"
-    target.mkdir()
-    (target / MANIFEST).write_text("{}\n")
-    (target / "tensors").mkdir()
-    (target / "tensors" / "stale.npy").write_bytes(b"")
+    code = ("import torch, aligner; net = torch.nn.Linear(2, 2)\n"
+            f"with aligner.dump(net, {str(target)!r}):\n    net(torch.ones(3, 2)).sum().backward()")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=120)
+    old_files = set(os.listdir(target / "tensors"))
+    net = torch.nn.Linear(2, 2)
     with aligner.dump(net, target, overwrite=True, backward=False, inputs=False):
         net(torch.ones(1, 2))
     header, recs = read(target)
     assert header["format"] == "aligner-dump" and len(recs) == 1
-    assert not (target / "tensors" / "stale.npy").exists()
+    assert not old_files & set(os.listdir(target / "tensors"))  # every file the old dump wrote is gone
 
 
 def test_mindspore_graph_mode_is_refused(tmp_path):

@@ -139,16 +139,21 @@ class Session:
         self.emit(name, "probe", "probe", "output", index, tensor, parent=self.parent())
 
 
-_active: Session | None = None
+class _Active(threading.local):
+    """The active session of each thread: two threads dumping two models keep their probes apart."""
+
+    session: Session | None = None
+
+
+_active = _Active()
 
 
 def active() -> Session | None:
-    """The session `aligner.save` writes to, or None outside a dump context."""
-    return _active
+    """The session `aligner.save` writes to in this thread, or None outside a dump context."""
+    return _active.session
 
 
 def activate(session: Session | None) -> Session | None:
-    """Make `session` the active one and return the previous one (to restore on exit)."""
-    global _active
-    previous, _active = _active, session
+    """Make `session` this thread's active one and return the previous one (to restore on exit)."""
+    previous, _active.session = _active.session, session
     return previous
