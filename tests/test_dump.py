@@ -324,3 +324,21 @@ def test_backward_after_the_context_is_not_recorded(tmp_path):
     out.sum().backward()  # the hooks' session is closed: no crash, no record
     assert [r.kind for r in read(tmp_path / "d")[1]] == ["forward"]
     assert json.loads((tmp_path / "d" / MANIFEST).read_text().splitlines()[0])["framework_version"] == torch.__version__
+
+
+def test_mindspore_jit_construct_is_refused_in_one_line(tmp_path):
+    class Jitted(ms.nn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dense = ms.nn.Dense(4, 4)
+
+        @ms.jit
+        def construct(self, x):
+            return self.dense(x)
+
+    net = Jitted()
+    with pytest.raises(AlignerError, match=r"construct of the model \(Jitted\) is compiled by @mindspore.jit") as info:
+        with aligner.dump(net, tmp_path / "d"):
+            net(ms.Tensor(np.ones((2, 4), np.float32)))
+    assert len(str(info.value).splitlines()) == 1
+    assert not net._forward_pre_hook and not net.dense._forward_hook  # nothing left registered

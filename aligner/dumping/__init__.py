@@ -26,12 +26,18 @@ from aligner.dumping.writer import BackgroundWriter, MemorySink
 __all__ = ["dump", "save", "DumpContext", "MemoryCapture"]
 
 
-def _install(framework: str, model: Any, session: Session, opts: Options) -> list[Any]:
+def _install(framework: str, model: Any, session: Session, opts: Options, handles: list[Any]) -> None:
+    """Register the hooks into `handles` as they are made, so a failure part-way removes the ones already there."""
     if framework == Framework.MINDSPORE:
         from aligner.dumping import mindspore_hooks as hooks
+        from aligner.dumping import ops_mindspore as op_hooks
     else:
+        from aligner.dumping import ops_torch as op_hooks  # type: ignore[no-redef]
         from aligner.dumping import torch_hooks as hooks  # type: ignore[no-redef]
-    return hooks.install(model, session, opts)
+    # ops=True: op hooks first, so that a bad scope raises before any module hook exists
+    if opts.ops:
+        handles.extend(op_hooks.install(model, session, opts))
+    hooks.install(model, session, opts, handles)
 
 
 class DumpContext:
@@ -63,7 +69,7 @@ class DumpContext:
         self.session = Session(sink, self.step, first_seq)
         try:
             if self.framework is not None:
-                self._handles = _install(self.framework, self.model, self.session, self.opts)
+                _install(self.framework, self.model, self.session, self.opts, self._handles)
         except BaseException:
             self._remove_hooks()
             sink.close()

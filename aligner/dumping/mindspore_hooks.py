@@ -17,6 +17,16 @@ from aligner.dumping.options import Options
 from aligner.dumping.session import Session
 
 
+def check_eager(model: ms.nn.Cell) -> None:
+    """Refuse a model with a @mindspore.jit construct: it runs compiled as a graph, where no hook or op runs one by
+    one (the hooks would be traced into the graph and fail there)."""
+    for path, cell in model.cells_and_names():
+        if getattr(getattr(cell, "construct", None), "__wrapped_by_jit__", False):
+            raise AlignerError(f"aligner.dump records what MindSpore PyNative mode runs, but the construct of "
+                               f"{path or 'the model'} ({type(cell).__name__}) is compiled by @mindspore.jit; "
+                               "remove @jit while dumping to run it in PyNative mode")
+
+
 def check_pynative() -> None:
     """Refuse GRAPH_MODE, where Cell hooks never run."""
     if ms.get_context("mode") != ms.PYNATIVE_MODE:
@@ -51,10 +61,10 @@ def _buffers(cell: ms.nn.Cell) -> list[tuple[str, Any]]:
             if isinstance(t := getattr(cell, name, None), ms.Tensor)]
 
 
-def install(model: ms.nn.Cell, session: Session, opts: Options) -> list[Any]:
-    """Register every hook the options ask for; returns the handles to remove on exit."""
+def install(model: ms.nn.Cell, session: Session, opts: Options, handles: list[Any]) -> None:
+    """Register every hook the options ask for, appending each handle to `handles` as it is made."""
     check_pynative()
-    handles: list[Any] = []
+    check_eager(model)
     for path, cell in model.cells_and_names():  # every cell: the call stack; selected ones also record
         is_leaf = next(iter(cell.cells()), None) is None
         hooks = _CellHooks(path, cell, session, opts, is_leaf)
@@ -66,7 +76,6 @@ def install(model: ms.nn.Cell, session: Session, opts: Options) -> list[Any]:
         for name, param in model.parameters_and_names():
             if param.requires_grad and opts.selects_name(name):
                 handles.append(param.register_hook(functools.partial(_param_grad, session, name)))
-    return handles
 
 
 def _param_grad(session: Session, name: str, grad: ms.Tensor) -> None:

@@ -111,9 +111,8 @@ def _hook_inplace(original: torch.Tensor, emit: Callable[[torch.Tensor | None], 
     node.register_hook(hook)
 
 
-def install(model: torch.nn.Module, session: Session, opts: Options) -> list[Any]:
-    """Register every hook the options ask for; returns the handles to remove on exit."""
-    handles: list[Any] = []
+def install(model: torch.nn.Module, session: Session, opts: Options, handles: list[Any]) -> None:
+    """Register every hook the options ask for, appending each handle to `handles` as it is made."""
     for path, module in model.named_modules():  # every module: the call stack; selected ones also record
         hooks = _ModuleHooks(path, module, session, opts, next(module.children(), None) is None)
         handles.append(module.register_forward_pre_hook(hooks.pre, with_kwargs=True))
@@ -122,7 +121,6 @@ def install(model: torch.nn.Module, session: Session, opts: Options) -> list[Any
         for name, param in model.named_parameters():
             if param.requires_grad and opts.selects_name(name):
                 handles.append(param.register_hook(functools.partial(_param_grad, session, name)))
-    return handles
 
 
 def _param_grad(session: Session, name: str, grad: torch.Tensor) -> None:

@@ -1,0 +1,25 @@
+"""Pairing the op records of op-level dumps (`aligner.dump(ops=True)`) across frameworks.
+
+Op records are never paired by name and occurrence: two faithful implementations often order the same arithmetic
+differently (timm scales q before `q @ k^T`, mindcv scales the product after its BatchMatMul), so "the nth matmul"
+on each side can hold different numbers without any bug, and a forced pair would report a divergence that is not
+there. Instead, op records are aligned in the gaps between the module records (which do pair by name) by the
+content/shape sequence alignment of `matching`, where agreeing content weighs most and the same canonical op
+(mappings/ops_torch_mindspore.yaml: `Tensor.matmul` is `ops.BatchMatMul`) counts as the same module type does.
+"""
+from __future__ import annotations
+
+from aligner.dumping.manifest import Record
+from aligner.mapping.ops import canonical_op
+
+OP_KIND = "op"
+
+
+def is_op(record: Record) -> bool:
+    """Whether a record is one op call's input or output (kind "op")."""
+    return record.kind == OP_KIND
+
+
+def op_type(record: Record) -> str:
+    """The canonical op of an op record ("ops.BatchMatMul" and "Tensor.matmul" are both "matmul")."""
+    return canonical_op(record.type)
