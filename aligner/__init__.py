@@ -18,6 +18,7 @@ _API = {
     "inspect_model": "aligner.pipelines.inspect",
     "dump": "aligner.api",
     "compare": "aligner.api",
+    "audit": "aligner.api",
     "save": "aligner.dumping",
 }
 

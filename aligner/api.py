@@ -12,6 +12,7 @@ from typing import Any
 from aligner.core.progress import Progress
 from aligner.dumping import DumpContext
 from aligner.dumping import dump as _dump
+from aligner.pipelines.audit import audit as audit
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.run import compare as _compare
 from aligner.render.progress import terminal_progress
@@ -29,4 +30,4 @@ def compare(dumps_a: str | os.PathLike, dumps_b: str | os.PathLike, *, progress:
     return _compare(str(dumps_a), str(dumps_b), progress=progress or terminal_progress(), **options)
 
 
-__all__ = ["dump", "compare"]
+__all__ = ["dump", "compare", "audit"]

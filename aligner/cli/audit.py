@@ -1,0 +1,100 @@
+"""`align audit MAKE_TORCH MAKE_MS`: find the settings whose defaults differ between a model and its port."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from aligner.cli.options import check_outputs, json_option
+from aligner.core.errors import AlignerError
+from aligner.io.factory import build, load_example_inputs
+from aligner.pipelines.audit import audit, example_from_shape
+from aligner.render.audit import print_audit, print_source, write_audit_json
+from aligner.render.console import make_console
+
+try:  # the source audit (`--source`) is a separate module, absent in builds without it
+    from aligner.pipelines.audit import source as _source
+except ImportError:
+    _source = None  # type: ignore[assignment]
+
+REFERENCES = ("first", "second", "pytorch", "mindspore")
+
+_HELP_EPILOG = """\b
+Each factory is MODULE:CALLABLE or FILE.py:CALLABLE, called with no arguments (the current directory on sys.path),
+returning a torch.nn.Module or mindspore.nn.Cell, or a (model, optimizer) pair; one of each framework, in any order.
+Rules: mappings/audit_layers.yaml (layer settings), mappings/audit_init.yaml (initialisation laws).
+\b
+Exit codes: 0 no error finding (warnings and info do not fail); 1 an error finding (the forward numbers differ) not
+in --baseline; 2 bad input (factory import failure, wrong type, two models of one framework, an input the model
+rejects)."""
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise AlignerError(f"--input-shape {text!r}: expected comma-separated integers such as 1,3,224,224") from None
+    if not shape or any(d <= 0 for d in shape):
+        raise AlignerError(f"--input-shape {text!r}: every dimension must be positive")
+    return shape
+
+
+def run_source(path: str) -> int:
+    """`--source PATH`: the source audit's findings, printed; its exit code."""
+    if _source is None:
+        raise AlignerError("--source: the source audit is not available in this build")
+    report = _source.audit_source(path)
+    print_source(report, make_console())
+    return int(report.exit_code)
+
+
+@click.command("audit", epilog=_HELP_EPILOG)
+@click.argument("factory_a", metavar="MAKE_TORCH", required=False)
+@click.argument("factory_b", metavar="MAKE_MS", required=False)
+@click.option("--input-shape", "input_shape", metavar="1,3,224,224",
+              help="Run both models on a float32 standard-normal input of this shape (padding is then computed for "
+                   "the actual sizes).")
+@click.option("--input", "input_file", metavar="FILE.npy|FILE.npz",
+              help="Run both models on these arrays (stored dtypes kept; an .npz gives named keyword inputs).")
+@click.option("--ref", "ref", metavar="SIDE", help="Reference side: first, second, pytorch or mindspore (default "
+              "pytorch); fixes are for the other side.")
+@click.option("--baseline", metavar="FILE", help="Accepted findings (an earlier --json report, or a list of "
+              "{rule, where, attribute}): they are shown but do not fail.")
+@click.option("--source", "source", metavar="PATH", help="Scan MindSpore source (a file or directory) for calls "
+              "relying on a default that differs from torch, instead of auditing two models.")
+@json_option
+@click.option("--force", is_flag=True, help="Overwrite an existing --json file.")
+def command(factory_a: str | None, factory_b: str | None, input_shape: str | None, input_file: str | None,
+            ref: str | None, baseline: str | None, source: str | None, json_out: str | None, force: bool) -> int:
+    """Audit a PyTorch model against its MindSpore port for silent API differences, before any tensor is compared.
+
+    \b
+    Examples:
+      align audit models.py:make_torch models.py:make_ms --input-shape 1,3,224,224
+      align audit pkg.models:torch_net pkg.models:ms_net --input batch.npz --json audit.json
+      align audit pkg.models:torch_net pkg.models:ms_net --baseline accepted.json
+    """
+    if source is not None:
+        return run_source(source)
+    if factory_a is None or factory_b is None:
+        raise AlignerError("give two factories (MAKE_TORCH MAKE_MS), or --source PATH")
+    if input_shape and input_file:
+        raise AlignerError("give --input-shape or --input, not both")
+    if ref is not None and ref not in REFERENCES:
+        raise AlignerError(f"--ref must be one of {', '.join(REFERENCES)}, got {ref!r}")
+    if baseline is not None and not Path(baseline).is_file():
+        raise AlignerError(f"--baseline {baseline}: no such file")
+    check_outputs(force, json=json_out)
+    inputs: Any = None
+    if input_shape:
+        inputs = example_from_shape(_shape(input_shape))
+    elif input_file:
+        inputs = load_example_inputs(input_file)
+    built_a, built_b = build(factory_a), build(factory_b)
+    report = audit(built_a.model, built_b.model, example_inputs=inputs, ref=ref, baseline=baseline)
+    if json_out != "-":
+        print_audit(report, make_console())
+    if json_out:
+        write_audit_json(report, json_out)
+    return int(report.exit_code)

@@ -1,0 +1,113 @@
+"""Name the law a freshly initialised parameter was drawn from, and decide whether two sides' laws differ beyond
+sampling error.
+
+The family comes from the sample's shape: every |x| <= sqrt(3) std for a uniform draw, while a normal draw of 30 or more
+values reaches past 1.9 std almost surely; the scale is then matched to the named laws of mappings/audit_init.yaml
+within the sampling tolerance (5 standard errors of the sample std, which is std / sqrt(2n) for a normal draw and less
+for a uniform one), else reported as a free law (normal(0, 0.02)).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import yaml
+
+from aligner.core.frameworks import Framework
+
+LAWS_FILE = "audit_init.yaml"
+Z = 5.0                 # standard errors: a sampling tolerance with negligible false alarms over thousands of tensors
+MIN_FAMILY = 30         # fewer values: no family is named, only the moments compared
+UNIFORM_RATIO = 1.9     # max|x| / std below this: uniform
+MIN_COMPARE_FAMILY = 256   # two sides' families are compared only from this many values (a 32-value uniform draw
+                           # can reach 1.9 sample stds); below it only the moments are
+
+
+@functools.cache
+def _laws() -> dict[str, Any]:
+    return yaml.safe_load(resources.files("aligner.mappings").joinpath(LAWS_FILE).read_text(encoding="utf-8"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Law:
+    """A fitted law: its name and family, the sample's moments and bounds, and how to write it on each side."""
+
+    name: str
+    family: str                       # uniform, normal, constant, unknown
+    n: int
+    mean: float
+    std: float
+    low: float
+    high: float
+    lines: dict[str, str]             # framework -> initializer line template ({param}, {shape})
+
+    def describe(self) -> str:
+        return f"{self.name}, std {self.std:.3g}" if self.family != "constant" else self.name
+
+
+def fans(shape: tuple[int, ...], weight_shape: tuple[int, ...] | None = None) -> tuple[int, int]:
+    """PyTorch's (fan_in, fan_out); a 1-D tensor (a bias) takes its module's weight's fan_in."""
+    ref = weight_shape if len(shape) < 2 and weight_shape is not None and len(weight_shape) >= 2 else shape
+    if len(ref) < 2:
+        return max(ref[0] if ref else 1, 1), max(ref[0] if ref else 1, 1)
+    receptive = int(np.prod(ref[2:], dtype=np.int64)) if len(ref) > 2 else 1
+    return ref[1] * receptive, ref[0] * receptive
+
+
+def _short(x: float, n: int = 0) -> str:
+    """x with one significant digit when that is within sampling error (0.01 for a drawn 0.0099), else two."""
+    one = float(f"{x:.1g}")
+    return f"{one:g}" if n and abs(one - x) <= Z * x / math.sqrt(2 * n) else f"{x:.2g}"
+
+
+def fit(values: np.ndarray, weight_shape: tuple[int, ...] | None = None) -> Law:
+    """The law `values` (a parameter as freshly built) follows, named where one of the table's laws fits."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    n = x.size
+    mean, std = (float(x.mean()), float(x.std())) if n else (0.0, 0.0)
+    low, high = (float(x.min()), float(x.max())) if n else (0.0, 0.0)
+    table = _laws()
+    if n and std == 0.0:
+        free = table["free"]["constant"]
+        value = _short(mean) if mean not in (0.0, 1.0) else str(int(mean))
+        name = {"0": "zeros", "1": "ones"}.get(value, free["name"].format(value=value))
+        return Law(name, "constant", n, mean, std, low, high, _lines(free, value))
+    if n < MIN_FAMILY:
+        return Law(f"mean {mean:.3g}", "unknown", n, mean, std, low, high, {})
+    family = "uniform" if max(abs(low), abs(high)) / std < UNIFORM_RATIO else "normal"
+    fan_in, fan_out = fans(values.shape, weight_shape)
+    tol = Z / math.sqrt(2 * n)
+    if abs(mean) <= Z * std / math.sqrt(n):
+        for law in table["scaled"]:
+            if law["family"] != family:
+                continue
+            scale = math.sqrt(law["numerator"] / (fan_in if law["fan"] == "in" else fan_in + fan_out))
+            expected = scale / math.sqrt(3) if family == "uniform" else scale
+            if abs(std - expected) <= tol * expected:
+                return Law(law["name"], family, n, mean, std, low, high, _lines(law, None))
+    free = table["free"][family]
+    value = _short(std * math.sqrt(3), n) if family == "uniform" else _short(std, n)
+    name = free["name"].format(value=value) + (f" + {mean:.2g}" if abs(mean) > Z * std / math.sqrt(n) else "")
+    return Law(name, family, n, mean, std, low, high, _lines(free, value))
+
+
+def _lines(entry: dict[str, Any], value: str | None) -> dict[str, str]:
+    return {fw.value: entry[fw.value].replace("{value}", value or "") for fw in (Framework.PYTORCH,
+                                                                                 Framework.MINDSPORE)}
+
+
+def differ(a: Law, b: Law) -> bool:
+    """Whether two sides' laws differ beyond sampling error: another family, scale or mean."""
+    if "constant" in (a.family, b.family):
+        return a.family != b.family or not math.isclose(a.mean, b.mean, rel_tol=1e-6, abs_tol=1e-12)
+    if a.family != b.family and "unknown" not in (a.family, b.family) and min(a.n, b.n) >= MIN_COMPARE_FAMILY:
+        return True
+    scale = max(a.std, b.std)
+    na, nb = max(a.n, 1), max(b.n, 1)
+    if abs(a.std - b.std) > Z * scale * math.sqrt(1 / (2 * na) + 1 / (2 * nb)):
+        return True
+    return abs(a.mean - b.mean) > Z * scale * math.sqrt(1 / na + 1 / nb)

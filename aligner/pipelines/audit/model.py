@@ -1,0 +1,338 @@
+"""`aligner.audit(model_a, model_b)`: compare a PyTorch model and its MindSpore port layer by layer, before any tensor
+is compared, for the settings whose defaults or conventions differ between the frameworks (mappings/audit_layers.yaml),
+the compute precision, and the laws the fresh weights were drawn from (mappings/audit_init.yaml).
+
+Severity: error = changes the forward numbers (for the example input when one is given); warning = changes training
+only (momentum, dropout, init, a dropout's mode), or depends on an input size that was not given; info. Each finding
+carries the fix for the migrated side (MindSpore unless `ref` names it as the reference).
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from aligner.core.errors import AlignerError
+from aligner.core.findings import Finding, Severity
+from aligner.core.frameworks import Framework
+from aligner.io.factory import model_framework
+from aligner.pipelines.audit import initlaw
+from aligner.pipelines.audit.layers import Layer, collect, trace
+from aligner.pipelines.audit.pairing import LayerPair, pair_layers
+from aligner.pipelines.audit.report import AuditReport, PairRecord, Unpaired, apply_baseline, load_baseline
+from aligner.pipelines.audit.rules import Rule, RuleBook, load_rulebook
+from aligner.pipelines.audit.windows import Geometry, geometry, spatial_rank
+
+PT, MS = Framework.PYTORCH, Framework.MINDSPORE
+SAMPLE_SIZES = tuple(range(16, 32))   # input sizes tried when none is given: every residue of strides up to 4
+NAMES = {PT: "torch", MS: "MindSpore"}
+
+
+def _lit(value: Any) -> str:
+    """A value as it is written in code (0.1, not 0.09999999999999998)."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, tuple) and len(value) == 1:
+        return _lit(value[0])
+    return repr(value)
+
+
+def short_class(base: str) -> str:
+    """nn.MaxPool2d / mint.nn.GELU from a framework class's qualified name."""
+    name = base.rpartition(".")[2]
+    return f"mint.nn.{name}" if base.startswith("mindspore.mint") else f"nn.{name}"
+
+
+def _equal(a: Any, b: Any, rtol: float | None) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+            and not isinstance(b, bool) and rtol is not None:
+        return math.isclose(float(a), float(b), rel_tol=rtol, abs_tol=1e-12)
+    return bool(a == b)
+
+
+class _Auditor:
+    """The checks of one audit: knows the rules, which side is migrated, and whether input sizes are known."""
+
+    def __init__(self, book: RuleBook, reference: Framework, traced: bool) -> None:
+        self.book, self.reference, self.traced = book, reference, traced
+        self.migrated = reference.other
+
+    def pair_findings(self, pair: LayerPair) -> list[Finding]:
+        out: list[Finding] = []
+        for rule in self.book.for_kind(pair.torch.kind):
+            if pair.ms.kind != pair.torch.kind:
+                continue
+            check: Callable[[Rule, LayerPair], Finding | None] = {
+                "equal": self._equal_rule, "padding": self._padding, "ceil_mode": self._ceil_mode,
+                "count_include_pad": self._count_include_pad, "dtype": self._dtype}[rule.compare]
+            found = check(rule, pair)
+            if found is not None:
+                out.append(found)
+        return out
+
+    # --- plain settings ----------------------------------------------------------------------------------------
+    def _side_layer(self, pair: LayerPair, fw: Framework) -> Layer:
+        return pair.torch if fw == PT else pair.ms
+
+    def _arg(self, rule: Rule, fw: Framework, layer: Layer, neutral: Any) -> Any:
+        """A neutral value written as `fw`'s constructor argument (momentum 0.1 -> MindSpore 0.9)."""
+        fix = rule.sides[fw].fix_for(layer.base)
+        return fix.argument(neutral) if fix is not None and fix.arg else neutral
+
+    def _fix(self, rule: Rule, pair: LayerPair, neutral: Any) -> str:
+        layer = self._side_layer(pair, self.migrated)
+        fix = rule.sides[self.migrated].fix_for(layer.base)
+        if fix is None:
+            return ""
+        if fix.text is not None:
+            return fix.text.format(value=_lit(fix.argument(neutral)), path=layer.path)
+        return f"{short_class(layer.base)}(..., {fix.arg}={_lit(fix.argument(neutral))})"
+
+    def _finding(self, rule: Rule, pair: LayerPair, message: str, fix: str, values: tuple[Any, Any],
+                 severity: Severity | None = None) -> Finding:
+        where = f"{pair.torch.path or '<top>'} / {pair.ms.path or '<top>'}"
+        text = f"{where} ({pair.torch.kind}): {message}" + (f"; {rule.why}" if rule.why else "")
+        return Finding(rule.id, severity or rule.severity, text, (pair.torch.path, pair.ms.path), fix=fix,
+                       attribute=rule.attribute, values=values)
+
+    def _values(self, rule: Rule, pair: LayerPair) -> tuple[Any, Any]:
+        return (rule.sides[PT].value(pair.torch.module, pair.torch.base),
+                rule.sides[MS].value(pair.ms.module, pair.ms.base))
+
+    def _equal_rule(self, rule: Rule, pair: LayerPair) -> Finding | None:
+        tv, mv = self._values(rule, pair)
+        if _equal(tv, mv, rule.rtol):
+            return None
+        t_arg, m_arg = self._arg(rule, PT, pair.torch, tv), self._arg(rule, MS, pair.ms, mv)
+        note = f" (torch's meaning: {_lit(mv)})" if _lit(m_arg) != _lit(mv) else ""
+        message = f"{rule.attribute} torch {_lit(t_arg)} vs MindSpore {_lit(m_arg)}{note}"
+        ref_value = tv if self.reference == PT else mv
+        return self._finding(rule, pair, message, self._fix(rule, pair, ref_value), (t_arg, m_arg))
+
+    # --- windows: computed per input size -----------------------------------------------------------------------
+    def _geometries(self, pair: LayerPair) -> tuple[Geometry, Geometry, int] | None:
+        rank = spatial_rank(pair.torch.base.rpartition(".")[2])
+        for layer in (pair.torch, pair.ms):
+            if layer.input_shape is not None and len(layer.input_shape) > 2:
+                rank = min(rank, len(layer.input_shape) - 2)
+        try:
+            return geometry(pair.torch.module, PT, rank), geometry(pair.ms.module, MS, rank), rank
+        except (AttributeError, TypeError, ValueError, KeyError):
+            return None
+
+    def _sizes(self, pair: LayerPair, rank: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """(torch input sizes, MindSpore input sizes) to evaluate: the traced ones, else the sample sizes."""
+        t, m = pair.torch.input_shape, pair.ms.input_shape
+        if t is not None or m is not None:
+            t = t if t is not None else m
+            m = m if m is not None else t
+            assert t is not None and m is not None
+            return [(t[-rank:], m[-rank:])]
+        return [((n,) * rank, (n,) * rank) for n in SAMPLE_SIZES]
+
+    def _by_size(self, pair: LayerPair, rank: int, differs: Callable[[tuple[int, ...], tuple[int, ...]], bool]
+                 ) -> tuple[Severity | None, str, tuple[int, ...]]:
+        """(None when no size differs | the severity, words on the sizes, one size that differs)."""
+        sizes = self._sizes(pair, rank)
+        bad = [s for s in sizes if differs(*s)]
+        if not bad:
+            return None, "", ()
+        size_text = "x".join(map(str, bad[0][0]))
+        if len(sizes) == 1:
+            return Severity.ERROR, f"for its input size {size_text}", bad[0][0]
+        if len(bad) == len(sizes):
+            return Severity.ERROR, "for every input size", bad[0][0]
+        odd_even = {s[0][0] % 2 for s in bad}
+        which = {0: "even input sizes", 1: "odd input sizes"}.get(next(iter(odd_even)), "") \
+            if len(odd_even) == 1 else f"some input sizes (e.g. {size_text})"
+        return (Severity.WARNING, f"for {which} (e.g. {size_text}); it depends on the input size, pass example "
+                f"inputs to decide", bad[0][0])
+
+    @staticmethod
+    def _pads_text(pads: tuple[tuple[int, int], ...]) -> str:
+        return " x ".join(f"({b}, {a})" for b, a in pads)
+
+    def _padding(self, rule: Rule, pair: LayerPair) -> Finding | None:
+        geoms = self._geometries(pair)
+        if geoms is None:
+            return None
+        gt, gm, rank = geoms
+        severity, words, size = self._by_size(pair, rank, lambda ts, ms: gt.pads(ts) != gm.pads(ms))
+        if severity is None:
+            return None
+        tp, mp = gt.pads(size), gm.pads(size)
+        message = (f"padding (before, after) per axis torch {self._pads_text(tp)} vs MindSpore "
+                   f"{self._pads_text(mp)} {words}")
+        fix = self._padding_fix(pair, tp if self.reference == PT else mp, gt if self.reference == PT else gm)
+        return self._finding(rule, pair, message, fix, (tp, mp), severity)
+
+    def _padding_fix(self, pair: LayerPair, pads: tuple[tuple[int, int], ...], ref_geom: Geometry) -> str:
+        layer = self._side_layer(pair, self.migrated)
+        cls = short_class(layer.base)
+        pooling = pair.torch.kind in ("MaxPool", "AvgPool")
+        kernel = tuple(a.kernel for a in ref_geom.axes)
+        stride = tuple(a.stride for a in ref_geom.axes)
+        head = f"{cls}({_lit(kernel) if len(set(kernel)) > 1 else kernel[0]}, " \
+               f"{_lit(stride) if len(set(stride)) > 1 else stride[0]}, " if pooling else f"{cls}(..., "
+        symmetric = all(b == a for b, a in pads)
+        flat = tuple(p for pair_ in pads for p in pair_)
+        per_axis = tuple(b for b, _ in pads)
+        if self.migrated == MS and hasattr(layer.module, "pad_mode"):
+            if not any(flat):
+                return f"{head}pad_mode='valid')"
+            if symmetric and len(set(per_axis)) == 1:
+                return f"{head}pad_mode='pad', padding={per_axis[0]})"
+            if not pooling:
+                return f"{head}pad_mode='pad', padding={flat})"
+            if symmetric:
+                return f"{head}pad_mode='pad', padding={per_axis})"
+            return (f"ops.pad(x, {self._torch_order(pads)}, value={'-inf' if pair.torch.kind == 'MaxPool' else 0}) "
+                    f"before {cls}, then pad_mode='valid'")
+        if symmetric:
+            return f"{head}padding={per_axis[0] if len(set(per_axis)) == 1 else per_axis})"
+        fill = "float('-inf')" if pair.torch.kind == "MaxPool" else "0"
+        return (f"F.pad(x, {self._torch_order(pads)}, value={fill}) before {cls}, then padding=0 "
+                "(timm: Conv2dSame / MaxPool2dSame pad TF-style)")
+
+    @staticmethod
+    def _torch_order(pads: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
+        """F.pad's order: last axis first, (before, after) each."""
+        return tuple(p for b, a in reversed(pads) for p in (b, a))
+
+    def _ceil_mode(self, rule: Rule, pair: LayerPair) -> Finding | None:
+        tv, mv = self._values(rule, pair)
+        geoms = self._geometries(pair)
+        if bool(tv) == bool(mv) or geoms is None:
+            return None
+        gt, gm, rank = geoms
+        severity, words, size = self._by_size(pair, rank, lambda ts, ms: gt.out(ts) != gm.out(ms))
+        if severity is None:
+            return None
+        message = (f"ceil_mode torch {tv} vs MindSpore {mv}: output size torch {'x'.join(map(str, gt.out(size)))} "
+                   f"vs MindSpore {'x'.join(map(str, gm.out(size)))} {words}")
+        return self._finding(rule, pair, message, self._fix(rule, pair, tv if self.reference == PT else mv),
+                             (tv, mv), severity)
+
+    def _count_include_pad(self, rule: Rule, pair: LayerPair) -> Finding | None:
+        tv, mv = self._values(rule, pair)
+        geoms = self._geometries(pair)
+        if bool(tv) == bool(mv) or geoms is None:
+            return None
+        gt, gm, rank = geoms
+
+        def padded(ts: tuple[int, ...], ms: tuple[int, ...]) -> bool:
+            return any(p for pads in (gt.pads(ts), gm.pads(ms)) for pair_ in pads for p in pair_)
+
+        severity, words, _ = self._by_size(pair, rank, padded)
+        if severity is None:
+            return None
+        message = f"count_include_pad torch {tv} vs MindSpore {mv}, and the windows are padded {words}"
+        return self._finding(rule, pair, message, self._fix(rule, pair, tv if self.reference == PT else mv),
+                             (tv, mv), severity)
+
+    def _dtype(self, rule: Rule, pair: LayerPair) -> Finding | None:
+        tv, mv = pair.torch.dtype, pair.ms.dtype
+        if tv is None or mv is None or tv == mv:
+            return None
+        message = f"computes in torch {tv} vs MindSpore {mv}"
+        return self._finding(rule, pair, message, self._fix(rule, pair, tv if self.reference == PT else mv), (tv, mv))
+
+    # --- initialisation -------------------------------------------------------------------------------------------
+    def init_findings(self, pair: LayerPair) -> list[Finding]:
+        out = []
+        for leaf in pair.torch.params:
+            if leaf not in pair.ms.params:
+                continue
+            laws = {}
+            for fw, layer in ((PT, pair.torch), (MS, pair.ms)):
+                weight = layer.params.get("weight")
+                laws[fw] = initlaw.fit(layer.params[leaf], tuple(weight.shape) if weight is not None else None)
+            if not initlaw.differ(laws[PT], laws[MS]):
+                continue
+            ref, mig = laws[self.reference], laws[self.migrated]
+            layer = self._side_layer(pair, self.migrated)
+            name = f"{layer.path}.{layer.leaves[leaf]}" if layer.path else layer.leaves[leaf]
+            line = ref.lines.get(self.migrated.value, "")
+            fix = line.format(param=name, shape=tuple(layer.params[leaf].shape)) if line else \
+                f"initialise {name} with mean {ref.mean:.3g}, std {ref.std:.3g}"
+            message = (f"{NAMES[self.migrated]} {name} ~ {mig.describe()}; {NAMES[self.reference]} ~ "
+                       f"{ref.describe()}")
+            out.append(Finding("init-law", Severity.WARNING, message, (pair.torch.path, pair.ms.path), fix=fix,
+                               attribute=f"init:{leaf}", values=(laws[PT].name, laws[MS].name)))
+        return out
+
+
+def _framework_of(model: Any, which: str) -> Framework:
+    fw = model_framework(model)
+    if fw is None:
+        raise AlignerError(f"{which} is a {type(model).__name__}, not a torch.nn.Module or mindspore.nn.Cell")
+    return fw
+
+
+def _reference(ref: str | Framework | None, first: Framework) -> Framework:
+    if ref is None:
+        return PT
+    text = str(ref).lower()
+    if text in ("first", "second"):
+        return first if text == "first" else first.other
+    fw = Framework.parse(text)
+    if fw not in (PT, MS):
+        raise AlignerError(f"ref must be first, second, pytorch or mindspore, got {ref!r}")
+    assert fw is not None
+    return fw
+
+
+def _inputs(example: Any) -> tuple[dict[str, np.ndarray], bool] | None:
+    """(named arrays, pass positionally?) from an array, a sequence of arrays, or a mapping (keyword arguments,
+    unless every name is numpy's arr_0, arr_1, ... for unnamed arrays)."""
+    if example is None:
+        return None
+    if isinstance(example, Mapping):
+        named = {str(k): np.asarray(v) for k, v in example.items()}
+        return named, all(re.fullmatch(r"arr_\d+", k) for k in named)   # np.savez(f, a, b): positional
+    if isinstance(example, (list, tuple)):
+        return {f"input{i}": np.asarray(v) for i, v in enumerate(example)}, True
+    return {"input0": np.asarray(example)}, True
+
+
+def audit(model_a: Any, model_b: Any, example_inputs: Any = None, ref: str | Framework | None = None,
+          baseline: str | os.PathLike | None = None) -> AuditReport:
+    """Audit a PyTorch model against its MindSpore port (either order). `example_inputs`: an array, a sequence of
+    arrays (positional) or a mapping (keyword arguments), fed to both models to learn each layer's input size and
+    call order. `ref`: the reference side (default PyTorch; fixes are for the other). `baseline`: a file of accepted
+    findings, which then do not count for the exit code."""
+    fw_a, fw_b = _framework_of(model_a, "the first model"), _framework_of(model_b, "the second model")
+    if fw_a == fw_b:
+        raise AlignerError(f"both models are {fw_a.value} models: give one torch.nn.Module and one mindspore.nn.Cell")
+    reference = _reference(ref, fw_a)
+    models = {fw_a: model_a, fw_b: model_b}
+    accepted_keys = load_baseline(baseline) if baseline is not None else set()
+    book = load_rulebook()
+    layers = {fw: collect(models[fw], fw, book) for fw in (PT, MS)}
+    given = _inputs(example_inputs)
+    if given is not None:
+        for fw in (PT, MS):
+            trace(models[fw], fw, layers[fw], *given)
+    pairs, lone_t, lone_m = pair_layers(layers[PT], layers[MS])
+    auditor = _Auditor(book, reference, given is not None)
+    findings: list[Finding] = []
+    for pair in pairs:
+        findings += auditor.pair_findings(pair)
+    for pair in pairs:
+        findings += auditor.init_findings(pair)
+    new, accepted = apply_baseline(findings, accepted_keys)
+    notes = [] if given is not None else ["no example inputs: padding that depends on the input size is a warning"]
+    unpaired = [Unpaired(PT, x.path, x.kind, x.class_name) for x in lone_t] + \
+        [Unpaired(MS, x.path, x.kind, x.class_name) for x in lone_m]
+    return AuditReport(type(models[PT]).__name__, type(models[MS]).__name__, reference,
+                       {k: list(v.shape) for k, v in given[0].items()} if given is not None else None,
+                       tuple(PairRecord(p.torch.path, p.ms.path, p.torch.kind, p.how) for p in pairs),
+                       tuple(unpaired), tuple(new), tuple(accepted), tuple(notes))
+
+
+def example_from_shape(shape: Sequence[int], seed: int = 0) -> np.ndarray:
+    """A float32 standard-normal example input of `shape` (the CLI's --input-shape)."""
+    return np.random.default_rng(seed).standard_normal(tuple(shape)).astype(np.float32)

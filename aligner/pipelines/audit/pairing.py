@@ -1,0 +1,105 @@
+"""Pair the two models' layers: the parameter-name plan of `align convert` first (rules, then structural matching
+against the other side's names and shapes), then, for layers without parameters (pools, activations, dropout) and
+any left over, the order of the two layer sequences between those anchors (call order when example inputs ran,
+definition order otherwise), aligned by kind. Whatever neither places is listed as unpaired, never guessed.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import difflib
+from collections import Counter
+from typing import Any
+
+from aligner.core.dtypes import canonical
+from aligner.core.frameworks import Framework
+from aligner.io.base import TensorInfo
+from aligner.mapping import build_plan
+from aligner.mapping.plan import FAILING, EntryStatus
+from aligner.mapping.rules import split_name
+from aligner.pipelines.audit.layers import Layer
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerPair:
+    """A PyTorch layer and the MindSpore layer it was paired with, and how."""
+
+    torch: Layer
+    ms: Layer
+    how: str             # "names", "structure" (plan) or "order"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"torch": self.torch.path, "mindspore": self.ms.path, "kind": self.torch.kind, "how": self.how}
+
+
+def _infos(layers: list[Layer]) -> dict[str, TensorInfo]:
+    return {f"{layer.path}.{layer.leaves[leaf]}" if layer.path else layer.leaves[leaf]:
+            TensorInfo(tuple(values.shape), canonical(values.dtype))
+            for layer in layers for leaf, values in layer.params.items()}
+
+
+def _plan_anchors(torch_layers: list[Layer], ms_layers: list[Layer]) -> dict[str, tuple[str, str]]:
+    """torch path -> (MindSpore path, how) for layers whose parameters the conversion plan maps onto each other."""
+    t_infos, m_infos = _infos(torch_layers), _infos(ms_layers)
+    if not t_infos or not m_infos:
+        return {}
+    plan = build_plan(t_infos, Framework.PYTORCH, Framework.MINDSPORE, like=m_infos)
+    m_paths = {layer.path for layer in ms_layers}
+    votes: Counter[tuple[str, str, str]] = Counter()
+    for entry in plan.entries:
+        if entry.target is None or entry.status in FAILING or len(entry.sources) != 1:
+            continue
+        t_path, m_path = split_name(entry.sources[0])[0], split_name(entry.target)[0]
+        while m_path and m_path not in m_paths:    # a parameter in a child cell (BatchNorm3d's bn2d)
+            m_path = split_name(m_path)[0]
+        how = "structure" if entry.status == EntryStatus.STRUCTURAL else "names"
+        votes[(t_path, m_path, how)] += 1
+    best: dict[str, tuple[str, str]] = {}
+    for (t_path, m_path, how), _ in votes.most_common():
+        best.setdefault(t_path, (m_path, how))
+    claimed = Counter(m for m, _ in best.values())
+    return {t: (m, how) for t, (m, how) in best.items() if claimed[m] == 1}
+
+
+def _monotone(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The longest chain of (i, j) pairs increasing in both (pairs sorted by i): anchors that agree on the order."""
+    tails: list[int] = []
+    tail_idx: list[int] = []
+    prev = [-1] * len(pairs)
+    for n, (_, j) in enumerate(pairs):
+        k = bisect.bisect_left(tails, j)
+        if k == len(tails):
+            tails.append(j)
+            tail_idx.append(n)
+        else:
+            tails[k], tail_idx[k] = j, n
+        prev[n] = tail_idx[k - 1] if k else -1
+    chain, n = [], tail_idx[-1] if tail_idx else -1
+    while n >= 0:
+        chain.append(pairs[n])
+        n = prev[n]
+    return chain[::-1]
+
+
+def pair_layers(torch_layers: list[Layer], ms_layers: list[Layer]
+                ) -> tuple[list[LayerPair], list[Layer], list[Layer]]:
+    """(pairs, unpaired torch layers, unpaired MindSpore layers); both lists in the sides' layer order."""
+    ts = sorted(torch_layers, key=lambda x: x.order)
+    ms = sorted(ms_layers, key=lambda x: x.order)
+    t_index = {layer.path: i for i, layer in enumerate(ts)}
+    m_index = {layer.path: i for i, layer in enumerate(ms)}
+    anchors = _plan_anchors(ts, ms)
+    candidates = sorted((t_index[t], m_index[m]) for t, (m, _) in anchors.items()
+                        if t in t_index and m in m_index and ts[t_index[t]].kind == ms[m_index[m]].kind)
+    chain = _monotone(candidates)
+    pairs = [LayerPair(ts[i], ms[j], anchors[ts[i].path][1]) for i, j in chain]
+    bounds = [(-1, -1), *chain, (len(ts), len(ms))]
+    for (i0, j0), (i1, j1) in zip(bounds, bounds[1:]):
+        seg_t, seg_m = ts[i0 + 1:i1], ms[j0 + 1:j1]
+        matcher = difflib.SequenceMatcher(None, [x.kind for x in seg_t], [x.kind for x in seg_m], autojunk=False)
+        for block in matcher.get_matching_blocks():
+            pairs.extend(LayerPair(seg_t[block.a + k], seg_m[block.b + k], "order") for k in range(block.size))
+    pairs.sort(key=lambda p: p.torch.order)
+    paired_t = {id(p.torch) for p in pairs}
+    paired_m = {id(p.ms) for p in pairs}
+    return pairs, [x for x in ts if id(x) not in paired_t], [x for x in ms if id(x) not in paired_m]

@@ -1,0 +1,121 @@
+"""The audit's result: paired and unpaired layers, findings (new and accepted by a baseline), and the exit code."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.findings import Finding, Severity
+from aligner.core.frameworks import Framework
+
+
+@dataclasses.dataclass(frozen=True)
+class PairRecord:
+    """A PyTorch layer and the MindSpore layer it was compared with, their kind, and how they were paired."""
+
+    torch_path: str
+    ms_path: str
+    kind: str
+    how: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Unpaired:
+    """A layer of a known kind that has no counterpart on the other side."""
+
+    framework: Framework
+    path: str
+    kind: str
+    class_name: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"framework": self.framework.value, "path": self.path, "kind": self.kind,
+                "class_name": self.class_name}
+
+
+def finding_key(f: Finding) -> tuple[str, str | None, str | None, str | None]:
+    """What identifies a finding across runs (a baseline entry): rule, both paths, attribute."""
+    return f.rule, f.torch_path, f.ms_path, f.attribute
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditReport:
+    """Everything `align audit` found. `findings` are the new ones; `accepted` the ones a baseline lists."""
+
+    torch_model: str
+    ms_model: str
+    reference: Framework
+    inputs: dict[str, list[int]] | None
+    pairs: tuple[PairRecord, ...]
+    unpaired: tuple[Unpaired, ...]
+    findings: tuple[Finding, ...]
+    accepted: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def migrated(self) -> Framework:
+        return self.reference.other
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == Severity.ERROR]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.FOUND if self.errors else ExitCode.OK
+
+    def __bool__(self) -> bool:
+        return self.exit_code == ExitCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"torch_model": self.torch_model, "ms_model": self.ms_model, "reference": self.reference.value,
+                "inputs": self.inputs, "pairs": [p.to_dict() for p in self.pairs],
+                "unpaired": [u.to_dict() for u in self.unpaired], "findings": [f.to_dict() for f in self.findings],
+                "accepted": [f.to_dict() for f in self.accepted], "notes": list(self.notes),
+                "exit_code": int(self.exit_code)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AuditReport":
+        return cls(data["torch_model"], data["ms_model"], Framework(data["reference"]), data["inputs"],
+                   tuple(PairRecord(**p) for p in data["pairs"]),
+                   tuple(Unpaired(Framework(u["framework"]), u["path"], u["kind"], u["class_name"])
+                         for u in data["unpaired"]),
+                   tuple(Finding.from_dict(f) for f in data["findings"]),
+                   tuple(Finding.from_dict(f) for f in data["accepted"]), tuple(data["notes"]))
+
+
+def load_baseline(path: str | os.PathLike) -> set[tuple[str, str | None, str | None, str | None]]:
+    """The accepted findings' keys from a baseline file: an earlier `--json` report (its findings and accepted ones)
+    or a YAML/JSON list of {rule, where: [torch path, MindSpore path], attribute}."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise AlignerError(f"--baseline {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise AlignerError(f"--baseline {path}: not YAML or JSON ({str(exc).splitlines()[0]})") from None
+    if isinstance(data, dict):
+        data = list(data.get("findings") or []) + list(data.get("accepted") or [])
+    if not isinstance(data, list) or not all(isinstance(d, dict) and "rule" in d for d in data):
+        raise AlignerError(f"--baseline {path}: expected an audit --json report or a list of findings "
+                           "({rule, where, attribute})")
+    keys = set()
+    for d in data:
+        where = list(d.get("where") or []) + [None, None]
+        keys.add((str(d["rule"]), where[0], where[1], d.get("attribute")))
+    return keys
+
+
+def apply_baseline(findings: list[Finding], accepted_keys: set) -> tuple[list[Finding], list[Finding]]:
+    """(new findings, accepted findings)."""
+    new = [f for f in findings if finding_key(f) not in accepted_keys]
+    return new, [f for f in findings if finding_key(f) in accepted_keys]
+
+
+__all__ = ["AuditReport", "PairRecord", "Unpaired", "Severity", "apply_baseline", "finding_key", "load_baseline"]

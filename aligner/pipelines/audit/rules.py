@@ -1,0 +1,144 @@
+"""The audit's rules as data (mappings/audit_layers.yaml): layer kinds, and how each setting is read, normalised to
+PyTorch's meaning, and set on each side."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from importlib import resources
+from typing import Any, Callable
+
+import yaml
+
+from aligner.core.findings import Severity
+from aligner.core.frameworks import Framework
+
+RULES_FILE = "audit_layers.yaml"
+_MISSING = object()
+
+CONVERSIONS: dict[str, Callable[[Any], Any]] = {
+    "one_minus": lambda x: None if x is None else 1.0 - float(x),
+    "negative_is_none": lambda x: None if x is None or int(x) < 0 else int(x),
+    "none_is_false": lambda x: bool(x),
+}
+
+
+def qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__name__}"
+
+
+def _fits(prefix: str | None, base: str) -> bool:
+    """Whether a rule entry limited to `prefix` (a module or a class's qualified name) applies to class `base`."""
+    return prefix is None or base == prefix or base.startswith(prefix + ".")
+
+
+def _resolve(obj: Any, path: str) -> Any:
+    """Follow `a.b.c` through attributes and dict keys; _MISSING where a step is absent."""
+    for step in path.split("."):
+        if isinstance(obj, dict):
+            obj = obj.get(step, _MISSING)
+        else:
+            obj = getattr(obj, step, _MISSING)
+        if obj is _MISSING:
+            return _MISSING
+    return obj
+
+
+@dataclasses.dataclass(frozen=True)
+class Fix:
+    """How to set a setting on one side: a constructor argument (value converted from the neutral one) or a text."""
+
+    arg: str | None = None
+    convert: str | None = None
+    values: dict[Any, Any] | None = None
+    module: str | None = None
+    text: str | None = None
+
+    def argument(self, neutral: Any) -> Any:
+        if self.values is not None and neutral in self.values:
+            return self.values[neutral]
+        return CONVERSIONS[self.convert](neutral) if self.convert else neutral
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One framework's reading entries and fixes for a rule."""
+
+    read: tuple[Any, ...]
+    fixes: tuple[Fix, ...]
+
+    def value(self, module: Any, base: str) -> Any:
+        """The neutral value: the first entry that applies to `base` and yields something (None when none does)."""
+        for entry in self.read:
+            if isinstance(entry, str):
+                entry = {"attr": entry}
+            if not _fits(entry.get("module"), base):
+                continue
+            if "const" in entry:
+                return entry["const"]
+            if "present" in entry:
+                return _resolve(module, entry["present"]) not in (None, _MISSING)
+            raw = _resolve(module, entry["attr"])
+            if raw is _MISSING:
+                if "default" not in entry:
+                    continue
+                raw = entry["default"]
+            if "values" in entry:
+                if raw not in entry["values"]:
+                    continue
+                return entry["values"][raw]
+            if raw is None and "convert" not in entry:
+                continue
+            value = CONVERSIONS[entry["convert"]](raw) if "convert" in entry else raw
+            return value.item() if hasattr(value, "item") else value
+        return None
+
+    def fix_for(self, base: str) -> Fix | None:
+        return next((f for f in self.fixes if _fits(f.module, base)), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One compared setting of some layer kinds."""
+
+    id: str
+    kinds: tuple[str, ...]
+    attribute: str
+    severity: Severity
+    compare: str
+    rtol: float | None
+    sides: dict[Framework, Side]
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleBook:
+    """Layer kinds per framework class name, the rules, and amp O1's float16 kinds."""
+
+    kinds: dict[Framework, dict[str, str]]     # framework -> class name -> kind
+    rules: tuple[Rule, ...]
+    amp_o1_float16: frozenset[str]
+
+    def for_kind(self, kind: str) -> list[Rule]:
+        return [r for r in self.rules if kind in r.kinds]
+
+
+def _side(data: dict[str, Any] | None) -> Side:
+    data = data or {}
+    fixes = data.get("fix") or []
+    return Side(tuple(data.get("read") or ()),
+                tuple(Fix(**f) for f in (fixes if isinstance(fixes, list) else [fixes])))
+
+
+@functools.cache
+def load_rulebook(name: str = RULES_FILE) -> RuleBook:
+    """Parse the rules file of the installed `aligner.mappings` package once."""
+    data = yaml.safe_load(resources.files("aligner.mappings").joinpath(name).read_text(encoding="utf-8"))
+    kinds: dict[Framework, dict[str, str]] = {Framework.PYTORCH: {}, Framework.MINDSPORE: {}}
+    for kind, per_fw in data["kinds"].items():
+        for fw, names in per_fw.items():
+            for cls in names:
+                kinds[Framework(fw)][cls] = kind
+    rules = tuple(Rule(r["id"], tuple(r["kinds"]), r["attribute"], Severity(r["severity"]), r.get("compare", "equal"),
+                       r.get("rtol"), {fw: _side(r.get(fw.value)) for fw in (Framework.PYTORCH, Framework.MINDSPORE)},
+                       r.get("why", "")) for r in data["rules"])
+    return RuleBook(kinds, rules, frozenset(data.get("amp_o1_float16") or ()))

@@ -1,0 +1,70 @@
+"""`aligner.audit` on the two zoo cases of the issue, built from the public zoos with random init.
+
+* timm resnet18 vs mindcv resnet18: the stem max-pool is padding=1 in torch and pad_mode='same' in mindcv; for an even
+  input size 'same' pads (0, 1), so exactly one error, with the one-line fix; the zoo's patched pair has none.
+* timm ViT vs mindcv ViT: mindcv's defaults (tanh GELU, LayerNorm epsilon 1e-7 vs timm's 1e-6) give one error per GELU
+  and per LayerNorm; the zoo's pair, built with the fixes the audit names, has none.
+
+Skipped when the zoo is not installed (scripts/install_zoo.sh).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("mindspore")
+from tests.zoo import torch_compat  # noqa: F401  (must precede timm: torchvision op schemas)
+
+for _name in ("timm", "mindcv"):
+    pytest.importorskip(_name)
+
+from aligner.core.findings import Finding, Severity  # noqa: E402
+from aligner.pipelines.audit import AuditReport, audit  # noqa: E402
+from tests.zoo import cnn, vit  # noqa: E402
+
+
+def _errors(report: AuditReport) -> list[Finding]:
+    return [f for f in report.findings if f.severity == Severity.ERROR]
+
+
+def test_resnet18_stem_max_pool_same_padding() -> None:
+    import mindcv
+    import timm
+
+    pt = timm.create_model("resnet18", pretrained=False, num_classes=10).eval()
+    ms = mindcv.create_model("resnet18", pretrained=False, num_classes=10)
+    ms.set_train(False)
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    report = audit(pt, ms, x)
+    (error,) = _errors(report)
+    assert (error.rule, error.torch_path, error.ms_path) == ("padding", "maxpool", "max_pool")
+    assert error.values == (((1, 1), (1, 1)), ((0, 1), (0, 1)))
+    assert error.fix == "nn.MaxPool2d(3, 2, pad_mode='pad', padding=1)"
+    assert len(report.pairs) >= 40 and all(u.kind == "ReLU" for u in report.unpaired)   # mindcv reuses one ReLU
+    fixed = cnn.build(arch="resnet18")
+    assert not _errors(audit(fixed.torch_model, fixed.ms_model, fixed.torch_inputs["x"]))
+
+
+def test_vit_gelu_and_layernorm_eps() -> None:
+    from mindcv.models.vit import VisionTransformer as MsViT
+    from timm.models.vision_transformer import VisionTransformer as PtViT
+
+    cfg: dict[str, Any] = dict(vit.CFG)
+    pt = PtViT(img_size=vit.IMG, **cfg).eval()
+    ms = MsViT(image_size=vit.IMG, **cfg)
+    ms.set_train(False)
+    x = np.random.default_rng(0).standard_normal((2, 3, vit.IMG, vit.IMG)).astype(np.float32)
+    errors = _errors(audit(pt, ms, x))
+    depth = cfg["depth"]
+    gelu = [f for f in errors if f.rule == "gelu-approximate"]
+    eps = [f for f in errors if f.rule == "norm-eps"]
+    assert len(gelu) == depth and len(eps) == 2 * depth + 1 and len(errors) == len(gelu) + len(eps), \
+        [f.message for f in errors]
+    assert {f.fix for f in gelu} == {"nn.GELU(..., approximate=False)"}
+    assert {f.fix for f in eps} == {"nn.LayerNorm(..., epsilon=1e-06)"}
+    assert {f.values for f in eps} == {(1e-6, 1e-7)}
+    fixed = vit.build()
+    assert not _errors(audit(fixed.torch_model, fixed.ms_model, fixed.torch_inputs["x"]))
