@@ -116,6 +116,7 @@ def test_format_is_sniffed_from_content(tmp_path, name, text, fmt):
     ("n.log", "loss 1\n", r"x(?P<loss>\d)", ["no line matches --pattern"]),
     ("b.log", "step 5 loss 1\nstep 3 loss 1\n", None, ["line 2", "step 3 comes after step 5"]),
     ("b.log", "epoch 2 step 1 loss 1\nepoch 1 step 2 loss 1\n", None, ["epoch 1 comes after epoch 2"]),
+    ("b.log", "epoch 1 step 1 loss 1\nepoch 2 step 0 loss 1\n", None, ["line 2", "would repeat global step 1"]),
     ("m.log", "it 1 L 0.5\nL 0.4\n", r"(?:it (?P<step>\d+) )?L (?P<loss>\S+)", ["line 2", "without a step"]),
     ("x.log", "loss: 0.5\n", r"loss: (?P<loss>\S+)()", []),  # sanity: a valid pattern reads
     ("v.csv", "step,loss\n1,abc\n", None, ["row 2", "'abc' is not a number"]),

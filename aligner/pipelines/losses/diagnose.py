@@ -31,7 +31,7 @@ import numpy as np
 
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.tolerance import Tolerance
-from aligner.pipelines.losses.parse import LossCurve, read_losses
+from aligner.pipelines.losses.parse import MAX_LINE, LossCurve, read_losses
 
 # The tolerance is the largest difference accepted whatever the noise; the noise bound below is what usually decides.
 DEFAULT_RTOL = 1e-4
@@ -208,7 +208,7 @@ def compare_curves(a: LossCurve, b: LossCurve, tolerance: Tolerance | None = Non
     warnings: list[str] = []
     sigma, estimate = _noise(steps, scale, noise, (("A", a, repeat_a), ("B", b, repeat_b)), warnings)
     rounding = (a.resolution + b.resolution) / 2
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # +-1e308 logged: |A-B| is inf
         abs_diff = np.abs(la - lb)
         rel_diff = abs_diff / np.where(scale > 0, scale, 1.0)  # 0/0 -> 0, anything with NaN -> NaN
         base = scale if tolerance.symmetric else np.abs(lb)
@@ -266,7 +266,7 @@ def _repeat_noise(label: str, curve: LossCurve, repeat: LossCurve, steps: np.nda
                                     return_indices=True)
     if shared.size == 0:
         raise AlignerError(f"--repeat-{label.lower()}: {repeat.path} shares no step with {curve.path}")
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(np.asarray(curve.losses)[ic] - np.asarray(repeat.losses)[ir])
     running = np.maximum.accumulate(np.where(np.isfinite(diff), diff, 0.0))
     where = np.searchsorted(shared, steps, side="right") - 1  # last shared step at or before each step
@@ -409,8 +409,13 @@ def _nan_note(first_nan_a: int | None, first_nan_b: int | None) -> str:
 
 
 def _warnings(a: LossCurve, b: LossCurve, rows: tuple[StepRow, ...], noise: NoiseEstimate) -> list[str]:
-    """Different step counts (only common steps are compared) and logs printed too coarsely for the noise bound."""
+    """Different step counts (only common steps are compared), lines too long to read, and logs printed too coarsely
+    for the noise bound."""
     warnings = []
+    for label, curve in (("A", a), ("B", b)):
+        if curve.long_lines:
+            warnings.append(f"{label} ({curve.path}): skipped {curve.long_lines} line(s) longer than "
+                            f"{MAX_LINE} characters (first: line {curve.first_long_line}); no log line is that long")
     if len(a.steps) != len(rows) or len(b.steps) != len(rows):
         warnings.append(f"A has {len(a.steps)} losses (steps {_span(a.steps)}), B has {len(b.steps)} "
                         f"(steps {_span(b.steps)}): compared only the {len(rows)} common steps")
@@ -428,7 +433,7 @@ def _curve_dict(curve: LossCurve, first_nan: int | None) -> dict[str, Any]:
     """The source of one side."""
     return {"path": curve.path, "format": curve.format, "pattern": curve.pattern, "losses": len(curve.losses),
             "first_step": curve.steps[0], "last_step": curve.steps[-1], "resolution": curve.resolution,
-            "first_nan": first_nan}
+            "first_nan": first_nan, "long_lines_skipped": curve.long_lines}
 
 
 def _first_nonfinite(curve: LossCurve) -> int | None:
