@@ -518,8 +518,9 @@ def zoom_in(run: PairRun, bug: Bug, scope_pt: str, scope_ms: str) -> str:
     f = result.verdict.findings[0]
     row = result.rows[f.origin]
     a = row.pair.a.record if row.pair.a is not None else None
-    here = f"{row.pair.ref.record.type} @ {_short(f.source)}"
-    there = f"{a.type} @ {_short(a.source)}" if a is not None else "no twin"
+    ref = row.pair.ref.record
+    here = f"{ref.type if ref.kind == 'op' else 'an op with no twin'} @ {_short(f.source)}"
+    there = f"{a.type} @ {_short(a.source)}" if a is not None and a.kind == "op" else "-"
     return f"{f.culprit}: {here} / {there}"
 
 

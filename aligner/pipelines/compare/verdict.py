@@ -220,10 +220,12 @@ def classify(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Label, str]:
         x, rec = rows[inputs.untwinned[i]].pair.ref.record, rows[i].pair.ref.record
         other = rows[i].pair.a
         where = other.record.parent if other is not None else None
+        name = f"the op {x.type}" + (f" at {x.source}" if x.source else "") if x.kind == "op" else \
+            (x.module or "(root)")
         return Label.INTRODUCED, (f"input {rec.index} of {rec.module or '(root)'} (error {e_out:.1e}) is what "
-                                  f"{x.module or '(root)'} returned, and {x.module or '(root)'} has no twin on the "
-                                  f"other side" + (f" (there, code in the forward of {where or 'the model'} computed "
-                                                   f"it)" if where is not None else ""))
+                                  f"{name} returned, and {name} has no twin on the other side"
+                                  + (f" (there, code in the forward of {where or 'the model'} computed it)"
+                                     if where is not None else ""))
     if not ups:
         return Label.INTRODUCED, "no upstream record: its inputs were not dumped or it is a model input"
     worst = max(ups, key=lambda j: error_level(rows[j]))
@@ -279,7 +281,10 @@ def blame(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Culprit, str, str 
     """(what is at fault, the reference module path whose code it is, the op's source line) for origin row i."""
     rec = rows[i].pair.ref.record
     if i in inputs.untwinned:
-        return Culprit.MODULE, rows[inputs.untwinned[i]].pair.ref.record.module, None
+        producer = rows[inputs.untwinned[i]].pair.ref.record
+        if producer.kind == "op":  # an op the other side does not run (a missing residual add)
+            return Culprit.OP, producer.parent or "", producer.source
+        return Culprit.MODULE, producer.module, None
     if i in inputs.computed:
         if rec.kind == "op":
             return Culprit.OP, rec.parent or "", rec.source
