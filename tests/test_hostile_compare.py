@@ -130,3 +130,10 @@ def test_symlink_loops_are_refused_not_followed(tmp_path):
         os.symlink(root / "tensors" / "loop.npy", root / "tensors" / "loop.npy")
     proc = run_align("compare", tmp_path / "a", tmp_path / "b", "--json", "-")
     assert proc.returncode == 2 and json.loads(proc.stdout)["rows"][0]["status"] == "error"
+
+
+def test_error_messages_naming_hostile_paths_stay_one_escaped_line(tmp_path):
+    evil = tmp_path / "dir\nwith\x1b[31mnewline"
+    proc = run_align("compare", evil, tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "\x1b" not in proc.stderr and "dir\\nwith\\x1b[31mnewline" in proc.stderr

@@ -3,12 +3,18 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import os
+import signal
 import sys
+import threading
+from typing import NoReturn
 
 import click
 
+from aligner.core.atomic import remove_temp_files
 from aligner.core.errors import EXIT_USAGE, AlignerError
+from aligner.core.text import one_line
 
 # name -> (module, one-line help). The help text is here so `align --help` imports no subcommand module.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -17,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("aligner.cli.compare", "Compare two dump directories and find the first divergent layer."),
     "losses": ("aligner.cli.losses", "Compare two loss curves and diagnose where training parts ways."),
     "diff": ("aligner.cli.diff", "Compare two checkpoints across frameworks, parameter by parameter."),
+    "audit": ("aligner.cli.audit", "Find settings whose defaults differ between a torch model and its MindSpore port."),
 }
 
 
@@ -54,8 +61,39 @@ def cli() -> None:
     """
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Console entry point. Commands return their exit code; user errors become one line on stderr."""
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP arrived; this process's temp files are already gone. Unwinds like Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _StderrNotes(logging.Handler):
+    """aligner's log records (e.g. "removed stale temp file ...") as `align: MESSAGE` lines on the current stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"align: {one_line(record.getMessage())}", err=True)
+
+
+_received: list[int] = []  # the signals that arrived during this main()
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    """Remove the temp files at once (the unwinding may be slow, or a writer library may swallow it), then unwind."""
+    _received.append(signum)
+    remove_temp_files()
+    raise Interrupted(signum)
+
+
+def _interrupted(signum: int) -> NoReturn:
+    """One line, and the shell's code for death by that signal (128 + its number: 130 for Ctrl-C, 143 for SIGTERM)."""
+    click.echo(f"align: interrupted by {signal.Signals(signum).name} (temp files removed)", err=True)
+    sys.exit(128 + signum)
+
+
+def _run(argv: list[str] | None) -> NoReturn:
+    """Run the command and exit: its code, or one line on stderr and the code for the error."""
     try:
         code = cli.main(args=argv, prog_name="align", standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
@@ -64,23 +102,44 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-        click.echo(f"align: error: {exc.format_message()}{hint}", err=True)
+        click.echo(f"align: error: {one_line(exc.format_message())}{hint}", err=True)
         sys.exit(EXIT_USAGE)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:  # click's form of Ctrl-C (after a blank line closing the ^C echo)
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            _interrupted(exc.__cause__.signum if isinstance(exc.__cause__, Interrupted) else signal.SIGINT)
         click.echo("align: aborted", err=True)
         sys.exit(EXIT_USAGE)
-    except AlignerError as exc:
-        click.echo(f"align: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("align: interrupted", err=True)
-        sys.exit(130)
-    except Exception as exc:  # a bug of ours: still one line, with a way to get the traceback
-        if os.environ.get("ALIGN_DEBUG"):
+    except Exception as exc:
+        if _received:  # the signal surfaced wrapped in another exception (e.g. raised inside torch.save's writes)
+            _interrupted(_received[0])
+        if isinstance(exc, AlignerError):
+            click.echo(f"align: error: {one_line(str(exc))}", err=True)
+            sys.exit(exc.exit_code)
+        if os.environ.get("ALIGN_DEBUG"):  # a bug of ours: still one line, with a way to get the traceback
             raise
-        click.echo(f"align: internal error: {type(exc).__name__}: {exc} (set ALIGN_DEBUG=1 for the traceback)",
-                   err=True)
+        click.echo(f"align: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+                   "(set ALIGN_DEBUG=1 for the traceback)", err=True)
         sys.exit(EXIT_USAGE)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point. Commands return their exit code; user errors become one line on stderr. SIGINT, SIGTERM
+    and SIGHUP remove the temp files of outputs being written before exiting (a signal the caller set to be ignored,
+    as nohup does, stays ignored); the previous handlers are restored on the way out."""
+    _received.clear()
+    notes = _StderrNotes(logging.INFO)
+    logging.getLogger("aligner").addHandler(notes)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+                previous[sig] = signal.signal(sig, _on_signal)
+    try:
+        _run(argv)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        logging.getLogger("aligner").removeHandler(notes)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from aligner.cli.options import (
     tolerance_options,
     tolerance_spec,
 )
+from aligner.core.atomic import atomic_files
 from aligner.core.errors import AlignerError
 from aligner.pipelines.compare.run import compare
 from aligner.render.compare import print_table, summary, write_csv, write_json, zoom
@@ -65,8 +66,14 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
     check_outputs(force, json=json_out, csv=csv_out, html=html_out)
     result = compare(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=spec, bisect=bisect,
                      workers=n_workers, strict=strict, progress=terminal_progress())
-    for path, writer in ((json_out, write_json), (csv_out, write_csv), (html_out, write_html)):
-        if path:
+    reports = [(path, writer) for path, writer in ((json_out, write_json), (csv_out, write_csv),
+                                                   (html_out, write_html)) if path]
+    files = [(path, writer) for path, writer in reports if path != "-"]
+    with atomic_files([path for path, _ in files], "w") as handles:  # the set appears whole, or not at all
+        for (_, writer), fh in zip(files, handles):
+            writer(result, fh)
+    for path, writer in reports:
+        if path == "-":
             write_output(result, path, writer)
     if "-" not in (json_out, csv_out):
         console = make_console()
