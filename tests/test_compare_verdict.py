@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,21 @@ def test_bisect_reads_log_n_pairs_and_finds_the_same_record(tmp_path: Path, at: 
     assert "assuming divergence persists" in result["summary"]
 
 
-def test_bisect_on_a_clean_pair_reads_one_pair(tmp_path: Path) -> None:
+def test_bisect_on_a_clean_pair_reads_about_sqrt_n_pairs(tmp_path: Path) -> None:
+    """A matching last record no longer ends the search: evenly spaced samples (every isqrt(n)-th) must also match,
+    since a divergence a later layer evens out would otherwise pass unseen."""
     code, result = _run(tmp_path, chain(X, LAYERS), chain(X, LAYERS), bisect=True)
-    assert code == 0 and result["bisect_reads"] == 1 and result["findings"] == []
+    n = len(result["rows"])
+    assert code == 0 and result["findings"] == []
+    assert result["bisect_reads"] <= -(-n // math.isqrt(n)) + 1  # n / isqrt(n) samples and the last record
+
+
+def test_bisect_finds_a_divergence_that_does_not_last_to_the_end(tmp_path: Path) -> None:
+    layers = LAYERS * 10  # 240 records
+    ref = chain(X, layers)
+    other = chain(X, layers, {53: lambda h: h * 1.01, 80: lambda h: h / 1.01})  # parts at 53, rejoins at 80
+    full_code, full = _run(tmp_path / "full", ref, other)
+    code, result = _run(tmp_path / "bisect", ref, other, bisect=True)
+    assert code == full_code == 1 and result["findings"][0]["first"] == full["findings"][0]["first"]
+    n = len(result["rows"])
+    assert result["bisect_reads"] <= -(-n // math.isqrt(n)) + 12  # samples, binary search, confirmation, inputs

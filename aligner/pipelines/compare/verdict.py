@@ -366,11 +366,51 @@ def _evidence(row: Row) -> bool:
     return row.pair.a is not None and row.pair.b is not None and rec.kind != "probe" and math.prod(rec.shape) > 1
 
 
-def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
-    """Find each phase's first divergent row reading O(log n) pairs; assumes divergence persists once it starts.
+_SWEEP = 32  # rows read backward from a bisect answer: divergence that parts and rejoins inside one block
 
-    `evaluate(i)` reads pair i and returns its Row (stored into `rows`). The answer is confirmed by reading the
-    matched row just before it, and its inputs are read to tell whether it introduced the error.
+
+def _search(cand: list[int], diverged: Callable[[int], bool]) -> int | None:
+    """Position in `cand` of a divergent row at a boundary (the row before it matched), or None: binary search when
+    the last row diverges; otherwise evenly spaced samples (about sqrt(n)) find a divergence that did not persist
+    to the end (a GELU difference a later normalisation evens out), then binary search below that sample."""
+    lo, hi = 0, len(cand) - 1
+    if not diverged(cand[hi]):
+        step = max(1, math.isqrt(len(cand)))
+        hit = next((k for k in range(0, len(cand) - 1, step) if diverged(cand[k])), None)
+        if hit is None:
+            return None
+        lo, hi = max(0, hit - step + 1), hit
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if diverged(cand[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def _sweep(cand: list[int], found: int, rows: Sequence[Row], diverged: Callable[[int], bool]) -> int:
+    """An answer that blames code between calls may sit after a divergence that vanished within the same block (a
+    wrong query weight whose error the key and value rows do not carry): read back, up to `_SWEEP` rows inside the
+    block around the parent, and return the earliest divergent one."""
+    parent = rows[cand[found]].pair.ref.record.parent or ""
+    block = parent.rpartition(".")[0]
+    k, stop = found - 1, max(-1, found - 1 - _SWEEP)
+    while k > stop and rows[cand[k]].pair.ref.record.module.startswith(block):
+        if diverged(cand[k]):
+            found, stop = k, max(-1, k - 1 - _SWEEP)
+        k -= 1
+    return found
+
+
+def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
+    """Find each phase's first divergent row reading O(log n) pairs when divergence persists once it starts, and
+    O(sqrt n) when it does not.
+
+    `evaluate(i)` reads pair i and returns its Row (stored into `rows`). Besides the search: every BatchNorm buffer
+    row is read (small, and a momentum bug shows nowhere else); an answer that blames code between calls is checked
+    by reading back inside its block (`_sweep`); the matched row before the answer confirms it, and its inputs are
+    read to tell whether it introduced the error.
     """
     read: set[int] = set()
 
@@ -385,17 +425,18 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
     confirmed = True
     for phase in Phase:
         cand = [i for i, r in enumerate(rows) if phase_of(r) == phase and _evidence(r)]
-        if not cand or not diverged(cand[-1]):
+        if not cand:
             continue
-        lo, hi = 0, len(cand) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if diverged(cand[mid]):
-                hi = mid
-            else:
-                lo = mid + 1
-        first = cand[hi]
-        previous = cand[hi - 1] if hi else None
+        found = _search(cand, diverged)
+        buffers = [k for k, i in enumerate(cand) if rows[i].pair.ref.record.kind == "buffer" and diverged(i)]
+        if buffers and (found is None or buffers[0] < found):
+            found = buffers[0]
+        if found is None:
+            continue
+        if cand[found] in inputs.computed or cand[found] in inputs.untwinned:
+            found = _sweep(cand, found, rows, diverged)
+        first = cand[found]
+        previous = cand[found - 1] if found else None
         if previous is not None:
             confirmed &= not diverged(previous)
         for j in inputs.get(first, []):
