@@ -9,7 +9,7 @@ from typing import Iterable
 
 import numpy as np
 
-from aligner.core.atomic import atomic_open, atomic_path
+from aligner.core.atomic import atomic_open
 from aligner.core.errors import AlignerError
 from aligner.io.base import TensorInfo, TensorSource
 from aligner.io.mindspore_ckpt import MindSporeCkptSource, write_ckpt
@@ -25,6 +25,7 @@ __all__ = ["TensorInfo", "TensorSource", "detect_format", "open_checkpoint", "wr
 
 
 def _sniff(path: str) -> str | None:
+    """The format told by a regular file's first bytes (None when they say nothing)."""
     with open(path, "rb") as fh:
         head = fh.read(16)
     if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":
@@ -57,6 +58,8 @@ def open_checkpoint(path: str, allow_pickle: bool = False, fmt: str | None = Non
         raise AlignerError(f"{path}: no such file")
     if os.path.isdir(path):
         raise AlignerError(f"{path}: is a directory, expected a checkpoint file")
+    if not os.path.isfile(path):
+        raise AlignerError(f"{path}: not a regular file (a device, pipe or socket), expected a checkpoint file")
     if not os.access(path, os.R_OK):
         raise AlignerError(f"{path}: permission denied")
     fmt = fmt or detect_format(path)
@@ -75,12 +78,10 @@ def write_checkpoint(path: str, fmt: str, items: Iterable[tuple[str, np.ndarray]
     if fmt not in WRITABLE:
         raise AlignerError(f"cannot write format {fmt!r} (writable: {', '.join(WRITABLE)})")
     try:
-        if fmt == "pytorch":
-            with atomic_path(path) as tmp:
-                write_pth(str(tmp), items)
-            return
         with atomic_open(path) as fh:
-            if fmt == "mindspore":
+            if fmt == "pytorch":
+                write_pth(fh, items)
+            elif fmt == "mindspore":
                 write_ckpt(fh, items)
             else:
                 write_safetensors(fh, items, infos, framework)

@@ -1,36 +1,154 @@
-"""Plain .npy (one tensor, named by the file stem) and .npz readers; never unpickle."""
+""".npy (one tensor, named by the file stem) and .npz readers; never unpickle, never trust a declared size.
+
+A .npy is read with pread (`FileSource`). An .npz member is decompressed a block at a time; before anything is
+allocated each member's header must agree with the size the archive declares for it, and the members together may
+hold at most `MAX_RATIO` times the archive's size (or `RATIO_FLOOR`): a deflate bomb is refused, not unpacked.
+"""
 from __future__ import annotations
 
 import os
 import zipfile
+import zlib
+from typing import IO, Iterator
 
 import numpy as np
 
 from aligner.core.errors import AlignerError
-from aligner.io.base import ArraySource
+from aligner.io.base import READ_BLOCK, FileSource, Layout, TensorInfo, TensorSource, checked_info
+
+MAX_RATIO = 64             # most an .npz archive may expand (real weights compress about 1.1x, deflate up to 1032x)
+RATIO_FLOOR = 64 << 20     # bytes: archives holding up to this much are never refused for their ratio
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, ValueError,
+               NotImplementedError, RuntimeError)
 
 
-def load_npy(path: str) -> np.ndarray:
-    """np.load (memory-mapped) without pickles; one clear error for pickled, truncated or corrupted files."""
+def _header(fh: IO[bytes], where: str, name: str) -> tuple[TensorInfo, np.dtype, bool, int]:
+    """(info, stored dtype, fortran order, header length) of the .npy stream `fh` positioned at its start."""
+    fmt = np.lib.format
     try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except ValueError as exc:
-        if "pickle" in str(exc).lower():
-            raise AlignerError(f"{path}: holds pickled objects; refusing to load it (aligner never unpickles .npy)") \
-                from None
-        raise AlignerError(f"{path}: not a readable .npy file (truncated or corrupted?): {exc}") from None
-    except (OSError, EOFError) as exc:
-        raise AlignerError(f"{path}: not a readable .npy file: {exc}") from None
+        version = fmt.read_magic(fh)
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, fortran, dtype = read(fh)
+    except Exception as exc:  # numpy parses the header with ast/tokenize: ValueError, SyntaxError, TokenError, ...
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:100]
+        raise AlignerError(f"{where}: not a readable .npy file (corrupted header: {reason})") from None
+    if dtype.hasobject:
+        raise AlignerError(f"{where}: holds pickled objects; refusing to load it (aligner never unpickles .npy)")
+    if dtype.fields is not None or dtype.subdtype is not None:
+        raise AlignerError(f"{where}: structured dtype {dtype} is not a tensor")
+    return checked_info(where, name, shape, dtype), dtype, bool(fortran), fh.tell()
 
 
-def open_npy(path: str) -> ArraySource:
-    """A single .npy file (one tensor named by the file stem, memory-mapped) or an .npz archive."""
-    if not path.endswith(".npz"):
-        source = ArraySource(path, None, {os.path.splitext(os.path.basename(path))[0]: load_npy(path)})
-        source.file_backed = True
-        return source
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            return ArraySource(path, None, {k: archive[k] for k in archive.files})
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise AlignerError(f"{path}: not a readable .npz archive: {exc}") from None
+class NpySource(FileSource):
+    """One .npy file: one tensor named by the file stem."""
+
+    format = "npy"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, None)
+        try:
+            name = os.path.splitext(os.path.basename(path))[0]
+            with open(path, "rb") as fh:
+                info, stored, fortran, offset = _header(fh, path, name)
+            if offset + info.nbytes > self.size:
+                raise AlignerError(f"{path}: truncated .npy file ({self.size} bytes, its header needs "
+                                   f"{offset + info.nbytes})")
+            self.add(name, info, Layout(((offset, info.nbytes),), stored, fortran and len(info.shape) > 1))
+        except BaseException:
+            self.close()
+            raise
+
+
+class NpzSource(TensorSource):
+    """An .npz archive, read member by member (nothing is decompressed until a tensor is asked for)."""
+
+    format = "npy"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, None)
+        try:
+            self._zip = zipfile.ZipFile(path)
+        except _ZIP_ERRORS as exc:
+            raise AlignerError(f"{path}: not a readable .npz archive: {str(exc)[:120]}") from None
+        self._members: dict[str, tuple[zipfile.ZipInfo, np.dtype, bool, int]] = {}
+        try:
+            skipped = [m.filename for m in self._zip.infolist() if not self._add(m)]
+        except BaseException:
+            self.close()
+            raise
+        size = os.path.getsize(path)
+        total = sum(member.file_size for member, *_ in self._members.values())
+        if total > max(RATIO_FLOOR, MAX_RATIO * size):
+            self.close()
+            raise AlignerError(f"{path}: its members expand {size} bytes to {total} (more than {MAX_RATIO}x: a "
+                               "decompression bomb?); refusing to unpack it (extract it and pass the .npy files if "
+                               "you trust it)")
+        if skipped:
+            names = ", ".join(map(repr, skipped[:5]))
+            self.notes.append(f"skipped {len(skipped)} archive member(s) that are not .npy: {names}")
+
+    def _add(self, member: zipfile.ZipInfo) -> bool:
+        """Check one member's header against its declared sizes and register it; False for a non-.npy member."""
+        if not member.filename.endswith(".npy"):  # also skips directories (and an empty name, which is_dir breaks on)
+            return False
+        where = f"{self.path}: member {member.filename!r}"
+        name = member.filename[:-4]
+        if member.flag_bits & 0x1:
+            raise AlignerError(f"{where} is encrypted")
+        try:
+            with self._zip.open(member) as fh:
+                info, stored, fortran, offset = _header(fh, where, name)
+        except _ZIP_ERRORS as exc:
+            raise AlignerError(f"{where}: cannot be read ({str(exc)[:120]})") from None
+        if offset + info.nbytes != member.file_size:
+            raise AlignerError(f"{where}: its header declares {info.nbytes} bytes of data, the archive says the "
+                               f"member holds {member.file_size - offset}")
+        self.infos[name] = info
+        self._members[name] = (member, stored, fortran and len(info.shape) > 1, offset)
+        return True
+
+    def _blocks(self, name: str, buffer: np.ndarray) -> Iterator[np.ndarray]:
+        """Fill `buffer` again and again with the member's data (at most READ_BLOCK bytes decompressed per call);
+        yield the filled part each time."""
+        member, _, _, offset = self._members[name]
+        raw = buffer.view(np.uint8).data
+        left = member.file_size - offset
+        try:
+            with self._zip.open(member) as fh:  # a ZipExtFile (typed IO[bytes], which lacks readinto)
+                fh.read(offset)
+                while left > 0:
+                    want = min(left, len(raw))
+                    got = 0
+                    while got < want:
+                        n = fh.readinto(raw[got:min(want, got + READ_BLOCK)])  # type: ignore[attr-defined]
+                        if not n:
+                            raise AlignerError(f"{self.path}: member {member.filename!r} ends early (corrupted)")
+                        got += n
+                    left -= want
+                    yield buffer[:want // buffer.itemsize]
+        except _ZIP_ERRORS as exc:
+            raise AlignerError(f"{self.path}: member {member.filename!r} cannot be read ({str(exc)[:120]})") from None
+
+    def _load(self, name: str) -> np.ndarray:
+        info = self.infos[name]
+        _, stored, fortran, _ = self._members[name]
+        out = np.empty(info.numel, stored)
+        for _ in self._blocks(name, out):
+            pass
+        native = out if stored.isnative else out.astype(stored.newbyteorder("="))
+        return native.reshape(info.shape[::-1]).transpose() if fortran else native.reshape(info.shape)
+
+    def chunks(self, name: str, size: int) -> Iterator[np.ndarray]:
+        stored = self._members[name][1]
+        block = np.empty(max(1, min(size, READ_BLOCK // stored.itemsize)), stored)
+        for piece in self._blocks(name, block):
+            yield piece if stored.isnative else piece.astype(stored.newbyteorder("="))
+
+    def close(self) -> None:
+        if hasattr(self, "_zip"):
+            self._zip.close()
+
+
+def open_npy(path: str) -> TensorSource:
+    """A single .npy file (one tensor named by the file stem) or an .npz archive."""
+    return NpzSource(path) if path.lower().endswith(".npz") else NpySource(path)

@@ -1,11 +1,12 @@
 """PyTorch .pth/.pt/.bin reader (weights_only, mmap where the file allows) and writer."""
 from __future__ import annotations
 
+import os
 import pickle
 import re
 import warnings
 import zipfile
-from typing import Any, Iterable
+from typing import IO, Any, Iterable
 
 import numpy as np
 
@@ -16,19 +17,40 @@ from aligner.io.base import TensorInfo, TensorSource
 NEST_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
 
 
-def _find_state_dict(obj: Any, torch) -> tuple[dict, str | None]:
-    """The tensor dict inside a loaded object, and the key path it was nested under (None at top level)."""
+def _find_state_dict(obj: Any, torch: Any, seen: set[int] | None = None) -> tuple[dict, str | None]:
+    """The tensor dict inside a loaded object, and the key path it was nested under (None at top level); a dict
+    nested inside itself is visited once."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return {}, None
+    seen.add(id(obj))
     if isinstance(obj, dict) and any(isinstance(v, torch.Tensor) for v in obj.values()):
         return obj, None
     if isinstance(obj, dict):
         for key in NEST_KEYS:
             if key in obj:
-                found, inner = _find_state_dict(obj[key], torch)
+                found, inner = _find_state_dict(obj[key], torch, seen)
                 if found:
                     return found, key if inner is None else f"{key}.{inner}"
     if isinstance(obj, torch.nn.Module):
         return obj.state_dict(), "<module>.state_dict()"
     return {}, None
+
+
+def _check_tensor(path: str, name: object, value: Any, torch: Any) -> str:
+    """The canonical dtype of a state_dict entry that aligner can read as a dense array, else one clear error."""
+    if not isinstance(name, str):
+        raise AlignerError(f"{path}: tensor key {name!r} has type {type(name).__name__}, not a name (not a state_dict)")
+    if value.layout != torch.strided:
+        raise AlignerError(f"{path}: tensor {name!r} has layout {value.layout} (sparse tensors are not supported; "
+                           "save it with .to_dense())")
+    if value.device.type != "cpu":
+        raise AlignerError(f"{path}: tensor {name!r} has no data (device {value.device.type!r}: saved from a "
+                           "meta or fake tensor)")
+    try:
+        return canonical(str(value.dtype))
+    except AlignerError as exc:
+        raise AlignerError(f"{path}: tensor {name!r}: {exc}") from None
 
 
 class TorchSource(TensorSource):
@@ -40,20 +62,23 @@ class TorchSource(TensorSource):
         super().__init__(path, "pytorch")
         import torch
 
-        self.file_backed = zipfile.is_zipfile(path)
+        try:
+            self.file_backed = zipfile.is_zipfile(path)
+        except zipfile.BadZipFile:  # is_zipfile raises on some broken end records: torch.load then says what is wrong
+            self.file_backed = False
+        self._size = os.stat(path).st_size
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 obj = torch.load(path, map_location="cpu", weights_only=not allow_pickle, mmap=self.file_backed)
         except pickle.UnpicklingError as exc:
-            reason = str(exc).split("\n")[0] if allow_pickle else _unsafe_reason(exc)
             if allow_pickle:
-                raise AlignerError(f"{path}: cannot unpickle ({reason})") from None
-            raise AlignerError(f"{path}: refusing to load: the pickle needs code execution ({reason}); "
-                               "pass --trust-pickle only if you trust this file") from None
-        except (EOFError, RuntimeError, zipfile.BadZipFile, ValueError, OSError, KeyError) as exc:
-            msg = str(exc).split("\n")[0][:200]
-            raise AlignerError(f"{path}: cannot read PyTorch file (truncated or corrupted?): {msg}") from None
+                raise AlignerError(f"{path}: cannot unpickle ({_first_line(exc)})") from None
+            raise AlignerError(f"{path}: refusing to load: {_unsafe_reason(exc)}; pass --trust-pickle only if you "
+                               "trust this file") from None
+        except Exception as exc:  # torch's parsers meet a corrupted file with any exception type
+            raise AlignerError(f"{path}: cannot read PyTorch file (truncated or corrupted?): "
+                               f"{type(exc).__name__}: {_first_line(exc)}") from None
         state, nested = _find_state_dict(obj, torch)
         if not state:
             raise AlignerError(f"{path}: no tensors found (looked at the top level and under keys "
@@ -65,8 +90,9 @@ class TorchSource(TensorSource):
         skipped = []
         for name, value in state.items():
             if not isinstance(value, torch.Tensor):
-                skipped.append(name)
+                skipped.append(str(name))
                 continue
+            dtype = _check_tensor(path, name, value, torch)
             key = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape),
                    tuple(value.stride()), value.dtype)
             if value.numel() and key in seen:
@@ -74,7 +100,7 @@ class TorchSource(TensorSource):
             else:
                 seen[key] = name
             self._tensors[name] = value
-            self.infos[name] = TensorInfo(tuple(value.shape), canonical(str(value.dtype)))
+            self.infos[name] = TensorInfo(tuple(value.shape), dtype)
         if skipped:
             self.notes.append(f"skipped {len(skipped)} non-tensor entr{'y' if len(skipped) == 1 else 'ies'}: "
                               f"{', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''}")
@@ -82,26 +108,37 @@ class TorchSource(TensorSource):
             self.notes.append("tied weights: " + ", ".join(f"{a} = {b}" for a, b in self.tied.items()))
 
     def _load(self, name: str) -> np.ndarray:
+        """The tensor (a view on the file's mapping for zip files: first checked that the file has not shrunk, since
+        reading a mapping past the end of a truncated file raises SIGBUS; a truncation during the copy still can)."""
+        if self.file_backed and os.stat(self.path).st_size < self._size:
+            raise AlignerError(f"{self.path}: file shrank while being read (truncated by another process?)")
         return torch_to_numpy(self._tensors[name].detach())
 
     def close(self) -> None:
         self._tensors = {}
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message, at most 200 characters."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:200] if lines else type(exc).__name__
+
+
 def _unsafe_reason(exc: Exception) -> str:
-    """Which global the safe unpickler refused (e.g. 'it imports __main__.Foo'), from torch's long message."""
+    """Why torch's safe unpickler refused a file, from its long message: the global it would import ('the pickle
+    needs code execution (it imports posix.system)'), else its own words ('Unsupported operand 149')."""
     text = str(exc)
     found = re.search(r"GLOBAL\s+([\w.]+)", text)
     if found:
-        return f"it imports {found.group(1)}"
-    for line in text.splitlines():
-        if "unsupported" in line.lower():
-            return line.strip().removeprefix("WeightsUnpickler error:").strip()[:200]
-    return text.splitlines()[0][:200] if text else type(exc).__name__
+        return f"the pickle needs code execution (it imports {found.group(1)})"
+    found = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)
+    reason = found.group(1).strip()[:200] if found else _first_line(exc)
+    return f"the safe unpickler cannot read it ({reason}: corrupted, or a pickle of more than tensors)"
 
 
-def write_pth(path: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
-    """Save (name, array) pairs as a torch state_dict; arrays that are the same object stay tied (one storage)."""
+def write_pth(path: str | IO[bytes], items: Iterable[tuple[str, np.ndarray]]) -> None:
+    """Save (name, array) pairs as a torch state_dict to a file name or an open binary file; arrays that are the same
+    object stay tied (one storage)."""
     import torch
 
     state: dict[str, Any] = {}

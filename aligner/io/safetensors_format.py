@@ -1,4 +1,4 @@
-"""safetensors reader/writer over mmap: zero-copy, streaming, with bfloat16 (which safetensors' numpy binding lacks).
+"""safetensors reader/writer: streaming, with bfloat16 (which safetensors' numpy binding lacks).
 
 The format is an 8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets}}, then the
 raw little-endian tensor bytes. Files written here load with `safetensors.safe_open` (checked by the tests).
@@ -6,7 +6,6 @@ raw little-endian tensor bytes. Files written here load with `safetensors.safe_o
 from __future__ import annotations
 
 import json
-import mmap
 import struct
 from typing import Iterable
 
@@ -14,64 +13,76 @@ import numpy as np
 
 from aligner.core.dtypes import SAFETENSORS_CODE, canonical, contiguous, to_numpy
 from aligner.core.errors import AlignerError
-from aligner.io.base import TensorInfo, TensorSource
+from aligner.io.base import FileSource, Layout, TensorInfo, checked_info
 
 _CODE_TO_CANON = {code: name for name, code in SAFETENSORS_CODE.items()}
 
 
-class SafetensorsSource(TensorSource):
+MAX_HEADER = 100_000_000  # bytes: safetensors' own limit on the JSON header
+
+
+class SafetensorsSource(FileSource):
     """A .safetensors file; the header's `__metadata__.framework` (written by aligner) gives the naming convention."""
 
     format = "safetensors"
 
     def __init__(self, path: str) -> None:
         super().__init__(path, None)
-        with open(path, "rb") as fh:
-            size = fh.seek(0, 2)
-            if size < 8:
-                raise AlignerError(f"{path}: truncated safetensors file ({size} bytes)")
-            fh.seek(0)
-            (hlen,) = struct.unpack("<Q", fh.read(8))
-            if hlen > size - 8:
-                raise AlignerError(f"{path}: truncated or corrupted safetensors file "
-                                   f"(header length {hlen} > file size)")
-            try:
-                header = json.loads(fh.read(hlen))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise AlignerError(f"{path}: corrupted safetensors header ({exc})") from None
-            self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size > 8 + hlen else None
+        try:
+            self._index()
+        except BaseException:
+            self.close()
+            raise
+
+    def _index(self) -> None:
+        path, size = self.path, self.size
+        if size < 8:
+            raise AlignerError(f"{path}: truncated safetensors file ({size} bytes)")
+        head = bytearray(8)
+        self.read_into(memoryview(head), 0)
+        (hlen,) = struct.unpack("<Q", head)
+        if hlen > min(size - 8, MAX_HEADER):
+            raise AlignerError(f"{path}: truncated or corrupted safetensors file (header length {hlen} > "
+                               f"{'file size' if hlen > size - 8 else f'the {MAX_HEADER} byte limit'})")
+        text = bytearray(hlen)
+        self.read_into(memoryview(text), 8)
+        try:
+            header = json.loads(text)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise AlignerError(f"{path}: corrupted safetensors header ({str(exc)[:120]})") from None
+        if not isinstance(header, dict):
+            raise AlignerError(f"{path}: corrupted safetensors header (a JSON {type(header).__name__}, expected an "
+                               "object)")
         meta = header.pop("__metadata__", None) or {}
-        self.framework = meta.get("framework") or ("mindspore" if meta.get("format") == "ms" else None)
-        self._base = 8 + hlen
-        self._spans: dict[str, tuple[int, int]] = {}
-        data_len = size - self._base
-        for name, entry in sorted(header.items(), key=lambda kv: kv[1].get("data_offsets", [0])[0]):
-            try:
-                dtype = _CODE_TO_CANON[entry["dtype"]]
-                shape = tuple(int(s) for s in entry["shape"])
-                begin, end = (int(x) for x in entry["data_offsets"])
-            except (KeyError, TypeError, ValueError):
-                raise AlignerError(f"{path}: unsupported or malformed header entry for {name!r}: {entry}") from None
-            if end > data_len or end - begin != int(np.prod(shape, dtype=np.int64)) * to_numpy(dtype).itemsize:
-                raise AlignerError(f"{path}: truncated or corrupted safetensors file (tensor {name!r} out of bounds)")
-            self.infos[name] = TensorInfo(shape, dtype)
-            self._spans[name] = (begin, end)
-        self.file_backed = True
+        if not isinstance(meta, dict):
+            raise AlignerError(f"{path}: corrupted safetensors header (__metadata__ is not an object)")
+        framework = meta.get("framework")
+        self.framework = framework if isinstance(framework, str) and framework else \
+            "mindspore" if meta.get("format") == "ms" else None
+        base = 8 + hlen
+        entries = [(name, *self._entry(name, entry, size - base)) for name, entry in header.items()]
+        for name, info, begin, end in sorted(entries, key=lambda e: e[2]):
+            self.add(name, info, Layout(((base + begin, end - begin),), to_numpy(info.dtype).newbyteorder("<")))
 
-    def _load(self, name: str) -> np.ndarray:
-        begin, end = self._spans[name]
-        info = self.infos[name]
-        if end == begin or self._mm is None:  # no data section (a file of empty tensors) has no mapping
-            return np.zeros(info.shape, to_numpy(info.dtype))
-        return np.frombuffer(self._mm, to_numpy(info.dtype), count=info.numel,
-                             offset=self._base + begin).reshape(info.shape)
-
-    def close(self) -> None:
-        if self._mm is not None:
-            try:
-                self._mm.close()
-            except BufferError:  # views still alive; the mapping goes when they do
-                pass
+    def _entry(self, name: str, entry: object, data_len: int) -> tuple[TensorInfo, int, int]:
+        """(info, begin, end) of one header entry, checked: known dtype, sane shape, offsets inside the data."""
+        path = self.path
+        if not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str) \
+                or entry["dtype"] not in _CODE_TO_CANON:
+            raise AlignerError(f"{path}: unsupported or malformed header entry for {name!r}: {str(entry)[:120]}")
+        info = checked_info(path, name, entry.get("shape"), _CODE_TO_CANON[entry["dtype"]])
+        offsets = entry.get("data_offsets")
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in offsets)):
+            raise AlignerError(f"{path}: malformed data_offsets for {name!r}: {str(offsets)[:80]}")
+        begin, end = offsets
+        if not 0 <= begin <= end <= data_len:
+            raise AlignerError(f"{path}: truncated or corrupted safetensors file (tensor {name!r} at bytes "
+                               f"{begin}..{end} of a {data_len}-byte data section)")
+        if end - begin != info.nbytes:
+            raise AlignerError(f"{path}: corrupted safetensors header (tensor {name!r} spans {end - begin} bytes, "
+                               f"its shape {info.shape} needs {info.nbytes})")
+        return info, begin, end
 
 
 def write_safetensors(fh, items: Iterable[tuple[str, np.ndarray]], infos: dict[str, TensorInfo],

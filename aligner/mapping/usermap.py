@@ -36,7 +36,10 @@ import yaml
 from aligner.core.errors import AlignerError
 from aligner.mapping.transforms import Concat, Op, OpKind, Reshape, Split, Transpose
 
-SECTIONS = ("rename", "regex", "drop", "transforms")
+# each section's YAML type, and how a message names it
+SECTION_TYPES: dict[str, tuple[type, str]] = {"rename": (dict, "mapping of name: target"), "regex": (list, "list"),
+                                              "drop": (list, "list"), "transforms": (list, "list")}
+SECTIONS = tuple(SECTION_TYPES)
 OPS = {OpKind.SPLIT: ("source", "axis", "targets"), OpKind.CONCAT: ("sources", "axis", "target"),
        OpKind.RESHAPE: ("source", "shape", "target"), OpKind.TRANSPOSE: ("source", "perm", "target")}
 PATTERN_KEY = {"source": "pattern", "sources": "patterns"}   # the regex form of each source field
@@ -193,21 +196,29 @@ def module_renames(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 def load_user_map(path: str) -> UserMap:
     """Read and validate a mapping file; every problem is one clear AlignerError naming the file."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise AlignerError(f"{path}: cannot read mapping file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise AlignerError(f"{path}: mapping file is not UTF-8 text") from None
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise AlignerError(f"{path}: YAML syntax error{where}: {getattr(exc, 'problem', exc)}") from None
+    except RecursionError:
+        raise AlignerError(f"{path}: YAML nested too deeply") from None
     if not isinstance(data, dict):
         raise AlignerError(f"{path}: expected a mapping with sections {', '.join(SECTIONS)}")
     unknown = set(data) - set(SECTIONS)
     if unknown:
-        raise AlignerError(f"{path}: unknown section(s) {', '.join(sorted(map(str, unknown)))} "
+        raise AlignerError(f"{path}: unknown section(s) {', '.join(sorted(map(repr, unknown)))} "
                            f"(expected {', '.join(SECTIONS)})")
+    for section, (kind, words) in SECTION_TYPES.items():
+        if data.get(section) is not None and not isinstance(data[section], kind):
+            raise AlignerError(f"{path}: section {section}: must be a {words}, got {type(data[section]).__name__} "
+                               f"{str(data[section])[:60]!r}")
     umap = UserMap(path=path)
     for src, dst in (data.get("rename") or {}).items():
         targets = dst if isinstance(dst, list) else [dst]
@@ -215,9 +226,12 @@ def load_user_map(path: str) -> UserMap:
             raise AlignerError(f"{path}: rename of {src!r} must give a name or a list of names")
         umap.rename[str(src)] = targets
     for item in data.get("regex") or []:
-        if not (isinstance(item, (list, tuple)) and len(item) == 2):
-            raise AlignerError(f"{path}: each regex entry must be [pattern, replacement], got {item!r}")
+        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise AlignerError(f"{path}: each regex entry must be [pattern, replacement] (two strings), got "
+                               f"{str(item)[:80]!r}")
         umap.regex.append((_compile(path, item[0]), str(item[1])))
+    if not all(isinstance(p, str) for p in data.get("drop") or []):
+        raise AlignerError(f"{path}: section drop: every entry must be a regex string")
     umap.drop = [_compile(path, p) for p in data.get("drop") or []]
     for i, t in enumerate(data.get("transforms") or [], 1):
         umap.transforms.append(_parse_transform(path, i, t))
@@ -229,7 +243,7 @@ def load_user_map(path: str) -> UserMap:
 
 def _parse_transform(path: str, i: int, t: Any) -> UserTransform:
     """A `transforms:` item, checked: known op, its fields in literal or regex form, and regex groups that exist."""
-    if not isinstance(t, dict) or t.get("op") not in OPS:
+    if not isinstance(t, dict) or not isinstance(t.get("op"), str) or t["op"] not in OPS:
         raise AlignerError(f"{path}: transform #{i} needs op one of {', '.join(OPS)}, got {t!r}")
     kind = OpKind(t["op"])
     field = OPS[kind][0]

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from aligner.core.buffers import is_buffer
-from aligner.core.dtypes import canonical, to_numpy
+from aligner.core.dtypes import FLOATING, canonical, to_numpy
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.frameworks import Framework
 from aligner.dumping.tensors import to_host
@@ -128,20 +128,48 @@ def _compile(pattern: str | None) -> re.Pattern[str] | None:
         raise AlignerError(f"bad --filter regex {pattern!r}: {exc}") from None
 
 
+STATS_CHUNK = 1 << 20  # elements per piece when statistics stream a stored tensor
+
+
+def streamed_stats(chunks: Iterable[np.ndarray], dtype: str) -> dict[str, Any]:
+    """`tensor_stats` over a tensor given as flat pieces, one piece in memory at a time: min/max/mean/L2 norm over
+    the finite elements (None if there are none) and NaN/Inf counts; the mean is summed in float64 piece by piece."""
+    floating = dtype in FLOATING
+    low, high, total, squares, count, nan, inf = np.inf, -np.inf, 0.0, 0.0, 0, 0, 0
+    for piece in chunks:
+        if floating:
+            values = piece.astype(np.float32) if piece.dtype.itemsize < 4 else piece
+            finite = np.isfinite(values)
+            bad = values.size - int(np.count_nonzero(finite))
+            if bad:
+                piece_nan = int(np.count_nonzero(np.isnan(values)))
+                nan, inf = nan + piece_nan, inf + bad - piece_nan
+                values = values[finite]
+        else:
+            values = piece
+        if values.size == 0:
+            continue
+        wide = values.astype(np.float64)
+        low, high = min(low, float(values.min())), max(high, float(values.max()))
+        total += float(wide.sum())
+        squares += float(np.einsum("i,i->", wide, wide))
+        count += values.size
+    if not count:
+        return {"min": None, "max": None, "mean": None, "l2": None if floating else 0.0, "nan": nan, "inf": inf}
+    return {"min": low, "max": high, "mean": total / count, "l2": float(np.sqrt(squares)), "nan": nan, "inf": inf}
+
+
 def source_rows(source: TensorSource, pattern: re.Pattern[str] | None = None,
                 stats: bool = False) -> list[TensorRow]:
-    """The rows of an open checkpoint (names matching `pattern`); `stats` reads every tensor once."""
+    """The rows of an open checkpoint (names matching `pattern`); `stats` streams every tensor once, a piece at a
+    time, so memory stays at a few pieces whatever the tensor's size."""
     rows = []
     for name, info in source.infos.items():
         if pattern and not pattern.search(name):
             continue
-        values = None
-        if stats:
-            array = source.get(name)
-            values = tensor_stats(array)
-            source.release(array)
-        rows.append(TensorRow(name, tuple(info.shape), info.dtype, info.numel,
-                              info.numel * to_numpy(info.dtype).itemsize, _kind(name), None, values))
+        values = streamed_stats(source.chunks(name, STATS_CHUNK), info.dtype) if stats else None
+        rows.append(TensorRow(name, tuple(info.shape), info.dtype, info.numel, info.nbytes, _kind(name), None,
+                              values))
     return rows
 
 
