@@ -91,9 +91,10 @@ def load_rules(name: str = RULES_FILE) -> tuple[LayerRule, ...]:
 
 
 def split_name(name: str) -> tuple[str, str]:
-    """('layer1.bn', 'weight') for 'layer1.bn.weight'; ('', 'w') for a top-level 'w'."""
+    """('layer1.bn', 'weight') for 'layer1.bn.weight'; ('', 'w') for a top-level 'w', and ('', '.w') for '.w' (a
+    leading dot stays in the leaf, so joining the parts back gives the name the reader has)."""
     prefix, _, leaf = name.rpartition(".")
-    return prefix, leaf
+    return (prefix, leaf) if prefix else ("", name)
 
 
 def group_names(infos: dict[str, TensorInfo]) -> dict[str, dict[str, TensorInfo]]:
