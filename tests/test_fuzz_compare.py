@@ -70,3 +70,45 @@ def test_generated_files_given_to_diff(capsys: pytest.CaptureFixture[str], data:
         (root / f"a{suffix}").write_bytes(data)
         np.save(root / "b.npy", np.arange(4.0))
         _check(align_in_process(capsys, "diff", root / f"a{suffix}", root / "b.npy"))
+
+
+FACTORIES = '''
+import mindspore as ms
+import torch
+
+
+def make_torch():
+    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())
+
+
+class _Net(ms.nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.act = ms.nn.Dense(4, 4), ms.nn.GELU()
+
+    def construct(self, x):
+        return self.act(self.fc(x))
+
+
+def make_ms():
+    return _Net()
+'''
+
+
+@settings()
+@given(data=st.binary(max_size=160), kind=st.sampled_from(["input.npy", "input.npz", "baseline.json",
+                                                           "baseline.yaml", "input-shape"]))
+def test_generated_files_given_to_audit(capsys: pytest.CaptureFixture[str], data: bytes, kind: str) -> None:
+    """`align audit` with a generated --input array, --baseline file or --input-shape text (the factories are code
+    the user names, so they are fixed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "facts.py").write_text(FACTORIES)
+        args = [f"{root / 'facts.py'}:make_torch", f"{root / 'facts.py'}:make_ms"]
+        if kind == "input-shape":
+            args += ["--input-shape", data.decode("latin-1")]
+        else:
+            name, _, suffix = kind.partition(".")
+            (root / kind).write_bytes(data)
+            args += ["--input" if name == "input" else "--baseline", root / kind]
+        _check(align_in_process(capsys, "audit", *args))

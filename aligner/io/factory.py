@@ -18,6 +18,7 @@ import numpy as np
 
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
+from aligner.io import open_checkpoint
 
 _ROOTS = {Framework.PYTORCH: ("torch.nn.modules.module", "Module"),
           Framework.MINDSPORE: ("mindspore.nn.cell", "Cell")}
@@ -95,11 +96,11 @@ def load_example_inputs(path: str) -> np.ndarray | dict[str, np.ndarray]:
     suffix = Path(path).suffix.lower()
     if suffix not in (".npy", ".npz"):
         raise AlignerError(f"--input {path}: expected a .npy or .npz file")
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if suffix == ".npy":
-            return np.asarray(loaded)
-        with loaded:
-            return {name: loaded[name] for name in loaded.files}
-    except (OSError, ValueError) as exc:
+    try:  # the checkpoint readers: sizes checked before allocating, no pickles, no memory maps
+        with open_checkpoint(path) as source:
+            arrays = {name: np.asarray(source.get(name)) for name in source.names}
+    except AlignerError as exc:
         raise AlignerError(f"--input {path}: {exc}") from None
+    if suffix == ".npy":
+        return next(iter(arrays.values()))
+    return arrays

@@ -98,17 +98,25 @@ def load_baseline(path: str | os.PathLike) -> set[tuple[str, str | None, str | N
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise AlignerError(f"--baseline {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise AlignerError(f"--baseline {path}: not UTF-8 text (expected an audit --json report or YAML)") from None
     except yaml.YAMLError as exc:
         raise AlignerError(f"--baseline {path}: not YAML or JSON ({str(exc).splitlines()[0]})") from None
     if isinstance(data, dict):
-        data = list(data.get("findings") or []) + list(data.get("accepted") or [])
+        parts = [data.get("findings") or [], data.get("accepted") or []]
+        data = [d for part in parts if isinstance(part, list) for d in part] \
+            if all(isinstance(part, list) for part in parts) else None
+    expected = f"--baseline {path}: expected an audit --json report or a list of findings ({{rule, where, attribute}})"
     if not isinstance(data, list) or not all(isinstance(d, dict) and "rule" in d for d in data):
-        raise AlignerError(f"--baseline {path}: expected an audit --json report or a list of findings "
-                           "({rule, where, attribute})")
+        raise AlignerError(expected)
     keys = set()
     for d in data:
-        where = list(d.get("where") or []) + [None, None]
-        keys.add((str(d["rule"]), where[0], where[1], d.get("attribute")))
+        where, attribute = d.get("where") or [], d.get("attribute")
+        if not isinstance(where, list) or not all(w is None or isinstance(w, str) for w in where) \
+                or not (attribute is None or isinstance(attribute, str)):
+            raise AlignerError(expected)
+        pair = list(where) + [None, None]
+        keys.add((str(d["rule"]), pair[0], pair[1], attribute))
     return keys
 
 
