@@ -366,3 +366,16 @@ def _audit_text(text: str) -> SourceAuditReport:
     """Audit `text` as a file of its own (a fresh directory per call)."""
     with tempfile.TemporaryDirectory() as folder:
         return audit_source(_write(Path(folder) / "snippet.py", textwrap.dedent(text)))
+
+
+def test_cli_source_json_report(tmp_path):
+    """`align audit --source PATH --json OUT`: the same findings as data; exit 1 for an error finding."""
+    from tests.conftest import run_align
+
+    src = tmp_path / "net.py"
+    src.write_text("from mindspore import nn\nconv = nn.Conv2d(3, 8, 3)\n")
+    proc = run_align("audit", "--source", src, "--json", tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert proc.returncode == data["exit_code"] == 1
+    assert {f["rule"] for f in data["findings"]} == {"source.conv.has_bias", "source.conv.pad_mode"}
+    assert all(f["where"] == [f"{src}:2"] for f in data["findings"])

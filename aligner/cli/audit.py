@@ -10,13 +10,10 @@ from aligner.cli.options import check_outputs, json_option
 from aligner.core.errors import AlignerError
 from aligner.io.factory import build, load_example_inputs
 from aligner.pipelines.audit import audit, example_from_shape
+from aligner.pipelines.audit.source import audit_source
 from aligner.render.audit import print_audit, print_source, write_audit_json
 from aligner.render.console import make_console
-
-try:  # the source audit (`--source`) is a separate module, absent in builds without it
-    from aligner.pipelines.audit import source as _source
-except ImportError:
-    _source = None  # type: ignore[assignment]
+from aligner.render.jsonout import write_json
 
 REFERENCES = ("first", "second", "pytorch", "mindspore")
 
@@ -40,12 +37,13 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def run_source(path: str) -> int:
-    """`--source PATH`: the source audit's findings, printed; its exit code."""
-    if _source is None:
-        raise AlignerError("--source: the source audit is not available in this build")
-    report = _source.audit_source(path)
-    print_source(report, make_console())
+def run_source(path: str, json_out: str | None) -> int:
+    """`--source PATH`: the source audit's findings, printed (and written as JSON with --json); its exit code."""
+    report = audit_source(path)
+    if json_out != "-":
+        print_source(report, make_console())
+    if json_out:
+        write_json(report.to_dict(), json_out)
     return int(report.exit_code)
 
 
@@ -76,7 +74,8 @@ def command(factory_a: str | None, factory_b: str | None, input_shape: str | Non
       align audit pkg.models:torch_net pkg.models:ms_net --baseline accepted.json
     """
     if source is not None:
-        return run_source(source)
+        check_outputs(force, json=json_out)
+        return run_source(source, json_out)
     if factory_a is None or factory_b is None:
         raise AlignerError("give two factories (MAKE_TORCH MAKE_MS), or --source PATH")
     if input_shape and input_file:
