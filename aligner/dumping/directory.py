@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import stat
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from aligner.core.errors import AlignerError
-from aligner.dumping.manifest import FORMAT, MANIFEST, TENSOR_DIR, write_header
+from aligner.dumping.manifest import MANIFEST, TENSOR_DIR, Record, iter_manifest, write_header
 
 
 @dataclasses.dataclass
@@ -113,17 +112,15 @@ def _previous_dump(path: Path, shown: str | os.PathLike, entries: set[str]) -> l
 
 
 def _listed_files(manifest_path: Path) -> set[str] | None:
-    """Names of the tensor files a manifest lists, or None when its first line is not an aligner dump header."""
+    """Names of the tensor files a manifest lists, or None when it is not a manifest aligner wrote (no dump header, or
+    a line the manifest reader cannot parse)."""
     names: set[str] = set()
     try:
-        with open(manifest_path, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh):
-                data = json.loads(line) if line.strip() else {}
-                if lineno == 0 and (not isinstance(data, dict) or data.get("format") != FORMAT):
-                    return None
-                file = data.get("file") if isinstance(data, dict) else None
-                if isinstance(file, str) and file.startswith(f"{TENSOR_DIR}/"):
-                    names.add(file[len(TENSOR_DIR) + 1:])
-    except (OSError, UnicodeDecodeError, ValueError):
+        for lineno, entry in iter_manifest(manifest_path.parent):
+            if isinstance(entry, ValueError) or (lineno == 1) != isinstance(entry, dict):
+                return None
+            if isinstance(entry, Record) and entry.file and entry.file.startswith(f"{TENSOR_DIR}/"):
+                names.add(entry.file[len(TENSOR_DIR) + 1:])
+    except (OSError, UnicodeDecodeError):
         return None
     return names

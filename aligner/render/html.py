@@ -37,7 +37,7 @@ from aligner.pipelines.compare.evaluate import Row, RowStatus
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Phase, error_level, phase_of
 from aligner.render.compare import _describe, _fmt, _kind_io, _where, summary
-from aligner.render.zoom import zoom_code, zoom_hint
+from aligner.render.zoom import scoped_zoom, zoom_code, zoom_hint
 
 _CAP = 1e3            # relative errors above this (and inf) are drawn at the top edge of the chart
 _MIN_FLOOR = 1e-16    # the chart's bottom edge never goes below this
@@ -137,12 +137,9 @@ def _path(label: str) -> str:
     return label.rpartition(" (")[0] or label
 
 
-def _zoom(module: str, backward: bool) -> str:
-    """Code to re-dump one module with every tensor operation inside it, on both sides (for a NaN origin)."""
-    run = "    loss = loss_fn(model(batch), target)\n    loss.backward()" if backward else "    model(batch)"
-    return (f"# on each side, same weights and batch (MindSpore into zoom_ms/):\n"
-            f'with aligner.dump(model, "zoom_pt/", ops=True, scope={module!r}):\n{run}\n'
-            f"align compare zoom_ms/ zoom_pt/ --html zoom.html")
+def _nan_scope(row: Row) -> str:
+    """Side A's path of the module producing the first NaN/Inf (the reference's when A has no twin)."""
+    return (row.pair.a or row.pair.ref).record.module
 
 
 def next_step(result: CompareResult) -> tuple[str, str]:
@@ -166,7 +163,8 @@ def next_step(result: CompareResult) -> tuple[str, str]:
         rec = rows[v.nan_origin.row].pair.ref.record
         return (f"Zoom in: dump every tensor operation inside {rec.module or 'the whole model'} to find the "
                 f"operation that produces the first NaN/Inf.",
-                _zoom(rec.module, phase_of(rows[v.nan_origin.row]) == Phase.BACKWARD))
+                scoped_zoom(result, _nan_scope(rows[v.nan_origin.row]), rec.module,
+                            phase_of(rows[v.nan_origin.row]) == Phase.BACKWARD) + " --html zoom.html")
     if result.errors or result.problems:
         return ("Re-dump the records that could not be read (marked in the table) and compare again.",
                 f"align compare {a} {b}")

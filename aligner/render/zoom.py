@@ -26,9 +26,12 @@ def scopes(result: CompareResult, finding: Divergence) -> tuple[str, str]:
 
 def zoom_code(result: CompareResult, finding: Divergence) -> str:
     """Code that re-dumps the blamed module with every tensor operation inside it on both sides, then compares."""
-    scope_a, scope_b = scopes(result, finding)
-    run = "    loss = loss_fn(model(batch), target)\n    loss.backward()" if finding.phase == Phase.BACKWARD \
-        else "    model(batch)"
+    return scoped_zoom(result, *scopes(result, finding), finding.phase == Phase.BACKWARD)
+
+
+def scoped_zoom(result: CompareResult, scope_a: str, scope_b: str, backward: bool) -> str:
+    """Code for an op-level dump of `scope_a` on side A and `scope_b` on the reference side, then the compare."""
+    run = "    loss = loss_fn(model(batch), target)\n    loss.backward()" if backward else "    model(batch)"
     names = []
     blocks = []
     for label, scope in ((result.side_a, scope_a), (result.side_b, scope_b)):
