@@ -20,6 +20,8 @@ _API = {
     "compare": "aligner.api",
     "audit": "aligner.api",
     "save": "aligner.dumping",
+    "replay": "aligner.pipelines.replay.run",
+    "assert_close": "aligner.pipelines.replay.assertion",
 }
 
 __all__ = sorted(_API)

@@ -22,11 +22,13 @@ from aligner.metrics.stats import tensor_stats
 ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
-def read(directory: Path) -> tuple[dict, list[Record]]:
-    """Header and records; an input recorded as a link (`same_as`) gets its producer's file and stats, as compare
-    reads it."""
+def read(directory: Path, calls: bool = False) -> tuple[dict, list[Record]]:
+    """Header and tensor records (call signatures too with `calls`); an input recorded as a link (`same_as`) gets its
+    producer's file and stats, as compare reads it."""
     lines = [item for _, item in iter_manifest(directory)]
     assert not [x for x in lines if isinstance(x, ValueError)]
+    if not calls:
+        lines = lines[:1] + [r for r in lines[1:] if r.kind != "call"]
     by_seq = {r.seq: r for r in lines[1:]}
     for r in lines[1:]:
         if r.same_as is not None:
@@ -81,7 +83,7 @@ def test_both_frameworks_record_the_same_tensors_in_the_same_order(twin_dumps):
     assert (hpt["framework"], hms["framework"]) == ("pytorch", "mindspore")
     assert hpt["mode"] == hms["mode"] == "full"
     for recs in (rpt, rms):
-        assert [r.seq for r in recs] == list(range(len(recs)))
+        assert [r.seq for r in recs] == sorted(r.seq for r in recs)
     for kind_ in ("forward", "backward", "probe"):
         assert [key(r) for r in rpt if r.kind == kind_] == [key(r) for r in rms if r.kind == kind_]
     # parameter names differ by framework (BatchNorm/LayerNorm gamma/beta): map them, order follows each autograd
@@ -200,7 +202,7 @@ def test_steps_select_and_append(tmp_path):
     assert sum('"format"' in line for line in lines) == 1
     _, recs = read(tmp_path / "d")
     assert sorted({r.step for r in recs}) == [0, 2]
-    assert [r.seq for r in recs] == list(range(len(recs)))
+    assert [r.seq for r in recs] == sorted(r.seq for r in recs)
     assert {r.kind for r in recs} == {"forward", "buffer"}  # training mode: BatchNorm running stats after forward
 
 
@@ -342,3 +344,39 @@ def test_mindspore_jit_construct_is_refused_in_one_line(tmp_path):
             net(ms.Tensor(np.ones((2, 4), np.float32)))
     assert len(str(info.value).splitlines()) == 1
     assert not net._forward_pre_hook and not net.dense._forward_hook  # nothing left registered
+
+
+def test_call_records_say_how_each_module_was_called(tmp_path):
+    """A replay calls each module back the way the model did: keyword names, non-tensor arguments, each input's
+    place, and (once per step) the module's class and constructor attributes; params=True adds every parameter."""
+
+    class Scaled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1, bias=False)
+            self.norm = torch.nn.LayerNorm(5, eps=1e-6)
+
+        def forward(self, x: torch.Tensor, scale: float = 1.0, *, pair: tuple = ()) -> torch.Tensor:
+            y = self.norm(self.conv(x) * scale)
+            return self.norm(y + pair[0])
+
+    model = Scaled()
+    x, extra = torch.randn(2, 3, 5, 5), torch.randn(2, 4, 5, 5)
+    with aligner.dump(model, tmp_path / "d", params=True, backward=False):
+        model(x, 2.5, pair=(extra, "tag"))
+    _, recs = read(tmp_path / "d", calls=True)
+    calls = [r for r in recs if r.kind == "call"]
+    assert [(c.module, c.args) for c in calls] == [
+        ("", {"args": [{"tensor": 0}, 2.5], "kwargs": {"pair": {"tuple": [{"tensor": 1}, "tag"]}}}),
+        ("conv", {"args": [{"tensor": 0}], "kwargs": {}}),
+        ("norm", {"args": [{"tensor": 0}], "kwargs": {}}),
+        ("norm", {"args": [{"tensor": 0}], "kwargs": {}})]
+    assert calls[1].attrs is not None and calls[1].attrs["class"] == "torch.nn.modules.conv.Conv2d"
+    assert calls[1].attrs["kernel_size"] == {"tuple": [3, 3]} and calls[1].attrs["padding"] == {"tuple": [1, 1]}
+    assert calls[2].attrs is not None and calls[2].attrs["eps"] == 1e-6
+    assert calls[3].attrs is None  # the second call of `norm` in this step: attributes already recorded
+    inputs = [(r.module, r.arg) for r in recs if r.kind == "forward" and r.io == "input"]
+    assert inputs == [("", "0"), ("", "pair/0"), ("conv", "0"), ("norm", "0"), ("norm", "0")]
+    params = {r.module: load(tmp_path / "d", r) for r in recs if r.kind == "param"}
+    assert set(params) == {"conv.weight", "norm.weight", "norm.bias"}
+    np.testing.assert_array_equal(params["conv.weight"], model.conv.weight.detach().numpy())

@@ -38,6 +38,10 @@ def _install(framework: str, model: Any, session: Session, opts: Options, handle
     if opts.ops:
         handles.extend(op_hooks.install(model, session, opts))
     hooks.install(model, session, opts, handles)
+    if opts.params:
+        for name, type_, value in hooks.state(model):
+            if opts.selects_name(name):
+                session.emit(name, type_, "param", "value", 0, value)
 
 
 class DumpContext:
@@ -141,7 +145,8 @@ class MemoryCapture(DumpContext):
 def dump(model: Any, directory: str | os.PathLike, *, step: int = 0, steps: Iterable[int] | None = None,
          include: str | None = None, exclude: str | None = None, leaves_only: bool = True, forward: bool = True,
          backward: bool = True, inputs: bool | None = None, ops: bool = False, scope: str | None = None,
-         stats_only: bool = False, overwrite: bool = False, progress: Progress = SILENT) -> DumpContext:
+         params: bool = False, stats_only: bool = False, overwrite: bool = False,
+         progress: Progress = SILENT) -> DumpContext:
     """Context manager recording `model`'s forward outputs, backward gradients and parameter gradients to `directory`.
 
     The first `dump` on a directory in a process checks it is empty (or clears a previous dump with overwrite=True)
@@ -153,11 +158,12 @@ def dump(model: Any, directory: str | os.PathLike, *, step: int = 0, steps: Iter
     that code between module calls computed (what tells a module's own error from its parent's glue code); True
     stores every input; False none. ops=True also records every tensor operation called inside the forward of the
     module at `scope` (a path; the whole model when None), with the source line of each call: the zoom-in that
-    names the op where the numbers part.
+    names the op where the numbers part. params=True also records every parameter's and buffer's value as each
+    step starts (what `align repro` packs with a layer, and what `align diff --grads` fits update rules on).
     """
     if not isinstance(step, int):
         raise AlignerError(f"aligner.dump step must be an int, got {type(step).__name__}")
-    opts = Options.build(include, exclude, leaves_only, forward, backward, inputs, ops, scope)
+    opts = Options.build(include, exclude, leaves_only, forward, backward, inputs, ops, scope, params)
     return _DirectoryDump(model, directory, opts, step, steps, stats_only, overwrite, progress)
 
 

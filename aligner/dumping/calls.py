@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from aligner.dumping.options import Options
 from aligner.dumping.session import Frame, Session
+from aligner.dumping.signature import attributes, describe
 from aligner.dumping.tensors import tensors_in
 
 # Normalisation buffers, as PyTorch and MindSpore name them, recorded after a training-mode forward under PyTorch's
@@ -30,6 +31,8 @@ class CallHooks:
         # a non-leaf that leaves_only skips, recorded anyway when no record is made during its call
         self.fallback = opts.forward and not is_leaf and opts.leaves_only and opts.selects_name(path)
         self.buffers = buffers
+        self.module = module
+        self.described = False  # the module's attributes go on its first call record of the step
         self.frames: list[tuple[Frame, list[Any]]] = []  # stack: re-entrant calls
 
     def enter(self, inputs: Any) -> Frame:
@@ -40,18 +43,24 @@ class CallHooks:
         kept: list[Any] = []
         if (self.selected or (outermost and self.opts.selects_name(self.path))) and self.opts.inputs is not False:
             # the model's own inputs are always recorded: a divergence there is in the data, not in any module
-            self._inputs(frame, tensors_in(inputs))
+            self._inputs(frame, inputs)
             frame.first_seq = session.seq  # what the children record starts here
         elif self.fallback:
-            kept = list(tensors_in(inputs))  # references only: recorded at exit if nothing inside was
+            kept = [inputs]  # references only: recorded at exit if nothing inside was
         self.frames.append((frame, kept))
         return frame
 
-    def _inputs(self, frame: Frame, tensors: Any) -> None:
+    def _inputs(self, frame: Frame, inputs: tuple[tuple, dict]) -> None:
+        """The call's signature, then each input tensor (a link or its data) with its place in the call."""
         parent = self.session.parent(frame)
-        for i, t in enumerate(tensors):
+        args, kwargs = inputs
+        structure, places = describe(tuple(args), dict(kwargs))
+        self.session.emit_call(self.path, self.type, call=frame.call, parent=parent, args=structure,
+                               attrs=None if self.described else attributes(self.module))
+        self.described = True
+        for i, t in enumerate(tensors_in(inputs)):
             self.session.emit_input(self.path, self.type, "forward", i, t, call=frame.call, parent=parent,
-                                    link=self.opts.inputs is None)
+                                    link=self.opts.inputs is None, arg=places[i])
 
     def exit(self, module: Any, output: Any) -> None:
         """Record the call's outputs (and BatchNorm buffers in training mode), then pop it."""
@@ -63,7 +72,7 @@ class CallHooks:
             record = self.selected or (self.fallback and session.seq == frame.first_seq)
             if record:
                 if not self.selected and kept and self.opts.inputs is not False:
-                    self._inputs(frame, kept)
+                    self._inputs(frame, kept[0])
                 parent = session.parent(frame)
                 for i, t in enumerate(tensors_in(output)):
                     session.emit_output(self.path, self.type, "forward", i, t, call=frame.call, parent=parent)

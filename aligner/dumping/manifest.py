@@ -6,7 +6,8 @@ A dump directory holds `manifest.jsonl` and `tensors/*.npy`:
   "framework_version": ..., "aligner_version": ..., "mode": "full" | "stats", "seed": {...} | null,
   "rank": null, "world_size": null}`` (rank layout: room for multi-rank dumps);
 * one line per record, in execution order: ``{"seq", "step", "module", "type", "kind", "io", "index", "dtype",
-  "shape", "stats", "file"}`` and, from version 2, ``"call", "parent", "same_as", "source"`` (see `Record`).
+  "shape", "stats", "file"}`` and, from version 2, ``"call", "parent", "same_as", "source"`` and, where they apply,
+  ``"arg", "args", "attrs"`` (see `Record`).
 
 Version 1 dumps (no call structure, no op/buffer records) are still read: their new fields are null.
 
@@ -32,8 +33,9 @@ VERSION = 2
 READABLE_VERSIONS = (1, 2)
 # forward/backward: module calls; param_grad: parameter gradients; probe: aligner.save; op: one tensor operation
 # called inside a zoomed module (dump(ops=True)); buffer: a normalisation buffer after a training-mode forward;
-# param: a parameter's value (reserved for later versions' readers: written by no dump yet).
-KINDS = ("forward", "backward", "param_grad", "probe", "op", "buffer", "param")
+# call: one module call's signature (no tensor: `args`, and `attrs` on a module's first call of a step), written with
+# inputs for replay; param: a parameter's or buffer's value at the start of a step (dump(params=True)).
+KINDS = ("forward", "backward", "param_grad", "probe", "op", "buffer", "param", "call")
 
 
 @dataclasses.dataclass
@@ -53,7 +55,13 @@ class Record:
     None called outside the model: the model's own inputs);
     same_as: for an input, the seq of the earlier record holding this very tensor (no file: the input is that
     record's output, unchanged); an input computed by code between module calls is stored with its own file;
-    source: "file.py:line" of the code that called an op.
+    source: "file.py:line" of the code that called an op;
+    arg: for an input, where the tensor sat in the call: "0" the first positional argument, "mask" a keyword,
+    "1/0" the first element of a tuple passed second;
+    args: for a call record, the call's arguments as JSON (`aligner.dumping.signature`): tensors as {"tensor": i}
+    (i the input index), other values as they were, so a replay can call the module the same way;
+    attrs: for a call record, the module's class and scalar attributes (on its first call in a step), so a repro can
+    build the layer without the user's code.
     """
 
     seq: int
@@ -71,9 +79,16 @@ class Record:
     parent: str | None = None
     same_as: int | None = None
     source: str | None = None
+    arg: str | None = None
+    args: dict[str, Any] | None = None
+    attrs: dict[str, Any] | None = None
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+        data = dataclasses.asdict(self)
+        for name in _OPTIONAL:  # only call and input records carry these: no null on every other line
+            if data[name] is None:
+                del data[name]
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Record":
@@ -98,15 +113,17 @@ class Record:
                                      for v in stats.values()):
             raise ValueError("field 'stats' must map names to numbers")
         rec = cls(**values)
-        rec.dtype = canonical(rec.dtype)
+        rec.dtype = canonical(rec.dtype) if rec.kind != "call" else ""
         return rec
 
 
+_OPTIONAL = ("arg", "args", "attrs")
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "seq": (int,), "module": (str,), "type": (str,), "kind": (str,), "io": (str,), "index": (int,), "dtype": (str,),
     "shape": (list,), "step": (int,), "stats": (dict, type(None)), "file": (str, type(None)),
     "call": (int, type(None)), "parent": (str, type(None)), "same_as": (int, type(None)),
-    "source": (str, type(None))}
+    "source": (str, type(None)), "arg": (str, type(None)), "args": (dict, type(None)),
+    "attrs": (dict, type(None))}
 
 
 def write_header(path: str | os.PathLike, framework: str, framework_version: str, mode: str,

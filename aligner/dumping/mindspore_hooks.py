@@ -78,6 +78,11 @@ def install(model: ms.nn.Cell, session: Session, opts: Options, handles: list[An
                 handles.append(param.register_hook(functools.partial(_param_grad, session, name)))
 
 
+def state(model: ms.nn.Cell) -> list[tuple[str, str, ms.Tensor]]:
+    """(name, "Parameter", value) for every parameter (MindSpore keeps BatchNorm statistics as Parameters too)."""
+    return [(n, "Parameter", p) for n, p in model.parameters_and_names()]
+
+
 def _param_grad(session: Session, name: str, grad: ms.Tensor) -> None:
     if session.open:
         session.emit(name, "Parameter", "param_grad", "grad", 0, grad)

@@ -28,10 +28,11 @@ class Options:
     inputs: bool | None = None  # True: every input's data; None: a link, or data no record holds; False: none
     ops: bool = False           # record every tensor operation inside `scope`'s forward
     scope: str | None = None    # the module path whose forward ops=True zooms into ("" the whole model)
+    params: bool = False        # record every parameter's and buffer's value at the start of each step
 
     @classmethod
     def build(cls, include: str | None, exclude: str | None, leaves_only: bool, forward: bool, backward: bool,
-              inputs: bool | None, ops: bool = False, scope: str | None = None) -> "Options":
+              inputs: bool | None, ops: bool = False, scope: str | None = None, params: bool = False) -> "Options":
         """Validate user arguments into Options."""
         if not (forward or backward):
             raise AlignerError("aligner.dump with forward=False and backward=False records nothing; enable one")
@@ -42,7 +43,7 @@ class Options:
         if scope is not None and not ops:
             raise AlignerError("aligner.dump scope= names the module whose operations ops=True records; pass ops=True")
         return cls(_compile(include, "include"), _compile(exclude, "exclude"), leaves_only, forward, backward, inputs,
-                   bool(ops), "" if ops and scope is None else scope)
+                   bool(ops), "" if ops and scope is None else scope, bool(params))
 
     def selects_name(self, name: str) -> bool:
         """Whether a module path or parameter name passes include (re.search) and exclude."""

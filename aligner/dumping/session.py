@@ -81,14 +81,15 @@ class Session:
 
     # -- records ----------------------------------------------------------------------------------------------------
     def emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
-             call: int | None = None, parent: str | None = None, source: str | None = None) -> int:
+             call: int | None = None, parent: str | None = None, source: str | None = None,
+             arg: str | None = None) -> int:
         """Copy `tensor` to the host and queue its record with the next sequence number (returned)."""
         array = to_host(tensor)
         with self._lock:
             seq = self.seq
             record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index,
                             dtype=canonical(array.dtype), shape=list(array.shape), step=self.step, call=call,
-                            parent=parent, source=source)
+                            parent=parent, source=source, arg=arg)
             self.seq += 1
             self.sink.put(record, array)
         return seq
@@ -114,20 +115,30 @@ class Session:
             return None
         return known[1]
 
+    def emit_call(self, module: str, type_: str, *, call: int, parent: str | None, args: dict[str, Any],
+                  attrs: dict[str, Any] | None) -> None:
+        """Record a call's signature (no tensor): what a replay needs to call the module the same way."""
+        with self._lock:
+            record = Record(seq=self.seq, module=module, type=type_, kind="call", io="signature", index=0, dtype="",
+                            shape=[], step=self.step, call=call, parent=parent, args=args, attrs=attrs)
+            self.seq += 1
+            self.sink.put(record, None)
+
     def emit_input(self, module: str, type_: str, kind: str, index: int, tensor: Any, *, call: int | None,
-                   parent: str | None, link: bool, source: str | None = None) -> None:
+                   parent: str | None, link: bool, source: str | None = None, arg: str | None = None) -> None:
         """Record a call's input: with `link`, a record without data (`same_as`) when it is an earlier output
         unchanged; otherwise (computed by code between module calls, or `link` False) its data."""
         same = self.producer(tensor) if link else None
         if same is None:
-            seq = self.emit(module, type_, kind, "input", index, tensor, call=call, parent=parent, source=source)
+            seq = self.emit(module, type_, kind, "input", index, tensor, call=call, parent=parent, source=source,
+                            arg=arg)
             if parent is None:  # a model input: what every call it feeds links to
                 self.remember(tensor, seq)
             return
         with self._lock:
             record = Record(seq=self.seq, module=module, type=type_, kind=kind, io="input", index=index,
                             dtype=dtype_name(tensor), shape=shape_of(tensor), step=self.step, call=call,
-                            parent=parent, same_as=same, source=source)
+                            parent=parent, same_as=same, source=source, arg=arg)
             self.seq += 1
             self.sink.put(record, None)
 

@@ -123,6 +123,12 @@ def install(model: torch.nn.Module, session: Session, opts: Options, handles: li
                 handles.append(param.register_hook(functools.partial(_param_grad, session, name)))
 
 
+def state(model: torch.nn.Module) -> list[tuple[str, str, torch.Tensor]]:
+    """(name, "Parameter" | "Buffer", value) for every parameter and buffer, in state_dict order."""
+    params = [(n, "Parameter", p) for n, p in model.named_parameters()]
+    return params + [(n, "Buffer", b) for n, b in model.named_buffers()]
+
+
 def _param_grad(session: Session, name: str, grad: torch.Tensor) -> None:
     if session.open:
         session.emit(name, "Parameter", "param_grad", "grad", 0, grad)

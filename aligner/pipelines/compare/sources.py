@@ -67,6 +67,10 @@ class Source:
     mode: str                # "full" | "stats" | "npy" (plain directory of .npy files)
     items: list[Item]
     problems: list[str]      # manifest lines that did not parse
+    # what compare does not pair but replay and repro read: call signatures by (step, call id), and parameter values
+    # recorded as each step started (dump(params=True)), by (step, name)
+    calls: dict[tuple[int, int], manifest.Record] = dataclasses.field(default_factory=dict)
+    params: dict[tuple[int, str], Item] = dataclasses.field(default_factory=dict)
 
 
 # The version 1.0 header np.save writes, e.g. "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }" and
@@ -185,6 +189,14 @@ def open_tensor(item: Item) -> NpyStream:
     return NpyStream(item.path, header, rec.dtype)
 
 
+def load_tensor(item: Item) -> np.ndarray:
+    """The item's whole tensor (checked as open_tensor checks it), in its canonical dtype (bfloat16 viewed back)."""
+    stream = open_tensor(item)
+    chunks = list(stream.chunks(1 << 20))
+    flat = np.concatenate(chunks) if chunks else np.empty(0, to_numpy(stream.dtype))
+    return flat.reshape(stream.shape)
+
+
 def _number_key(name: str) -> tuple[tuple[int, ...], str]:
     """Order plain .npy files by the numbers in their names, then by name ("2_x" before "10_x")."""
     return tuple(int(n) for n in re.findall(r"\d+", name)), name
@@ -252,6 +264,8 @@ def _read_dump(root: Path) -> Source:
     items: list[Item] = []
     problems: list[str] = []
     by_seq: dict[int, Item] = {}
+    calls: dict[tuple[int, int], manifest.Record] = {}
+    params: dict[tuple[int, str], Item] = {}
     try:
         for lineno, entry in manifest.iter_manifest(root):
             if isinstance(entry, ValueError):
@@ -264,6 +278,9 @@ def _read_dump(root: Path) -> Source:
                 framework, mode = str(entry.get("framework", "unknown")), str(entry.get("mode", "full"))
             elif entry.kind not in manifest.KINDS:
                 problems.append(f"{manifest.MANIFEST} line {lineno}: unknown kind {entry.kind!r}")
+            elif entry.kind == "call":
+                if entry.call is not None:
+                    calls[(entry.step, entry.call)] = entry
             else:
                 item = Item(entry)
                 if entry.file:
@@ -271,11 +288,14 @@ def _read_dump(root: Path) -> Source:
                 if entry.same_as is not None:
                     _resolve(item, by_seq)
                 by_seq[entry.seq] = item
-                items.append(item)
+                if entry.kind == "param":
+                    params[(entry.step, entry.module)] = item
+                else:
+                    items.append(item)
     except (OSError, UnicodeDecodeError) as exc:
         raise AlignerError(f"{root}: cannot read {manifest.MANIFEST}: {exc}") from exc
     items.sort(key=lambda it: (it.record.step, it.record.seq))
-    return Source(root, framework, mode, items, problems)
+    return Source(root, framework, mode, items, problems, calls, params)
 
 
 def read_source(path: str | Path) -> Source:

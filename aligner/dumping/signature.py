@@ -1,0 +1,141 @@
+"""How a module was called, as JSON a replay can call it back with: the arguments with tensors as placeholders, each
+input tensor's place in the call, and the module's class and scalar attributes.
+
+Values JSON has no word for are tagged (`{"tuple": [...]}`, `{"dict": {...}}`, `{"float": "inf"}`,
+`{"dtype": "float32"}`); anything else becomes `{"repr": ..., "type": ...}`, which `restore` refuses: such a call
+cannot be replayed from the dump alone.
+"""
+from __future__ import annotations
+
+import enum
+import functools
+import math
+import sys
+from typing import Any, Callable
+
+import numpy as np
+
+from aligner.core.dtypes import canonical
+from aligner.core.errors import AlignerError
+from aligner.dumping.tensors import is_tensor
+
+_REPR_MAX = 200
+
+
+def describe(args: tuple, kwargs: dict) -> tuple[dict[str, Any], list[str]]:
+    """({"args": [...], "kwargs": {...}} with tensors as {"tensor": i}, and each tensor's place: "0", "mask", "1/0").
+
+    Tensors are numbered in `tensors_in((args, kwargs))` order, the order of the input records."""
+    places: list[str] = []
+
+    def walk(value: Any, place: str) -> Any:
+        if is_tensor(value):
+            places.append(place)
+            return {"tensor": len(places) - 1}
+        if isinstance(value, (tuple, list)):
+            items = [walk(v, f"{place}/{i}") for i, v in enumerate(value)]
+            return items if type(value) is list else {"tuple": items}
+        if isinstance(value, dict):
+            return {"dict": {str(k): walk(v, f"{place}/{k}") for k, v in value.items()}}
+        return scalar(value)
+
+    positional = [walk(v, str(i)) for i, v in enumerate(args)]
+    keywords = {str(k): walk(v, str(k)) for k, v in kwargs.items()}
+    return {"args": positional, "kwargs": keywords}, places
+
+
+def scalar(value: Any) -> Any:
+    """A non-tensor value as JSON (tagged where JSON has no word for it)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return scalar(value.value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        return f if math.isfinite(f) else {"float": repr(f)}
+    if isinstance(value, (tuple, list)) and all(not is_tensor(v) for v in value):
+        items = [scalar(v) for v in value]
+        return items if type(value) is list else {"tuple": items}
+    if _is_dtype(value):
+        try:
+            return {"dtype": canonical(value)}
+        except AlignerError:
+            pass
+    return _opaque(value)
+
+
+def _is_dtype(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.dtype):
+        return True
+    ms = sys.modules.get("mindspore")
+    return ms is not None and isinstance(value, ms.dtype.Type)
+
+
+def _opaque(value: Any) -> dict[str, str]:
+    text = repr(value)
+    return {"repr": text if len(text) <= _REPR_MAX else text[:_REPR_MAX] + "...", "type": type(value).__name__}
+
+
+def restore(structure: dict[str, Any], tensors: list[Any], dtype: Callable[[str], Any] = lambda name: name
+            ) -> tuple[list[Any], dict[str, Any]]:
+    """(args, kwargs) back from `describe`'s structure, tensors taken from `tensors` by index; `dtype` turns a
+    canonical dtype name into the target framework's dtype. An opaque value raises AlignerError naming it."""
+
+    def build(value: Any) -> Any:
+        if isinstance(value, list):
+            return [build(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        if "tensor" in value:
+            index = value["tensor"]
+            if not isinstance(index, int) or not 0 <= index < len(tensors):
+                raise AlignerError(f"the recorded call names input {index!r}, which the dump does not hold")
+            return tensors[index]
+        if "tuple" in value:
+            return tuple(build(v) for v in value["tuple"])
+        if "dict" in value:
+            return {k: build(v) for k, v in value["dict"].items()}
+        if "float" in value:
+            return float(value["float"])
+        if "dtype" in value:
+            return dtype(value["dtype"])
+        raise AlignerError(f"the recorded call passed a {value.get('type', '?')} ({value.get('repr', '?')}), which "
+                           "a replay cannot rebuild from the dump")
+
+    args, kwargs = structure.get("args", []), structure.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise AlignerError("the recorded call signature is malformed (args must be a list, kwargs an object)")
+    return [build(v) for v in args], {str(k): build(v) for k, v in kwargs.items()}
+
+
+def attributes(module: Any) -> dict[str, Any]:
+    """The module's class (qualified) and its public attributes that are plain values (what its constructor set:
+    Conv2d's kernel_size, MindSpore's pad_mode), tensors and submodules left out."""
+    cls = type(module)
+    out: dict[str, Any] = {"class": f"{cls.__module__}.{cls.__qualname__}",
+                           "training": bool(getattr(module, "training", False))}
+    base = _base_names(module)
+    for name, value in vars(module).items():
+        if name.startswith("_") or name in base or is_tensor(value) or callable(value):
+            continue
+        encoded = scalar(value)
+        if not (isinstance(encoded, dict) and "repr" in encoded):
+            out[name] = encoded
+    return out
+
+
+@functools.cache
+def _root_names(root: type) -> frozenset[str]:
+    return frozenset(vars(root()))
+
+
+def _base_names(module: Any) -> frozenset[str]:
+    """Attributes every torch Module / MindSpore Cell has (its bookkeeping, not the layer's configuration)."""
+    for root in (getattr(sys.modules.get("torch"), "nn", None), getattr(sys.modules.get("mindspore"), "nn", None)):
+        cls = getattr(root, "Module", None) or getattr(root, "Cell", None)
+        if cls is not None and isinstance(module, cls):
+            return _root_names(cls)
+    return frozenset()

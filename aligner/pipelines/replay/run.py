@@ -1,0 +1,372 @@
+"""Replay: call every module of one side on the reference side's recorded inputs and compare with the reference's
+recorded outputs. A module that still differs makes its own error; one that agrees only inherited its run's error.
+
+`replay_dumps` works from two dump directories and the live model of the side to re-run; `replay` dumps two live
+models into a temporary directory first; `assert_close` raises a torch.testing-style AssertionError for test suites.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import difflib
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Framework
+from aligner.core.tolerance import Tolerance, ToleranceSpec
+from aligner.dumping import dump
+from aligner.dumping.signature import restore
+from aligner.dumping.tensors import model_framework, tensors_in, to_host
+from aligner.mapping import load_user_map
+from aligner.metrics.measure import Metrics, compare_arrays
+from aligner.pipelines.compare.matching import match, namers
+from aligner.pipelines.compare.run import TRAINING_FLOOR, choose_reference
+from aligner.pipelines.compare.sources import Item, Source, TensorError, load_tensor, read_source
+from aligner.pipelines.replay.result import ReplayResult, ReplayRow
+from aligner.pipelines.replay.runner import Runner, runner
+
+_TRAINING_REASON = "the reference dump ran BatchNorm in training mode: batch statistics amplify rounding"
+
+
+@dataclasses.dataclass
+class _Call:
+    """One module call on one side: its records grouped."""
+
+    module: str
+    type: str
+    step: int
+    call: int
+    signature: Any = None                                   # the call record (None: not recorded)
+    inputs: dict[int, Item] = dataclasses.field(default_factory=dict)
+    outputs: dict[int, Item] = dataclasses.field(default_factory=dict)
+
+
+def _calls(source: Source) -> dict[tuple[int, int], _Call]:
+    """The module calls of one side, in execution order, keyed by (step, call id)."""
+    out: dict[tuple[int, int], _Call] = {}
+    for item in source.items:
+        rec = item.record
+        if rec.kind != "forward" or rec.call is None:
+            continue
+        call = out.setdefault((rec.step, rec.call), _Call(rec.module, rec.type, rec.step, rec.call,
+                                                           source.calls.get((rec.step, rec.call))))
+        (call.inputs if rec.io == "input" else call.outputs)[rec.index] = item
+    return out
+
+
+def _backward(source: Source) -> dict[tuple[int, str], dict[str, dict[int, Item]]]:
+    """Backward records by (step, module) -> io -> index."""
+    out: dict[tuple[int, str], dict[str, dict[int, Item]]] = collections.defaultdict(
+        lambda: collections.defaultdict(dict))
+    for item in source.items:
+        rec = item.record
+        if rec.kind == "backward":
+            out[(rec.step, rec.module)][rec.io].setdefault(rec.index, item)
+    return out
+
+
+def _check_inputs(source: Source) -> None:
+    """Refuse a reference dump that cannot feed a replay, saying which dump call records what it needs."""
+    if source.mode == "stats":
+        raise AlignerError(f"{source.root} is a statistics-only dump: a replay feeds modules the reference's tensors; "
+                           "record it with aligner.dump(model, dir) without stats_only=True")
+    if not any(it.record.kind == "forward" and it.record.io == "input" and it.record.call is not None
+               for it in source.items):
+        raise AlignerError(f"{source.root} holds no module inputs: a replay feeds each module the reference's "
+                           "inputs; record it with aligner.dump(model, dir, inputs=True) (the default records them "
+                           "too; inputs=False leaves them out)")
+
+
+def _nearest(name: str, names: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(names), n=3, cutoff=0.5)
+    return f" (nearest: {', '.join(repr(c) for c in close)})" if close else ""
+
+
+def _check_model(model_modules: dict[str, Any], paths: Iterable[str], params: Sequence[str], model_params: set[str],
+                 root: Path) -> None:
+    """The model to re-run must be the model the dump recorded: every recorded module path and parameter name."""
+    for path in paths:
+        if path not in model_modules:
+            raise AlignerError(f"the model to re-run has no module {path!r}, which {root} records"
+                               f"{_nearest(path, model_modules)}: build the model that was dumped")
+    for name in params:
+        if name not in model_params:
+            raise AlignerError(f"the model to re-run has no parameter {name!r}, which {root} records"
+                               f"{_nearest(name, model_params)}: build the model that was dumped")
+
+
+def _array(item: Item | None) -> np.ndarray | None:
+    if item is None:
+        return None
+    try:
+        return load_tensor(item)
+    except (TensorError, OSError):
+        return None
+
+
+def _worst(metrics: Iterable[Metrics | None]) -> Metrics | None:
+    """The metrics with the largest error against what its tolerance allows (a divergence first)."""
+    scored = [(m.diverged, (m.max_abs_err or 0.0) / max(m.atol + m.rtol, 1e-30), i, m)
+              for i, m in enumerate(metrics) if m is not None]
+    return max(scored)[3] if scored else None
+
+
+def _compare(a: Mapping[int, np.ndarray | None], b: Mapping[int, np.ndarray | None], tol: Tolerance
+             ) -> Metrics | None:
+    return _worst(compare_arrays(a[i], b[i], tol) for i in sorted(a.keys() & b.keys())
+                  if a[i] is not None and b[i] is not None)
+
+
+def _tolerance(spec: ToleranceSpec, module: str, items: Iterable[Item]) -> Tolerance:
+    dtypes = [it.record.dtype for it in items if it.record.dtype]
+    return spec.resolve(module, *dtypes)
+
+
+def _pair_inputs(ref: _Call, other: _Call) -> dict[int, int] | str:
+    """The other side's input index -> the reference's input index, or why they cannot be paired."""
+    if len(ref.inputs) == len(other.inputs):
+        return {j: i for j, i in zip(sorted(other.inputs), sorted(ref.inputs))}
+    by_shape = {}
+    for j, item in other.inputs.items():
+        same = [i for i, r in ref.inputs.items() if r.record.shape == item.record.shape]
+        if len(same) != 1:
+            break
+        by_shape[j] = same[0]
+    else:
+        return by_shape
+    return (f"the calls take different tensors (reference {len(ref.inputs)}, replayed side {len(other.inputs)}) "
+            "that their shapes do not pair")
+
+
+def _arguments(run: Runner, ref: _Call, other: _Call, ref_inputs: dict[int, np.ndarray | None]
+               ) -> tuple[list[Any], dict[str, Any]] | str:
+    """The other side's call, with its own signature and the reference's input tensors (or why not)."""
+    pairing = _pair_inputs(ref, other)
+    if isinstance(pairing, str):
+        return pairing
+    tensors = []
+    for j in range(len(other.inputs)):
+        if j not in pairing or ref_inputs.get(pairing[j]) is None:
+            return f"the reference's input {pairing.get(j, j)} could not be read"
+        dtype = other.inputs[j].record.dtype if j in other.inputs else ref.inputs[pairing[j]].record.dtype
+        tensors.append(run.tensor(ref_inputs[pairing[j]], dtype))  # type: ignore[arg-type]
+    if other.signature is None or other.signature.args is None:
+        return tensors, {}  # no call record (an older dump): positional, in order
+    try:
+        return restore(other.signature.args, tensors, run.dtype)
+    except AlignerError as exc:
+        return str(exc)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: str | None = None,
+                 modules: str | None = None, backward: bool = False, map_file: str | None = None,
+                 tolerance: ToleranceSpec | None = None, label: str | None = None) -> ReplayResult:
+    """Re-run each module of `model` (the live model of the non-reference side) on the reference dump's recorded
+    inputs and compare with the reference's recorded outputs (and, with `backward`, its recorded gradients).
+
+    `modules` is a regex searched in either side's module paths. Raises AlignerError when the dumps cannot feed a
+    replay or the model is not the one the other dump recorded."""
+    tolerance = tolerance or ToleranceSpec()
+    pattern = _regex(modules)
+    rename = load_user_map(map_file).rename_path if map_file is not None else None
+    sources = (read_source(dumps_a), read_source(dumps_b))
+    if Path(dumps_a).resolve() == Path(dumps_b).resolve():
+        raise AlignerError(f"both arguments name the same directory {dumps_a}")
+    r = choose_reference(ref, (sources[0].framework, sources[1].framework))
+    reference, other = sources[r], sources[1 - r]
+    framework = model_framework(model)
+    if framework != other.framework:
+        raise AlignerError(f"the model to re-run is a {framework.value} model, but the side to re-run "
+                           f"({other.root}) was dumped by {other.framework}; the reference is {reference.root} "
+                           f"({reference.framework})")
+    _check_inputs(reference)
+    if any(it.record.kind == "buffer" for it in reference.items) and tolerance.floor is None:
+        tolerance = dataclasses.replace(tolerance, floor=TRAINING_FLOOR, floor_reason=_TRAINING_REASON)
+    first, second = sources
+    name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
+    name_other, name_ref = (name_first, name_second) if r == 1 else (name_second, name_first)
+    pairs = match(other.items, reference.items, name_other, name_ref)
+    ref_calls, other_calls = _calls(reference), _calls(other)
+    twins: dict[tuple[int, int], tuple[int, int]] = {}
+    for p in pairs:
+        if p.a is not None and p.b is not None and p.b.record.kind == "forward" and p.b.record.io == "output" \
+                and p.a.record.call is not None and p.b.record.call is not None:
+            twins.setdefault((p.b.record.step, p.b.record.call), (p.a.record.step, p.a.record.call))
+    run = runner(other.framework)
+    model_modules = run.modules(model)
+    _check_model(model_modules, (other_calls[k].module for k in twins.values() if k in other_calls),
+                 sorted({name for _, name in other.params}), _state_names(model, framework), other.root)
+    rows = []
+    for key, ref_call in ref_calls.items():
+        if key not in twins or twins[key] not in other_calls:
+            continue
+        other_call = other_calls[twins[key]]
+        if pattern is not None and not (pattern.search(ref_call.module) or pattern.search(other_call.module)):
+            continue
+        rows.append(_forward_row(run, model_modules[other_call.module], ref_call, other_call, tolerance))
+    if backward:
+        rows += _backward_rows(run, model_modules, reference, other, ref_calls, other_calls, twins, pattern,
+                               tolerance)
+    return ReplayResult(f"{reference.root} ({reference.framework})",
+                        label or f"{other.root} ({other.framework}), re-run live", rows, tolerance)
+
+
+def _regex(modules: str | None) -> re.Pattern[str] | None:
+    if modules is None:
+        return None
+    try:
+        return re.compile(modules)
+    except re.error as exc:
+        raise AlignerError(f"modules={modules!r} is not a valid regular expression: {exc}") from None
+
+
+def _state_names(model: Any, framework: Framework) -> set[str]:
+    if framework == Framework.PYTORCH:
+        return set(model.state_dict().keys())
+    return {name for name, _ in model.parameters_and_names()}
+
+
+def _forward_row(run: Runner, module: Any, ref: _Call, other: _Call, spec: ToleranceSpec) -> ReplayRow:
+    """Replay one call on the reference's inputs; its inherited and total errors from the two dumps."""
+    row = ReplayRow(ref.module, other.module, ref.type, other.type, ref.step, ref.call,
+                    parent=ref.signature.parent if ref.signature is not None else None)
+    row.tolerance = tol = _tolerance(spec, ref.module, [*ref.outputs.values(), *other.outputs.values()])
+    ref_in = {i: _array(it) for i, it in ref.inputs.items()}
+    ref_out = {i: _array(it) for i, it in ref.outputs.items()}
+    pairing = _pair_inputs(ref, other)
+    if not isinstance(pairing, str):
+        own_in = {pairing[j]: _array(it) for j, it in other.inputs.items() if j in pairing}
+        row.inherited = _compare(own_in, ref_in, tol)
+    row.total = _compare({i: _array(it) for i, it in other.outputs.items()}, ref_out, tol)
+    call = _arguments(run, ref, other, ref_in)
+    if isinstance(call, str):
+        row.reason = call
+        return row
+    try:
+        outputs = run.forward(module, *call)
+    except Exception as exc:  # the user's module may fail any way on these inputs: the row says how
+        row.reason = f"calling it on the reference's inputs raised {_one_line(exc)}"
+        return row
+    row.local = _compare(dict(enumerate(outputs)), ref_out, tol)
+    if row.local is None:
+        row.reason = "no output pairs with a recorded reference output"
+    return row
+
+
+def _backward_rows(run: Runner, model_modules: dict[str, Any], reference: Source, other: Source,
+                   ref_calls: dict[tuple[int, int], _Call], other_calls: dict[tuple[int, int], _Call],
+                   twins: dict[tuple[int, int], tuple[int, int]], pattern: re.Pattern[str] | None,
+                   spec: ToleranceSpec) -> list[ReplayRow]:
+    """Replay each module's backward: the reference's grad_outputs pulled back through the module on the reference's
+    inputs, compared with the reference's grad_inputs. Only modules called once per step (backward records carry
+    no call id to tell several calls apart)."""
+    ref_grads, other_grads = _backward(reference), _backward(other)
+    per_module = collections.Counter((c.step, c.module) for c in ref_calls.values())
+    rows = []
+    for key, ref_call in reversed(list(ref_calls.items())):  # backward runs in reverse order
+        if key not in twins or twins[key] not in other_calls:
+            continue
+        other_call = other_calls[twins[key]]
+        if pattern is not None and not (pattern.search(ref_call.module) or pattern.search(other_call.module)):
+            continue
+        grads = ref_grads.get((ref_call.step, ref_call.module))
+        if not grads or not grads.get("grad_input"):
+            continue
+        row = ReplayRow(ref_call.module, other_call.module, ref_call.type, other_call.type, ref_call.step,
+                        ref_call.call, phase="backward")
+        rows.append(row)
+        if per_module[(ref_call.step, ref_call.module)] > 1:
+            row.reason = "called more than once in the step: its gradients cannot be told apart by call"
+            continue
+        row.tolerance = tol = _tolerance(spec, ref_call.module, grads["grad_input"].values())
+        own = other_grads.get((other_call.step, other_call.module), {})
+        g_out = {i: _array(it) for i, it in grads.get("grad_output", {}).items()}
+        g_in = {i: _array(it) for i, it in grads["grad_input"].items()}
+        row.inherited = _compare({i: _array(it) for i, it in own.get("grad_output", {}).items()}, g_out, tol)
+        row.total = _compare({i: _array(it) for i, it in own.get("grad_input", {}).items()}, g_in, tol)
+        call = _arguments(run, ref_call, other_call, {i: _array(it) for i, it in ref_call.inputs.items()})
+        if isinstance(call, str):
+            row.reason = call
+            continue
+        try:
+            got = run.backward(model_modules[other_call.module], *call, list(g_in),
+                               [g_out.get(i) for i in range(max(g_out, default=-1) + 1)])
+        except Exception as exc:  # as in forward: the row says how it failed
+            row.reason = f"pulling gradients back through it raised {_one_line(exc)}"
+            continue
+        row.local = _compare(got, g_in, tol)
+        if row.local is None:
+            row.reason = "no input gradient pairs with a recorded reference gradient"
+    return rows
+
+
+# -- live models ------------------------------------------------------------------------------------------------------
+
+def _as_arrays(inputs: Any) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    """(positional, keyword) host arrays from a tensor/array, a tuple/list of them, or a dict of keyword ones."""
+    def host(value: Any) -> np.ndarray:
+        return value if isinstance(value, np.ndarray) else to_host(value)
+
+    if isinstance(inputs, dict):
+        return [], {str(k): host(v) for k, v in inputs.items()}
+    if isinstance(inputs, (tuple, list)):
+        return [host(v) for v in inputs], {}
+    return [host(inputs)], {}
+
+
+def _run_live(model: Any, directory: Path, args: list[np.ndarray], kwargs: dict[str, np.ndarray],
+              backward: bool) -> None:
+    """One forward (and backward of the sum of the outputs) of `model` under a dump."""
+    framework = model_framework(model)
+    run = runner(framework)
+    targs = [run.tensor(a, str(a.dtype)) for a in args]
+    tkwargs = {k: run.tensor(v, str(v.dtype)) for k, v in kwargs.items()}
+    with dump(model, directory, backward=backward):
+        if framework == Framework.PYTORCH:
+            import torch
+
+            with torch.set_grad_enabled(backward):
+                out = model(*targs, **tkwargs)
+                if backward:
+                    sum(o.float().sum() for o in tensors_in(out) if o.is_floating_point()).backward()
+        elif backward:
+            import mindspore as ms
+
+            def loss(*xs: Any) -> Any:
+                return sum(o.astype(ms.float32).sum() for o in tensors_in(model(*xs, **tkwargs))
+                           if o.is_floating_point())
+
+            ms.value_and_grad(loss, None, model.trainable_params())(*targs)
+        else:
+            model(*targs, **tkwargs)
+
+
+def replay(model_a: Any, model_b: Any, inputs: Any, *, modules: str | None = None, backward: bool = False,
+           ref: str | None = None, tolerance: ToleranceSpec | None = None) -> ReplayResult:
+    """Run both live models once on `inputs` (a tensor or array, a tuple of them, or a dict of keyword ones), then
+    replay every module of the non-reference side (MindSpore unless `ref` says otherwise) on the reference's inputs.
+
+    With `backward`, both sides also pull the gradient of the sum of their outputs back, and each module's backward
+    is replayed on the reference's grad_outputs."""
+    args, kwargs = _as_arrays(inputs)
+    frameworks = (model_framework(model_a), model_framework(model_b))
+    r = choose_reference(ref, frameworks)
+    with tempfile.TemporaryDirectory(prefix="aligner-replay-") as tmp:
+        dirs = (Path(tmp) / "a", Path(tmp) / "b")
+        for model, directory in zip((model_a, model_b), dirs):
+            _run_live(model, directory, args, kwargs, backward)
+        result = replay_dumps(dirs[0], dirs[1], (model_a, model_b)[1 - r], ref=("first", "second")[r],
+                              modules=modules, backward=backward, tolerance=tolerance)
+    names = [f"{type(m).__name__} ({fw.value})" for m, fw in zip((model_a, model_b), frameworks)]
+    result.reference, result.replayed = names[r], f"{names[1 - r]}, re-run live"
+    return result

@@ -1,0 +1,133 @@
+"""What replay does in each framework: turn recorded arrays into tensors, find a submodule by path, call it, and pull
+a vector-Jacobian product back through it. torch and MindSpore are imported inside the functions (`align --help`
+stays fast)."""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from aligner.core.dtypes import FLOATING, canonical, contiguous, to_numpy
+from aligner.core.frameworks import Framework
+from aligner.dumping.tensors import tensors_in, to_host
+
+
+class Runner(Protocol):
+    """One framework's side of a replay."""
+
+    framework: Framework
+
+    def tensor(self, array: np.ndarray, dtype: str) -> Any: ...
+
+    def dtype(self, name: str) -> Any: ...
+
+    def modules(self, model: Any) -> dict[str, Any]: ...
+
+    def forward(self, module: Any, args: list[Any], kwargs: dict[str, Any]) -> list[np.ndarray]: ...
+
+    def backward(self, module: Any, args: list[Any], kwargs: dict[str, Any], inputs: list[int],
+                 grads: list[np.ndarray | None]) -> dict[int, np.ndarray]: ...
+
+
+def _host(output: Any) -> list[np.ndarray]:
+    return [to_host(t) for t in tensors_in(output)]
+
+
+class TorchRunner:
+    framework = Framework.PYTORCH
+
+    def tensor(self, array: np.ndarray, dtype: str) -> Any:
+        import torch
+
+        name = canonical(dtype)
+        if name == "bfloat16":
+            return torch.from_numpy(contiguous(np.asarray(array, to_numpy(name))).view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(contiguous(np.asarray(array, to_numpy(name))))
+
+    def dtype(self, name: str) -> Any:
+        import torch
+
+        return getattr(torch, canonical(name))
+
+    def modules(self, model: Any) -> dict[str, Any]:
+        return dict(model.named_modules())
+
+    def forward(self, module: Any, args: list[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
+        import torch
+
+        with torch.no_grad():
+            return _host(module(*args, **kwargs))
+
+    def backward(self, module: Any, args: list[Any], kwargs: dict[str, Any], inputs: list[int],
+                 grads: list[np.ndarray | None]) -> dict[int, np.ndarray]:
+        import torch
+
+        tensors = list(tensors_in((args, kwargs)))
+        wanted = [i for i in inputs if canonical(tensors[i].dtype) in FLOATING]
+        for i in wanted:
+            tensors[i].requires_grad_(True)
+        outputs = [t for t in tensors_in(module(*args, **kwargs))]
+        pairs = [(o, torch.from_numpy(contiguous(np.asarray(g, np.float32))).to(o.dtype))
+                 for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
+        if not pairs or not wanted:
+            return {}
+        got = torch.autograd.grad([o for o, _ in pairs], [tensors[i] for i in wanted], [g for _, g in pairs],
+                                  allow_unused=True)
+        return {i: to_host(g) for i, g in zip(wanted, got) if g is not None}
+
+
+class MindSporeRunner:
+    framework = Framework.MINDSPORE
+
+    def tensor(self, array: np.ndarray, dtype: str) -> Any:
+        import mindspore as ms
+
+        if canonical(dtype) == "bfloat16":
+            return ms.Tensor(np.asarray(array, np.float32)).astype(ms.bfloat16)
+        return ms.Tensor(contiguous(np.asarray(array, to_numpy(dtype))))
+
+    def dtype(self, name: str) -> Any:
+        import mindspore as ms
+
+        return getattr(ms, canonical(name))
+
+    def modules(self, model: Any) -> dict[str, Any]:
+        return dict(model.cells_and_names())
+
+    def forward(self, module: Any, args: list[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
+        return _host(module(*args, **kwargs))
+
+    def backward(self, module: Any, args: list[Any], kwargs: dict[str, Any], inputs: list[int],
+                 grads: list[np.ndarray | None]) -> dict[int, np.ndarray]:
+        import mindspore as ms
+
+        tensors = list(tensors_in((args, kwargs)))
+        wanted = [i for i in inputs if canonical(tensors[i].dtype) in FLOATING]
+        if not wanted:
+            return {}
+        slots = {id(tensors[i]): k for k, i in enumerate(wanted)}
+
+        def call(*diff: Any) -> Any:
+            def put(value: Any) -> Any:  # the differentiated tensors in their places in the call
+                if id(value) in slots:
+                    return diff[slots[id(value)]]
+                if isinstance(value, (list, tuple)):
+                    return type(value)(put(v) for v in value)
+                if isinstance(value, dict):
+                    return {k: put(v) for k, v in value.items()}
+                return value
+
+            return module(*put(list(args)), **put(dict(kwargs)))
+
+        outputs, pullback = ms.vjp(call, *[tensors[i] for i in wanted])
+        flat = list(tensors_in(outputs))
+        cotangent = [ms.Tensor(contiguous(np.asarray(g, np.float32))).astype(o.dtype) if g is not None
+                     else ms.ops.zeros_like(o) for o, g in zip(flat, grads + [None] * (len(flat) - len(grads)))]
+        got = pullback(cotangent[0] if not isinstance(outputs, (tuple, list)) else type(outputs)(cotangent))
+        got = got if isinstance(got, (tuple, list)) else (got,)
+        return {i: to_host(g) for i, g in zip(wanted, got) if g is not None}
+
+
+def runner(framework: str) -> Runner:
+    """The runner of a framework ("pytorch" or "mindspore")."""
+    return MindSporeRunner() if framework == Framework.MINDSPORE else TorchRunner()
