@@ -22,6 +22,8 @@ _API = {
     "save": "aligner.dumping",
     "replay": "aligner.pipelines.replay.run",
     "assert_close": "aligner.pipelines.replay.assertion",
+    "noise_floor": "aligner.dumping.noise",
+    "repro": "aligner.pipelines.repro",
 }
 
 __all__ = sorted(_API)

@@ -65,7 +65,7 @@ def _chain(n: int, drift: float) -> tuple[torch.nn.Module, ms.nn.Cell]:
         for layer in tnet:
             layer.weight.copy_(torch.eye(8))
             layer.bias.zero_()
-    for i, cell in enumerate(mnet):
+    for cell in mnet:
         cell.weight.set_data(ms.Tensor(np.eye(8, dtype=np.float32) * np.float32(1 + drift)))
         cell.bias.set_data(ms.Tensor(np.zeros(8, np.float32)))
     return tnet, mnet

@@ -62,3 +62,23 @@ def test_compare_per_name_override_and_lone_rtol(tmp_path: Path) -> None:
     loose = run_align("compare", a, b, "--rtol", "head:2e-3", "--atol", "head:0")
     assert loose.returncode == 0 and "head: rtol=0.002, atol=0" in loose.stdout
     assert_one_line_error(run_align("compare", a, b, "--rtol", "1e-3"), "--rtol was given without --atol")
+
+
+def test_raised_never_lowers() -> None:
+    tol = Tolerance(1e-3, 1e-5, symmetric=True)
+    assert tol.raised(2e-3, 1e-6) == Tolerance(2e-3, 1e-5, symmetric=True)
+    assert tol.raised(0, 0) == tol
+
+
+def test_calibrated_tolerance_yields_to_the_users_own() -> None:
+    calibrated = {(0, 7): Tolerance(5e-3, 4e-3)}
+    spec = ToleranceSpec(calibrated=calibrated, calibrated_from="f64/", calibration_k=3.0)
+    assert spec.chosen("fc1", (0, 7)) == Tolerance(5e-3, 4e-3)  # the record's calibrated tolerance
+    assert spec.chosen("fc1", (0, 8)) is None and spec.chosen("fc1") is None  # not calibrated: per dtype
+    assert "calibrated per record to 3x" in spec.describe() and "(1 records)" in spec.describe()
+    assert spec.to_dict()["calibration"] == {"from": "f64/", "k": 3.0, "records": 1}
+    user = ToleranceSpec.parse(["fc*:1e-6"], ["fc*:1e-7"])
+    mixed = ToleranceSpec(user.default, user.overrides, calibrated=calibrated, calibration_k=3.0)
+    assert mixed.chosen("fc1", (0, 7)) == Tolerance(1e-6, 1e-7)  # an explicit --rtol/--atol still wins
+    assert mixed.chosen("head", (0, 7)) == Tolerance(5e-3, 4e-3)
+    assert ToleranceSpec().to_dict()["calibration"] is None

@@ -13,6 +13,8 @@ from aligner.cli.options import (
 )
 from aligner.core.atomic import atomic_files
 from aligner.core.errors import AlignerError
+from aligner.core.tolerance import parse_nonnegative
+from aligner.pipelines.compare.calibrate import K_DEFAULT
 from aligner.pipelines.compare.run import compare
 from aligner.render.compare import print_table, summary, write_csv, write_json, zoom
 from aligner.render.console import make_console
@@ -35,6 +37,12 @@ REFERENCES = ("first", "second", "pytorch", "mindspore")
               help="Mapping YAML (e.g. from `align convert --save-map`): renames between the two sides' module paths "
                    "and parameter names, applied in whichever direction they fit.")
 @tolerance_options
+@click.option("--calibrate", "calibrate", metavar="DUMP_F64",
+              help="A float64 dump of the reference model on the same input (aligner.noise_floor): each reference "
+                   "record's tolerance becomes K times its own error against float64 where that exceeds the default, "
+                   "and each verdict says how far above that noise it is.")
+@click.option("--calibrate-k", "calibrate_k", metavar="K", help=f"With --calibrate: the multiple of the measured "
+              f"noise a record may differ by (default {K_DEFAULT:g}, as the torch minifier).")
 @click.option("--bisect", is_flag=True, help="Binary search over execution order reading O(log n) tensor pairs; "
               "assumes divergence persists once it starts.")
 @json_option
@@ -47,7 +55,8 @@ REFERENCES = ("first", "second", "pytorch", "mindspore")
               "short runs and small tensors use one).")
 @click.option("--force", is_flag=True, help="Overwrite existing report files.")
 def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, rtol: tuple[str, ...],
-            atol: tuple[str, ...], bisect: bool, json_out: str | None, csv_out: str | None, html_out: str | None,
+            atol: tuple[str, ...], calibrate: str | None, calibrate_k: str | None, bisect: bool,
+            json_out: str | None, csv_out: str | None, html_out: str | None,
             strict: bool, full: bool, workers: str | None, force: bool) -> int:
     """Compare two dump directories (aligner dumps or plain .npy directories) and find the first divergent record.
 
@@ -57,15 +66,22 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
       align compare dumps_ms/ dumps_pt/ --html report.html --json result.json
       align compare dumps_ms/ dumps_pt/ --rtol 1e-4 --atol 1e-6 --rtol 'head.*:1e-3' --atol 'head.*:1e-5'
       align compare big_ms/ big_pt/ --bisect
+      align compare dumps_ms/ dumps_pt/ --calibrate dumps_pt_f64/
     """
     if ref is not None and ref not in REFERENCES:
         raise AlignerError(f"--ref must be one of {', '.join(REFERENCES)}, got {ref!r}")
     if html_out == "-":
         raise AlignerError("--html needs a file name")
     spec, n_workers = tolerance_spec(rtol, atol), positive_int("--workers", workers)
+    if calibrate_k is not None and calibrate is None:
+        raise AlignerError("--calibrate-k needs --calibrate DUMP_F64 (the float64 dump it scales the noise of)")
+    k = K_DEFAULT if calibrate_k is None else parse_nonnegative("--calibrate-k", calibrate_k)
+    if k <= 0:
+        raise AlignerError(f"--calibrate-k must be a number > 0, got {calibrate_k!r}")
     check_outputs(force, json=json_out, csv=csv_out, html=html_out)
     result = compare(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=spec, bisect=bisect,
-                     workers=n_workers, strict=strict, progress=terminal_progress())
+                     workers=n_workers, strict=strict, calibrate=calibrate, calibrate_k=k,
+                     progress=terminal_progress())
     reports = [(path, writer) for path, writer in ((json_out, write_json), (csv_out, write_csv),
                                                    (html_out, write_html)) if path]
     files = [(path, writer) for path, writer in reports if path != "-"]

@@ -3,14 +3,15 @@
 `rtol` and `atol` come together or not at all (a lone `atol=0` would silently keep a loose `rtol`); without them the
 defaults come from a per-dtype table, the looser of two dtypes winning, integers and bool exact. Per-name overrides
 follow Polygraphy's `--atol 1e-5 'layer1.*:1e-3'`: a bare value is the default, `PATTERN:VALUE` applies to names
-matching the glob, the last matching pattern wins.
+matching the glob, the last matching pattern wins. A spec may also carry per-record tolerances calibrated against
+a float64 run (`align compare --calibrate`): they replace the per-dtype defaults of those records, never the user's.
 """
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
 import math
-from typing import Iterable, Sequence
+from typing import Hashable, Iterable, Mapping, Sequence
 
 from aligner.core.dtypes import FLOATING, canonical
 from aligner.core.errors import AlignerError
@@ -50,6 +51,10 @@ class Tolerance:
                                f"(a lone {given} would silently pair with the default {missing})")
         return None if rtol is None or atol is None else cls(float(rtol), float(atol), symmetric)
 
+    def raised(self, rtol: float, atol: float) -> "Tolerance":
+        """This tolerance, each of rtol and atol raised to at least the given value (never lowered)."""
+        return Tolerance(max(self.rtol, rtol), max(self.atol, atol), self.symmetric)
+
     def bound(self, a: float, b: float) -> float:
         """The largest |a - b| allowed for this pair of values."""
         return self.atol + self.rtol * (max(abs(a), abs(b)) if self.symmetric else abs(b))
@@ -76,6 +81,11 @@ class ToleranceSpec:
     # own tolerance
     floor: Tolerance | None = None
     floor_reason: str = ""
+    # per-record tolerances measured against a float64 run of the reference model (compare --calibrate), keyed by
+    # the reference record's (step, seq): k times that record's own error, never below its per-dtype default
+    calibrated: Mapping[Hashable, Tolerance] = dataclasses.field(default_factory=dict, hash=False, compare=False)
+    calibrated_from: str = ""
+    calibration_k: float | None = None
 
     def explicit(self, name: str) -> Tolerance | None:
         """The user's tolerance for this name (the last matching override, else the default); None: per dtype."""
@@ -83,6 +93,11 @@ class ToleranceSpec:
             if fnmatch.fnmatchcase(name, pattern):
                 return tol
         return self.default
+
+    def chosen(self, name: str, record: Hashable | None = None) -> Tolerance | None:
+        """The user's tolerance for this name, else the record's calibrated one; None: the per-dtype default."""
+        explicit = self.explicit(name)
+        return explicit if explicit is not None or record is None else self.calibrated.get(record)
 
     def resolve(self, name: str, *dtypes: str) -> Tolerance:
         """The tolerance for one named tensor of these dtypes."""
@@ -93,7 +108,7 @@ class ToleranceSpec:
         tol = Tolerance.for_dtype(*dtypes)
         if self.floor is None or not any(canonical(d) in FLOATING for d in dtypes):
             return tol
-        return Tolerance(max(tol.rtol, self.floor.rtol), max(tol.atol, self.floor.atol), tol.symmetric)
+        return tol.raised(self.floor.rtol, self.floor.atol)
 
     @property
     def is_default(self) -> bool:
@@ -104,12 +119,18 @@ class ToleranceSpec:
         text = str(self.default) if self.default else "per dtype, as torch.testing (float32: rtol=1.3e-06, atol=1e-05)"
         if self.default is None and self.floor is not None:
             text += f", at least {self.floor} ({self.floor_reason})"
+        if self.calibration_k is not None:
+            text += (f"; {'measured, but overridden by --rtol/--atol: ' if self.default else ''}calibrated per record "
+                     f"to {self.calibration_k:g}x the reference's own error against its float64 run "
+                     f"{self.calibrated_from} where that is larger ({len(self.calibrated)} records)")
         return text + "".join(f"; {p}: {t}" for p, t in self.overrides)
 
     def to_dict(self) -> dict[str, object]:
         return {"default": self.default.to_dict() if self.default else None,
                 "overrides": {p: t.to_dict() for p, t in self.overrides},
-                "floor": self.floor.to_dict() if self.floor else None, "floor_reason": self.floor_reason or None}
+                "floor": self.floor.to_dict() if self.floor else None, "floor_reason": self.floor_reason or None,
+                "calibration": {"from": self.calibrated_from, "k": self.calibration_k, "records": len(self.calibrated)}
+                if self.calibration_k is not None else None}
 
     @classmethod
     def parse(cls, rtol: Sequence[str] | str | None, atol: Sequence[str] | str | None, *,

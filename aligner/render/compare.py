@@ -22,6 +22,8 @@ _CSV_FIELDS = ["row", "module", "module_a", "type", "kind", "io", "index", "step
                "max_abs_err", "max_abs_index", "max_rel_err", "mean_abs_err", "rmse", "cosine", "sqnr_db",
                "rel_l2_err", "nan_a", "nan_b", "inf_a", "inf_b", "rtol", "atol", "error"]
 _METRIC_COLUMNS = frozenset(_CSV_FIELDS) - {"shape_a", "shape_b"}  # what a row takes from its Metrics
+_CALIBRATION_FIELDS = ["calibrated", "noise_dtype", "noise_abs", "noise_rel", "noise_method", "above_noise",
+                       "not_calibrated"]  # CSV columns added by --calibrate
 
 
 def _fmt(x: float | None, spec: str = ".2e") -> str:
@@ -51,6 +53,24 @@ def _kind_io(row: Row) -> str:
     return f"{_SHORT.get(rec.kind, rec.kind)} {_SHORT.get(rec.io, rec.io)}" + (f"#{rec.index}" if rec.index else "")
 
 
+def times(ratio: float) -> str:
+    """A noise ratio in words: "40x", "2.5x"."""
+    return "infinitely many times" if math.isinf(ratio) else f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.2g}x"
+
+
+def noise_words(row: Row) -> str | None:
+    """How far above the reference's own float64 noise the row's error is, e.g. "40x above the float32 noise of
+    this layer (max abs 2.1e-06)"; None when the row was not calibrated or not compared."""
+    n, ratio = row.noise, row.above_noise
+    if n is None or ratio is None:
+        return None
+    how = "" if n.method == "elements" else ", from statistics"
+    if math.isinf(ratio):
+        return f"above the {n.dtype} noise of this layer, which is 0 (exact against float64{how})"
+    where = "above" if ratio >= 1 else "of"
+    return f"{times(ratio)} {where} the {n.dtype} noise of this layer (max abs {n.max_abs:.1e}{how})"
+
+
 def _describe(row: Row) -> str:
     m = row.metrics
     if m is None:
@@ -70,6 +90,9 @@ def _describe(row: Row) -> str:
             parts.append(f"{m.mismatch_fraction:.1%} of elements off")
     if m.nan_a != m.nan_b or m.inf_a != m.inf_b:
         parts.append(f"NaN/Inf {m.nan_a + m.inf_a} vs {m.nan_b + m.inf_b}")
+    noise = noise_words(row)
+    if noise is not None:
+        parts.append(noise)
     return ", ".join(parts)
 
 
@@ -102,8 +125,10 @@ def _finding_text(f: Divergence, rows: Sequence[Row]) -> str:
         text += f", introduced here: {f.reason}."
     else:
         level = "above" if origin.diverged else "below"
+        noise = noise_words(origin)
         text += (f"; it was inherited: the error starts at {_where(origin)} (relative error "
-                 f"{error_level(origin):.1e}, {level} tolerance, then accumulated), introduced there: {f.reason}.")
+                 f"{error_level(origin):.1e}, {level} tolerance" + (f", {noise}" if noise else "")
+                 + f", then accumulated), introduced there: {f.reason}.")
     text += _culprit(f, rows)
     if f.previous is not None:
         prev = rows[f.previous]
@@ -126,6 +151,8 @@ def summary(result: CompareResult) -> str:
         parts[-1] += (f"; {c['folded_a'] + c['folded_b']} pass-through call(s) with no twin (e.g. Identity) folded "
                       f"into their producers")
     parts[-1] += f". Tolerance: {result.tolerance.describe()}."
+    if result.calibration is not None:
+        parts.append(calibration_text(result))
     v = result.verdict
     if v.bisect_reads is not None:
         parts.append(f"Bisect mode read {v.bisect_reads} of {sum(1 for r in rows if r.pair.a and r.pair.b)} tensor "
@@ -152,6 +179,21 @@ def summary(result: CompareResult) -> str:
     return " ".join(parts)
 
 
+def calibration_text(result: CompareResult) -> str:
+    """What calibrating against the float64 dump did, in words: how many records, from what, which were left out."""
+    cal = result.calibration
+    assert cal is not None
+    text = f"Calibrated against the float64 dump {cal.source}: {len(cal.noise)} reference record(s) measured"
+    if cal.from_stats:
+        text += (f"; {cal.from_stats} of them from statistics only (a stats-only dump: min/max/mean/norm "
+                 f"differences, lower bounds of the elementwise noise)")
+    if cal.missing:
+        i, why = next(iter(cal.missing.items()))
+        text += (f"; {len(cal.missing)} record(s) not calibrated, which keep the default tolerance (first: "
+                 f"{_where(result.rows[i])}: {why})")
+    return text + "."
+
+
 def zoom(result: CompareResult) -> str | None:
     """The code of the zoom-in that follows the first finding (None when there is nothing to zoom into)."""
     found = result.verdict.findings
@@ -175,7 +217,8 @@ def write_json(result: CompareResult, fh: IO[str]) -> None:
 
 
 def write_csv(result: CompareResult, fh: IO[str]) -> None:
-    writer = csv.DictWriter(fh, _CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+    fields = _CSV_FIELDS + (_CALIBRATION_FIELDS if result.calibration is not None else [])
+    writer = csv.DictWriter(fh, fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for i in range(len(result.rows)):
         writer.writerow({k: (json.dumps(v) if isinstance(v, (list, tuple)) else v)
@@ -237,23 +280,28 @@ def print_table(result: CompareResult, console: Console, full: bool = False) -> 
         ("#", "right"), ("module", "left"), ("type", "left"), ("kind/io", "left"), ("shape", "left"), ("dtype", "left"),
         ("max abs err", "right"), ("max rel err", "right"), ("cosine", "right"), ("off %", "right"),
         ("verdict", "left")]
+    calibrated = result.calibration is not None
+    if calibrated:
+        columns.insert(-1, ("x noise", "right"))
     for col, just in columns:
         table.add_column(col, justify=just, overflow="fold", no_wrap=col not in ("module", "verdict"))
     v = result.verdict
     for i in _shown(result, full):
         if i is None:
-            table.add_row("...", "", "", "", "", "", "", "", "", "", "")
+            table.add_row(*(["..."] + [""] * (len(columns) - 1)))
             continue
         row = result.rows[i]
         rec, m = row.pair.ref.record, row.metrics
         status = _verdict_cell(i, row, v)
         frac = m.mismatch_fraction if m is not None else None
-        table.add_row(str(i), rec.module or "(root)", rec.type, _kind_io(row),
-                      "x".join(map(str, rec.shape)) or "scalar",
-                      rec.dtype if m is None or m.dtype_match else f"{m.dtype_a}/{m.dtype_b}",
-                      _fmt(m.max_abs_err if m else None), _fmt(m.max_rel_err if m else None),
-                      _fmt(m.cosine if m else None, ".6f"), "-" if frac is None else f"{100 * frac:.2f}",
-                      status, style=_style(i, row, v))
+        ratio = row.above_noise
+        cells = [str(i), rec.module or "(root)", rec.type, _kind_io(row), "x".join(map(str, rec.shape)) or "scalar",
+                 rec.dtype if m is None or m.dtype_match else f"{m.dtype_a}/{m.dtype_b}",
+                 _fmt(m.max_abs_err if m else None), _fmt(m.max_rel_err if m else None),
+                 _fmt(m.cosine if m else None, ".6f"), "-" if frac is None else f"{100 * frac:.2f}"]
+        if calibrated:
+            cells.append("-" if ratio is None else "inf" if math.isinf(ratio) else f"{ratio:.3g}")
+        table.add_row(*cells, status, style=_style(i, row, v))
     console.print(table)
     if not full and len(result.rows) > _SHORT_TABLE:
         console.print(f"[dim]{len(result.rows)} rows; the table shows the context of each finding "

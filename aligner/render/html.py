@@ -109,9 +109,15 @@ def tolerance_words(result: CompareResult) -> str:
             + ", b being the reference" + ("" if spec.is_default else f"; asked for: {spec.describe()}") + ".")
     groups: dict[tuple[float, float], list[Any]] = {}   # (rtol, atol) -> [count, dtypes, all dtype defaults]
     defaults: dict[tuple[str, str], tuple[float, float]] = {}
+    calibrated: list[tuple[float, float]] = []  # (rtol, atol) of rows whose tolerance came from --calibrate
     for row in result.rows:
         m = row.metrics
         if m is None:
+            continue
+        default = spec.for_dtype(m.dtype_a, m.dtype_b)
+        if row.noise is not None and spec.explicit(row.name) is None and (m.rtol, m.atol) != (default.rtol,
+                                                                                            default.atol):
+            calibrated.append((m.rtol, m.atol))
             continue
         g = groups.setdefault((m.rtol, m.atol), [0, set(), True])
         g[0] += 1
@@ -122,9 +128,15 @@ def tolerance_words(result: CompareResult) -> str:
                 tol = Tolerance.for_dtype(*key)
                 defaults[key] = (tol.rtol, tol.atol)
             g[2] = defaults[key] == (m.rtol, m.atol) and (spec.is_default or spec.explicit(row.name) is None)
-    if not groups:
+    if not groups and not calibrated:
         return rule + " No record was compared."
     parts = []
+    if calibrated:
+        rtols, atols = [c[0] for c in calibrated], [c[1] for c in calibrated]
+        k = spec.calibration_k or 0.0
+        parts.append(f"calibrated per record, {k:g}x the reference's own error against float64: rtol "
+                     f"{min(rtols):.2g} to {max(rtols):.2g}, atol {min(atols):.2g} to {max(atols):.2g} "
+                     f"({len(calibrated)} record{'s' if len(calibrated) != 1 else ''}, each in the table)")
     for (rtol, atol), (count, dtypes, default) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:4]:
         why = f"torch.testing's default for {', '.join(sorted(dtypes))}" if default else "from --rtol/--atol"
         parts.append(f"rtol = {rtol:.3g}, atol = {atol:.3g} ({why}; {count} record{'s' if count != 1 else ''})")

@@ -558,6 +558,30 @@ def clean_orders(run: PairRun, train: bool = False) -> list[tuple[str, int, str 
     return rows
 
 
+def replay_bug(run: PairRun, bug: Bug | None, train: bool = False):
+    """`align replay` on one bug (None: the clean pair): the MindSpore side dumped with the bug in, then each of its
+    modules re-run on the torch reference's recorded inputs while the bug is still in (what the user's factory would
+    build). Returns the ReplayResult."""
+    from aligner.pipelines.replay.run import replay_dumps
+
+    restores: list[Restore] = []
+    train = bug.train if bug is not None else train
+    try:
+        if bug is not None and bug.variant is not None:
+            restores.append(bug.variant(run.pair))
+        key = (bug.variant.__name__ if bug is not None and bug.variant else "base") + ("_train" if train else "")
+        ref = run.reference(key, train)
+        if bug is not None:
+            restores.append(bug.inject(run.pair))
+        ms_dir = run.dump_ms(run.fresh(f"replay_{bug.id if bug else 'clean'}"), train)
+        run.pair.ms_model.set_train(train)
+        return replay_dumps(ms_dir, ref, run.pair.ms_model)
+    finally:
+        run.pair.ms_model.set_train(False)
+        for r in reversed(restores):
+            r()
+
+
 def run_catalogue(work: Path, families: list[str] | None = None, bugs: list[Bug] | None = None,
                   clean: bool = True, log: Callable[[str], None] = print, options: dict | None = None):
     """Every bug of the chosen families (one build per family); returns (outcomes, clean rows per family)."""

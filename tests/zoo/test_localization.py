@@ -25,29 +25,12 @@ for _name in ("timm", "mindcv", "transformers", "mindone.transformers"):
     pytest.importorskip(_name)
 
 from tests.zoo import localization as loc  # noqa: E402
-from tests.zoo import ms_compat  # noqa: E402
 
 # Clean configurations compared in both orders; value: None (must pass) or the xfail reason (a known false divergence).
 CLEAN = {
     ("cnn", False): None, ("vit", False): None, ("encoder_lm", False): None, ("decoder_lm", False): None,
     ("mha", False): None, ("upsample", False): None, ("cnn", True): None,
 }
-
-
-@pytest.fixture(scope="module")
-def pair_runs(tmp_path_factory):
-    """family -> PairRun, built on first use (ms_compat routes installed for this module only)."""
-    ms_compat.install()
-    work = tmp_path_factory.mktemp("localization")
-    runs: dict[str, loc.PairRun] = {}
-
-    def get(family: str) -> loc.PairRun:
-        if family not in runs:
-            runs[family] = loc.build_pair(family, work)
-        return runs[family]
-    yield get
-    runs.clear()
-    ms_compat.uninstall()
 
 
 def _bug_param(bug: loc.Bug):

@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 from aligner.core.tolerance import ToleranceSpec
 from aligner.metrics.measure import Metrics, compare_stats, compare_streams
+from aligner.pipelines.compare.calibrate import Noise
 from aligner.pipelines.compare.matching import Pair
 from aligner.pipelines.compare.sources import Item, TensorError, open_tensor
 
@@ -35,6 +36,7 @@ class Row:
     metrics: Metrics | None = None
     error: str | None = None
     read: bool = False  # whether this pair was evaluated (bisect reads only a few)
+    noise: Noise | None = None  # the reference record's own error against float64 (compare --calibrate)
 
     @property
     def diverged(self) -> bool:
@@ -49,6 +51,11 @@ class Row:
         if self.metrics is None:
             return RowStatus.UNREAD
         return RowStatus.DIVERGED if self.metrics.diverged else RowStatus.OK
+
+    @property
+    def above_noise(self) -> float | None:
+        """How many times the reference's own float64 noise this row's error is (None: not calibrated)."""
+        return self.noise.above(self.metrics) if self.noise is not None else None
 
     @property
     def name(self) -> str:
@@ -66,7 +73,8 @@ def evaluate(pair: Pair, tolerance: ToleranceSpec) -> Row:
     a, b = pair.a, pair.b
     if a is None or b is None:
         return row
-    tol = tolerance.explicit(pair.ref.record.module)  # None: the dtypes' defaults, once the files tell the dtypes
+    ref = pair.ref.record
+    tol = tolerance.chosen(ref.module, (ref.step, ref.seq))  # None: the dtypes' defaults, once the files tell them
     if tol is None and tolerance.floor is not None and a.record.dtype and b.record.dtype:
         tol = tolerance.for_dtype(a.record.dtype, b.record.dtype)
     try:

@@ -7,6 +7,7 @@ from typing import Any
 from aligner.core.errors import ExitCode
 from aligner.core.tolerance import ToleranceSpec
 from aligner.metrics.measure import Metrics
+from aligner.pipelines.compare.calibrate import Calibration
 from aligner.pipelines.compare.evaluate import Row, RowStatus
 from aligner.pipelines.compare.verdict import Divergence, Verdict
 
@@ -26,6 +27,7 @@ class CompareResult:
     problems: list[str]        # manifest lines that did not parse, per side
     tolerance: ToleranceSpec = dataclasses.field(default_factory=ToleranceSpec)
     strict: bool = False       # records on one side only fail the comparison
+    calibration: Calibration | None = None  # tolerances measured against a float64 dump (compare --calibrate)
 
     @property
     def matched(self) -> dict[str, int]:
@@ -86,10 +88,17 @@ class CompareResult:
         }
         if row.metrics is not None:
             out.update(_metrics(row.metrics))
+        if self.calibration is not None:
+            n = row.noise
+            out.update(calibrated=n is not None, noise_dtype=n.dtype if n else None, noise_abs=n.max_abs if n else None,
+                       noise_rel=n.rel_l2 if n else None, noise_method=n.method if n else None,
+                       above_noise=row.above_noise, not_calibrated=self.calibration.missing.get(i))
         return out
 
     def finding_dict(self, f: Divergence) -> dict[str, Any]:
-        return dataclasses.asdict(f) | {"module": self.module(f.first), "origin_module": self.module(f.origin)}
+        out = dataclasses.asdict(f) | {"module": self.module(f.first), "origin_module": self.module(f.origin)}
+        noise = self.rows[f.origin].noise
+        return out | ({"noise_dtype": noise.dtype, "noise_abs": noise.max_abs} if noise is not None else {})
 
     def to_dict(self) -> dict[str, Any]:
         """Everything as plain data (enums as their values; non-finite floats stay floats until rendered)."""
@@ -100,6 +109,7 @@ class CompareResult:
             "findings": [self.finding_dict(f) for f in v.findings],
             "nan_origin": dataclasses.asdict(v.nan_origin) | {"module": self.module(v.nan_origin.row)}
             if v.nan_origin else None,
+            "calibration": self.calibration.to_dict() if self.calibration is not None else None,
             "bisect_reads": v.bisect_reads, "bisect_confirmed": v.bisect_confirmed, "manifest_problems": self.problems,
             "rows": [self.row_dict(i) for i in range(len(self.rows))],
         }

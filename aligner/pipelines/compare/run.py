@@ -16,6 +16,8 @@ from aligner.core.frameworks import Framework
 from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.mapping import load_user_map
+from aligner.pipelines.compare.calibrate import K_DEFAULT, Calibration
+from aligner.pipelines.compare.calibrate import calibrate as calibrate_pairs
 from aligner.pipelines.compare.evaluate import Row, evaluate, evaluate_all
 from aligner.pipelines.compare.matching import match, namers, same_layer
 from aligner.pipelines.compare.result import CompareResult
@@ -56,6 +58,8 @@ _PARALLEL_MIN_ELEMENTS = 1 << 24  # tensor elements of the whole run, both sides
 _PARALLEL_MIN_PAIR_ELEMENTS = 1 << 18  # mean tensor elements per pair, both sides
 _BATCH = 8  # pairs per task handed to a worker process
 _FORKED: dict[int, list] = {}  # pairs lists that forked worker processes read by key (inherited, never pickled)
+# their tolerances, also inherited: a calibrated spec holds one tolerance per record, too much to pickle per task
+_FORKED_TOLERANCE: dict[int, ToleranceSpec] = {}
 
 
 def _elements(pairs: list) -> int:
@@ -85,7 +89,8 @@ def _parallel_mode(pairs: list, workers: int) -> str:
     return "threads"
 
 
-def _evaluate_batch(key: int, start: int, stop: int, tolerance: ToleranceSpec) -> list:
+def _evaluate_batch(key: int, start: int, stop: int) -> list:
+    tolerance = _FORKED_TOLERANCE[key]
     return [(row.metrics, row.error) for row in (evaluate(p, tolerance) for p in _FORKED[key][start:stop])]
 
 
@@ -93,11 +98,11 @@ def _evaluate_processes(pairs: list, tolerance: ToleranceSpec, workers: int,
                         progress: Callable[[], None] | None) -> list[Row]:
     """evaluate() of every pair in forked worker processes, `_BATCH` pairs per task; rows keep the parent's pairs."""
     key = id(pairs)
-    _FORKED[key] = pairs
+    _FORKED[key], _FORKED_TOLERANCE[key] = pairs, tolerance
     rows: list[Row | None] = [None] * len(pairs)
     try:
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            tasks = {pool.submit(_evaluate_batch, key, s, min(s + _BATCH, len(pairs)), tolerance): s
+            tasks = {pool.submit(_evaluate_batch, key, s, min(s + _BATCH, len(pairs))): s
                      for s in range(0, len(pairs), _BATCH)}
             for task in concurrent.futures.as_completed(tasks):
                 for i, (metrics, error) in enumerate(task.result(), tasks[task]):
@@ -105,7 +110,7 @@ def _evaluate_processes(pairs: list, tolerance: ToleranceSpec, workers: int,
                     if progress:
                         progress()
     finally:
-        del _FORKED[key]
+        del _FORKED[key], _FORKED_TOLERANCE[key]
     return rows  # type: ignore[return-value]
 
 
@@ -116,7 +121,7 @@ def _evaluate(pairs: list, tolerance: ToleranceSpec, workers: int | None,
     first: dict[tuple, int] = {}
     owner: list[int] = []
     for i, p in enumerate(pairs):
-        key = (p.a.path, p.b.path, tolerance.explicit(p.ref.record.module)) \
+        key = (p.a.path, p.b.path, tolerance.chosen(p.ref.record.module, (p.ref.record.step, p.ref.record.seq))) \
             if p.a is not None and p.b is not None and p.a.path and p.b.path else (i,)
         owner.append(first.setdefault(key, i))
     unique = sorted(set(owner))
@@ -162,10 +167,14 @@ def _check_same_model(pairs: list, side_a: Source, side_b: Source) -> None:
 
 def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str | None = None,
             tolerance: ToleranceSpec | None = None, bisect: bool = False, workers: int | None = None,
-            strict: bool = False, progress: Progress = SILENT) -> CompareResult:
+            strict: bool = False, calibrate: str | None = None, calibrate_k: float = K_DEFAULT,
+            progress: Progress = SILENT) -> CompareResult:
     """Compare dump directory A against the reference B (PyTorch by default) and find where they part.
 
-    Raises AlignerError for unusable input (missing directory, bad --map, both arguments the same directory).
+    calibrate: a float64 dump of the reference model on the same input (`aligner.noise_floor`); each reference
+    record's tolerance becomes `calibrate_k` times its own error against float64 where that exceeds the default.
+    Raises AlignerError for unusable input (missing directory, bad --map, both arguments the same directory, a
+    float64 dump that cannot calibrate this comparison).
     """
     tolerance = tolerance or ToleranceSpec()
     rename = load_user_map(map_file).rename_path if map_file is not None else None
@@ -180,12 +189,23 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
     name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
     pairs = match(side_a.items, side_b.items, *((name_first, name_second) if r == 1 else (name_second, name_first)))
     _check_same_model(pairs, side_a, side_b)
+    calibration: Calibration | None = None
+    if calibrate is not None:
+        calibration = calibrate_pairs(calibrate, pairs, side_b, side_a, tolerance, calibrate_k, workers)
+        tolerance = dataclasses.replace(tolerance, calibrated=calibration.tolerances,
+                                        calibrated_from=calibration.source, calibration_k=calibration.k)
+    noise = calibration.noise if calibration is not None else {}
+
+    def noted(i: int, row: Row) -> Row:
+        row.noise = noise.get(i)
+        return row
+
     if bisect:
-        rows = [Row(p) for p in pairs]
-        verdict = bisect_rows(rows, lambda i: evaluate(pairs[i], tolerance))
+        rows = [noted(i, Row(p)) for i, p in enumerate(pairs)]
+        verdict = bisect_rows(rows, lambda i: noted(i, evaluate(pairs[i], tolerance)))
     else:
         with progress.task("comparing", total=len(pairs)) as task:
-            rows = _evaluate(pairs, tolerance, workers, task.advance)
+            rows = [noted(i, row) for i, row in enumerate(_evaluate(pairs, tolerance, workers, task.advance))]
         verdict = judge(rows)
     return CompareResult(_label(side_a), _label(side_b), rows, verdict, side_a.problems + side_b.problems,
-                         tolerance, strict)
+                         tolerance, strict, calibration)

@@ -67,6 +67,7 @@ class Divergence:
     culprit: Culprit = Culprit.MODULE
     blame: str = ""            # the module (reference path) whose code is at fault: see `culprit`
     source: str | None = None  # file:line of the op at fault (op-level dumps)
+    above_noise: float | None = None  # the origin's error over its reference's own float64 noise (--calibrate)
 
 
 @dataclasses.dataclass
@@ -327,7 +328,7 @@ def find(rows: Sequence[Row], inputs: Flow, phase: Phase) -> Divergence | None:
         return None
     origin = trace_origin(first, rows, inputs)
     return Divergence(phase, first, _previous(first, rows, phase), origin, classify(origin, rows, inputs)[1],
-                      *blame(origin, rows, inputs))
+                      *blame(origin, rows, inputs), above_noise=rows[origin].above_noise)
 
 
 def nan_origin(rows: Sequence[Row], inputs: dict[int, list[int]]) -> NanFinding | None:
@@ -442,6 +443,6 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
         for j in inputs.get(first, []):
             diverged(j)
         findings.append(Divergence(phase, first, previous, first, classify(first, rows, inputs)[1],
-                                   *blame(first, rows, inputs)))
+                                   *blame(first, rows, inputs), above_noise=rows[first].above_noise))
     labels = {f.first: classify(f.first, rows, inputs)[0] for f in findings}
     return Verdict(findings, None, labels, bisect_reads=len(read), bisect_confirmed=confirmed)

@@ -28,7 +28,7 @@ from aligner.pipelines.compare.matching import match, namers
 from aligner.pipelines.compare.run import TRAINING_FLOOR, choose_reference
 from aligner.pipelines.compare.sources import Item, Source, TensorError, load_tensor, read_source
 from aligner.pipelines.replay.result import ReplayResult, ReplayRow
-from aligner.pipelines.replay.runner import Runner, runner
+from aligner.pipelines.replay.runner import Runner, put_back, runner
 
 _TRAINING_REASON = "the reference dump ran BatchNorm in training mode: batch statistics amplify rounding"
 
@@ -44,6 +44,7 @@ class _Call:
     signature: Any = None                                   # the call record (None: not recorded)
     inputs: dict[int, Item] = dataclasses.field(default_factory=dict)
     outputs: dict[int, Item] = dataclasses.field(default_factory=dict)
+    buffers: dict[str, Item] = dataclasses.field(default_factory=dict)   # after a training-mode call, torch names
 
 
 def _calls(source: Source) -> dict[tuple[int, int], _Call]:
@@ -51,11 +52,14 @@ def _calls(source: Source) -> dict[tuple[int, int], _Call]:
     out: dict[tuple[int, int], _Call] = {}
     for item in source.items:
         rec = item.record
-        if rec.kind != "forward" or rec.call is None:
+        if rec.kind not in ("forward", "buffer") or rec.call is None:
             continue
         call = out.setdefault((rec.step, rec.call), _Call(rec.module, rec.type, rec.step, rec.call,
                                                            source.calls.get((rec.step, rec.call))))
-        (call.inputs if rec.io == "input" else call.outputs)[rec.index] = item
+        if rec.kind == "buffer":
+            call.buffers[rec.io] = item
+        else:
+            (call.inputs if rec.io == "input" else call.outputs)[rec.index] = item
     return out
 
 
@@ -109,6 +113,10 @@ def _array(item: Item | None) -> np.ndarray | None:
         return None
 
 
+def _arrays(items: Mapping[Any, Item]) -> dict[Any, np.ndarray | None]:
+    return {k: _array(it) for k, it in items.items()}
+
+
 def _worst(metrics: Iterable[Metrics | None]) -> Metrics | None:
     """The metrics with the largest error against what its tolerance allows (a divergence first)."""
     scored = [(m.diverged, (m.max_abs_err or 0.0) / max(m.atol + m.rtol, 1e-30), i, m)
@@ -116,7 +124,7 @@ def _worst(metrics: Iterable[Metrics | None]) -> Metrics | None:
     return max(scored)[3] if scored else None
 
 
-def _compare(a: Mapping[int, np.ndarray | None], b: Mapping[int, np.ndarray | None], tol: Tolerance
+def _compare(a: Mapping[Any, np.ndarray | None], b: Mapping[Any, np.ndarray | None], tol: Tolerance
              ) -> Metrics | None:
     return _worst(compare_arrays(a[i], b[i], tol) for i in sorted(a.keys() & b.keys())
                   if a[i] is not None and b[i] is not None)
@@ -207,16 +215,21 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
     _check_model(model_modules, (other_calls[k].module for k in twins.values() if k in other_calls),
                  sorted({name for _, name in other.params}), _state_names(model, framework), other.root)
     rows = []
-    for key, ref_call in ref_calls.items():
-        if key not in twins or twins[key] not in other_calls:
-            continue
-        other_call = other_calls[twins[key]]
-        if pattern is not None and not (pattern.search(ref_call.module) or pattern.search(other_call.module)):
-            continue
-        rows.append(_forward_row(run, model_modules[other_call.module], ref_call, other_call, tolerance))
-    if backward:
-        rows += _backward_rows(run, model_modules, reference, other, ref_calls, other_calls, twins, pattern,
-                               tolerance)
+    saved = run.state(model)  # a training-mode replay moves running statistics: the model is left as it was found
+    try:
+        for key, ref_call in ref_calls.items():
+            if key not in twins or twins[key] not in other_calls:
+                continue
+            other_call = other_calls[twins[key]]
+            if pattern is not None and not (pattern.search(ref_call.module) or pattern.search(other_call.module)):
+                continue
+            rows.append(_forward_row(run, model_modules[other_call.module], ref_call, other_call, tolerance))
+            put_back(run, saved)
+        if backward:
+            rows += _backward_rows(run, model_modules, reference, other, ref_calls, other_calls, twins, pattern,
+                                   tolerance)
+    finally:
+        put_back(run, saved)
     return ReplayResult(f"{reference.root} ({reference.framework})",
                         label or f"{other.root} ({other.framework}), re-run live", rows, tolerance)
 
@@ -247,7 +260,8 @@ def _forward_row(run: Runner, module: Any, ref: _Call, other: _Call, spec: Toler
     if not isinstance(pairing, str):
         own_in = {pairing[j]: _array(it) for j, it in other.inputs.items() if j in pairing}
         row.inherited = _compare(own_in, ref_in, tol)
-    row.total = _compare({i: _array(it) for i, it in other.outputs.items()}, ref_out, tol)
+    row.total = _worst([_compare({i: _array(it) for i, it in other.outputs.items()}, ref_out, tol),
+                        _compare(_arrays(other.buffers), _arrays(ref.buffers), tol)])
     call = _arguments(run, ref, other, ref_in)
     if isinstance(call, str):
         row.reason = call
@@ -257,7 +271,10 @@ def _forward_row(run: Runner, module: Any, ref: _Call, other: _Call, spec: Toler
     except Exception as exc:  # the user's module may fail any way on these inputs: the row says how
         row.reason = f"calling it on the reference's inputs raised {_one_line(exc)}"
         return row
-    row.local = _compare(dict(enumerate(outputs)), ref_out, tol)
+    # a training-mode call also moves running statistics (BatchNorm momentum shows only there)
+    after = {name: to_host(t) for name, t in run.buffers(module).items()} if ref.buffers else {}
+    row.local = _worst([_compare(dict(enumerate(outputs)), ref_out, tol),
+                        _compare(after, _arrays(ref.buffers), tol)])
     if row.local is None:
         row.reason = "no output pairs with a recorded reference output"
     return row
@@ -326,9 +343,19 @@ def _as_arrays(inputs: Any) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
 
 def _run_live(model: Any, directory: Path, args: list[np.ndarray], kwargs: dict[str, np.ndarray],
               backward: bool) -> None:
-    """One forward (and backward of the sum of the outputs) of `model` under a dump."""
+    """One forward (and backward of the sum of the outputs) of `model` under a dump; running statistics are put
+    back afterwards, so the replay starts where the recorded step started and the model is left as found."""
     framework = model_framework(model)
     run = runner(framework)
+    saved = run.state(model)
+    try:
+        _forward_live(model, framework, run, directory, args, kwargs, backward)
+    finally:
+        put_back(run, saved)
+
+
+def _forward_live(model: Any, framework: Framework, run: Runner, directory: Path, args: list[np.ndarray],
+                  kwargs: dict[str, np.ndarray], backward: bool) -> None:
     targs = [run.tensor(a, str(a.dtype)) for a in args]
     tkwargs = {k: run.tensor(v, str(v.dtype)) for k, v in kwargs.items()}
     with dump(model, directory, backward=backward):

@@ -9,6 +9,7 @@ import numpy as np
 
 from aligner.core.dtypes import FLOATING, canonical, contiguous, to_numpy
 from aligner.core.frameworks import Framework
+from aligner.dumping.calls import BUFFERS
 from aligner.dumping.tensors import tensors_in, to_host
 
 
@@ -27,6 +28,18 @@ class Runner(Protocol):
 
     def backward(self, module: Any, args: list[Any], kwargs: dict[str, Any], inputs: list[int],
                  grads: list[np.ndarray | None]) -> dict[int, np.ndarray]: ...
+
+    def buffers(self, module: Any) -> dict[str, Any]: ...
+
+    def state(self, model: Any) -> list[tuple[Any, np.ndarray]]: ...
+
+    def assign(self, target: Any, value: np.ndarray) -> None: ...
+
+
+def put_back(run: Runner, saved: list[tuple[Any, np.ndarray]]) -> None:
+    """Put back what `Runner.state` saved (a replay in training mode updates running statistics)."""
+    for target, value in saved:
+        run.assign(target, value)
 
 
 def _host(output: Any) -> list[np.ndarray]:
@@ -74,6 +87,21 @@ class TorchRunner:
         got = torch.autograd.grad([o for o, _ in pairs], [tensors[i] for i in wanted], [g for _, g in pairs],
                                   allow_unused=True)
         return {i: to_host(g) for i, g in zip(wanted, got) if g is not None}
+
+    def buffers(self, module: Any) -> dict[str, Any]:
+        import torch
+
+        return {BUFFERS[n]: t for n in ("running_mean", "running_var")
+                if isinstance(t := getattr(module, n, None), torch.Tensor)}
+
+    def state(self, model: Any) -> list[tuple[Any, np.ndarray]]:
+        return [(b, to_host(b)) for b in model.buffers()]
+
+    def assign(self, target: Any, value: np.ndarray) -> None:
+        import torch
+
+        with torch.no_grad():
+            target.copy_(self.tensor(value, canonical(value.dtype)))
 
 
 class MindSporeRunner:
@@ -126,6 +154,18 @@ class MindSporeRunner:
         got = pullback(cotangent[0] if not isinstance(outputs, (tuple, list)) else type(outputs)(cotangent))
         got = got if isinstance(got, (tuple, list)) else (got,)
         return {i: to_host(g) for i, g in zip(wanted, got) if g is not None}
+
+    def buffers(self, module: Any) -> dict[str, Any]:
+        import mindspore as ms
+
+        return {BUFFERS[n]: t for n in ("moving_mean", "moving_variance", "running_mean", "running_var")
+                if isinstance(t := getattr(module, n, None), ms.Tensor)}
+
+    def state(self, model: Any) -> list[tuple[Any, np.ndarray]]:
+        return [(p, to_host(p)) for _, p in model.parameters_and_names() if not p.requires_grad]
+
+    def assign(self, target: Any, value: np.ndarray) -> None:
+        target.set_data(self.tensor(value, canonical(value.dtype)))
 
 
 def runner(framework: str) -> Runner:
