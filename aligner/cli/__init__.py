@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "losses": ("aligner.cli.losses", "Compare two loss curves and diagnose where training parts ways."),
     "diff": ("aligner.cli.diff", "Compare two checkpoints across frameworks, parameter by parameter."),
     "audit": ("aligner.cli.audit", "Find settings whose defaults differ between a torch model and its MindSpore port."),
+    "repro": ("aligner.cli.repro", "Write a standalone script reproducing one module of two dumps in both frameworks."),
     "replay": ("aligner.cli.replay", "Replay each module on the reference's inputs: its own error vs inherited."),
 }
 

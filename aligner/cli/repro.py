@@ -1,0 +1,60 @@
+"""`align repro A B --module PATH -o DIR`: a standalone directory that rebuilds one module in both frameworks."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from aligner.cli.options import tolerance_options, tolerance_spec
+from aligner.core.errors import AlignerError
+from aligner.pipelines.repro import repro
+from aligner.render.console import make_console
+from aligner.render.progress import terminal_progress
+from aligner.render.repro import print_repro
+
+REFERENCES = ("first", "second", "pytorch", "mindspore")
+
+_HELP_EPILOG = """\b
+The directory holds repro.py, the reference side's recorded inputs of the module, each side's recorded parameters
+and outputs (.npy), README.md and repro.json. `python DIR/repro.py` needs numpy, torch and mindspore only, and
+exits 0 when the two layers agree on those inputs, 1 when they differ beyond the tolerance, 2 when it cannot run.
+Dump both sides with aligner.dump(model, DIR, params=True).
+\b
+Exit codes: 0 the directory was written; 2 usage or input errors (a module in neither dump, a dump without inputs
+or parameters, a layer that needs --factory-a/--factory-b, -o DIR not empty without --force)."""
+
+
+@click.command("repro", epilog=_HELP_EPILOG)
+@click.argument("dumps_a", metavar="DUMPS_A")
+@click.argument("dumps_b", metavar="DUMPS_B")
+@click.option("--module", "module", metavar="PATH", required=True,
+              help="The module to reproduce, as either dump names it (its twin is what compare pairs it with).")
+@click.option("-o", "--output", "output", metavar="DIR", required=True, help="The repro directory to write.")
+@click.option("--ref", "ref", metavar="SIDE", help="Reference side, whose inputs both layers run on: first, second, "
+              "pytorch or mindspore (default: the PyTorch side, as in compare).")
+@click.option("--factory-a", "factory_a", metavar="MODULE:CALLABLE",
+              help="For DUMPS_A's layer when it is not a torch.nn/mindspore.nn class built from its recorded "
+                   "attributes: MODULE:CALLABLE or FILE.py:CALLABLE returning the whole model.")
+@click.option("--factory-b", "factory_b", metavar="MODULE:CALLABLE", help="The same for DUMPS_B's layer.")
+@tolerance_options
+@click.option("--force", is_flag=True, help="Replace DIR when it holds a previous repro (and nothing else).")
+def command(dumps_a: str, dumps_b: str, module: str, output: str, ref: str | None, factory_a: str | None,
+            factory_b: str | None, rtol: tuple[str, ...], atol: tuple[str, ...], force: bool) -> int:
+    """Write a minimal, standalone reproduction of one module's divergence between two dumps.
+
+    \b
+    Examples:
+      align repro dumps_ms/ dumps_pt/ --module blocks.0.mlp.act -o repro_act/
+      python repro_act/repro.py
+      align repro dumps_ms/ dumps_pt/ --module blocks.0.attn -o repro_attn/ \\
+          --factory-a models.py:make_ms --factory-b models.py:make_torch
+    """
+    if ref is not None and ref not in REFERENCES:
+        raise AlignerError(f"--ref must be one of {', '.join(REFERENCES)}, got {ref!r}")
+    if not module.strip():
+        raise AlignerError("--module needs a module path (e.g. blocks.0.attn)")
+    spec = tolerance_spec(rtol, atol)
+    result = repro(dumps_a, dumps_b, module, Path(output), ref=ref, factory_a=factory_a, factory_b=factory_b,
+                   tolerance=spec, force=force, progress=terminal_progress())
+    print_repro(result, make_console())
+    return 0

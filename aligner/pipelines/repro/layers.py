@@ -1,0 +1,344 @@
+"""Build one side's layer for a repro, the way repro.py will: from its recorded class and attributes, or from a factory.
+
+Known layers (any torch.nn / mindspore.nn class whose constructor the recorded attributes fill) are built from a
+constructor call written out in full; anything else needs the user's factory, which builds the whole model and
+hands over the submodule. Either way the layer is built here first, its recorded parameters loaded strictly, so a
+repro that could not run is refused before it is written. torch and MindSpore are imported inside the functions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+import inspect
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Framework
+from aligner.dumping.signature import attributes
+from aligner.io.factory import build as build_factory
+from aligner.pipelines.repro.script import ROOT, OpaqueError, SideCode, call_source, identifier, literal
+
+# constructor parameter -> the attribute the layer keeps it under, where the names differ
+_ALIASES = {"data_format": "format"}
+_NOT_CONFIG = ("class", "training")
+
+
+class Build(str, enum.Enum):
+    """How repro.py makes a side's layer."""
+
+    ATTRIBUTES = "attributes"  # a torch.nn / mindspore.nn constructor filled from the recorded attributes
+    FACTORY = "factory"        # the user's factory builds the model; the layer is its submodule at the path
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass
+class Recorded:
+    """What one side's dump says about the module: where, what class, how it was called, its parameters."""
+
+    framework: Framework
+    path: str
+    option: str                           # the CLI option that gives this side a factory (--factory-a / -b)
+    attrs: dict[str, Any]                 # the module's recorded class and attributes
+    children: dict[str, dict[str, Any]]   # recorded attributes of its submodules, by module-relative path
+    structure: dict[str, Any]             # the recorded call's arguments
+    state: dict[str, np.ndarray]          # recorded parameters and buffers, by module-relative name
+    factory: str | None = None
+
+
+@dataclasses.dataclass
+class Planned:
+    """One side, ready to write: the code for repro.py, the parameters it loads, and how the layer is built."""
+
+    code: SideCode
+    state: dict[str, np.ndarray]
+    how: Build
+
+
+def _namespace(framework: Framework) -> dict[str, Any]:
+    """What generated source is evaluated against here (the framework module and `float`, no other builtins):
+    source that `literal` wrote from checked values, the same text repro.py runs."""
+    return {"__builtins__": {}, "float": float, ROOT[framework]: importlib.import_module(ROOT[framework])}
+
+
+def _base(framework: Framework) -> type:
+    if framework is Framework.PYTORCH:
+        import torch
+
+        return torch.nn.Module
+    import mindspore
+
+    return mindspore.nn.Cell
+
+
+def _resolve(dotted: str) -> Any:
+    """The object at a dotted path, reached by attributes (importing submodules as needed); None if there is none."""
+    parts = dotted.split(".")
+    if not all(identifier(p) for p in parts):
+        return None
+    try:
+        obj: Any = importlib.import_module(parts[0])
+    except ImportError:
+        return None
+    for i, part in enumerate(parts[1:], 2):
+        found = getattr(obj, part, None)
+        if found is None:
+            try:
+                found = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                return None
+        obj = found
+    return obj
+
+
+def _class(recorded: Recorded) -> tuple[type, str] | None:
+    """(the recorded class, its shortest public spelling) when it is a layer of the side's own framework."""
+    dotted = str(recorded.attrs.get("class", ""))
+    root = ROOT[recorded.framework]
+    if not dotted.startswith(root + "."):
+        return None
+    cls = _resolve(dotted)
+    if not isinstance(cls, type) or not issubclass(cls, _base(recorded.framework)):
+        return None
+    for spelling in (f"{root}.nn.{cls.__name__}", dotted):
+        if _resolve(spelling) is cls:
+            return cls, spelling
+    return None
+
+
+def buildable(recorded: Recorded) -> bool:
+    """Whether repro.py can make the side's layer: a factory was given, or its class is a framework layer."""
+    return recorded.factory is not None or _class(recorded) is not None
+
+
+def _has_bias(state: dict[str, np.ndarray]) -> bool:
+    return any(name.rsplit(".", 1)[-1].endswith("bias") for name in state)
+
+
+def _constructor(recorded: Recorded, cls: type) -> tuple[list[tuple[str, str, bool]], list[str]]:
+    """([(parameter, its value's source, optional?)] the recorded attributes fill (defaults left out), the required
+    parameters no recorded attribute fills)."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return [], ["(its signature cannot be read)"]
+    ns = _namespace(recorded.framework)
+    filled, missing = [], []
+    for name, p in params.items():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or name.startswith("_"):
+            continue
+        key = name if name in recorded.attrs else _ALIASES.get(name, name)
+        try:
+            if key in recorded.attrs and key not in _NOT_CONFIG:
+                text = literal(recorded.attrs[key], recorded.framework)
+            elif name in ("bias", "has_bias"):
+                text = repr(_has_bias(recorded.state))
+            elif p.default is p.empty:
+                missing.append(name)
+                continue
+            else:
+                continue
+        except OpaqueError:
+            if p.default is p.empty:
+                missing.append(name)
+            continue
+        optional = p.default is not p.empty
+        if optional and _same(eval(text, ns), p.default):
+            continue
+        filled.append((name, text, optional))
+    return filled, missing
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # an exotic default whose == is not a bool
+        return False
+
+
+def _construct(recorded: Recorded, spelling: str, filled: list[tuple[str, str, bool]]) -> tuple[Any, str]:
+    """Build the layer from its constructor call. Optional arguments the constructor refuses (MindSpore's GELU keeps
+    `approximate` as 'tanh' but takes a bool) or keeps transformed are left out: the attribute fix-ups then set
+    what was left out. Returns (layer, the source of the call that built it)."""
+    ns = _namespace(recorded.framework)
+
+    def source(args: list[tuple[str, str, bool]]) -> str:
+        return f"{spelling}({', '.join(f'{name}={text}' for name, text, _ in args)})"
+
+    try:
+        layer = eval(source(filled), ns)
+        kept = filled
+    except Exception:
+        kept = [arg for arg in filled if not arg[2]]
+        for arg in filled:
+            if arg[2]:
+                try:
+                    eval(source(kept + [arg]), ns)
+                    kept.append(arg)
+                except Exception:
+                    continue
+    else:  # an argument the constructor keeps transformed (MindSpore BatchNorm stores 1 - momentum): left out
+        have = attributes(layer)
+        transformed = [arg for arg in kept if arg[2] and arg[0] in recorded.attrs and arg[0] in have
+                       and have[arg[0]] != recorded.attrs[arg[0]]]
+        if not transformed:
+            return layer, source(kept)
+        kept = [arg for arg in kept if arg not in transformed]
+    try:
+        return eval(source(kept), ns), source(kept)
+    except Exception as exc:
+        raise AlignerError(f"{recorded.path or 'the model'} ({recorded.attrs.get('class')}): its constructor "
+                           f"refuses the recorded attributes ({type(exc).__name__}: {exc}); give "
+                           f"{recorded.option} MODULE:CALLABLE returning the whole model") from None
+
+
+def _modules(layer: Any, framework: Framework) -> dict[str, Any]:
+    if framework is Framework.PYTORCH:
+        return dict(layer.named_modules())
+    return dict(layer.cells_and_names())
+
+
+def _fixups(recorded: Recorded, layer: Any) -> list[str]:
+    """Set every recorded attribute the built layer (or a submodule of it) holds differently; the lines doing it."""
+    ns = _namespace(recorded.framework)
+    lines = []
+    for rel, module in _modules(layer, recorded.framework).items():
+        wanted = recorded.attrs if rel == "" else recorded.children.get(rel)
+        if not wanted or str(wanted.get("class", "")).rsplit(".", 1)[-1] != type(module).__qualname__:
+            continue
+        have = attributes(module)
+        for name, value in wanted.items():
+            if name in _NOT_CONFIG or not identifier(name) or have.get(name, object()) == value:
+                continue
+            try:
+                text = literal(value, recorded.framework)
+                setattr(module, name, eval(text, ns))
+            except Exception:  # opaque, or a read-only property: the constructor's value stays
+                continue
+            where = "layer" if rel == "" else (f"layer.get_submodule({rel!r})" if recorded.framework is
+                                               Framework.PYTORCH else f"dict(layer.cells_and_names())[{rel!r}]")
+            lines.append(f"{where}.{name} = {text}  # as recorded")
+    return lines
+
+
+def _factory(recorded: Recorded) -> tuple[Any, list[str], list[str]]:
+    """(the layer, repro.py's lines building it, module-level lines importing the factory)."""
+    spec = str(recorded.factory)
+    built = build_factory(spec)
+    if built.framework is not recorded.framework:
+        raise AlignerError(f"{recorded.option} {spec} returned a {built.framework} model, but that dump was recorded "
+                           f"by {recorded.framework}")
+    modules = _modules(built.model, recorded.framework)
+    if recorded.path not in modules:
+        raise AlignerError(f"{recorded.option} {spec}: the model it returns has no module {recorded.path!r}")
+    layer = modules[recorded.path]
+    target, _, attr = spec.rpartition(":")
+    name = f"make_{ROOT[recorded.framework]}_model"
+    preamble = ["", f"sys.path.insert(0, {os.getcwd()!r})  # where `align repro` ran: the factory's imports"]
+    if target.endswith(".py"):
+        preamble += ["import importlib.util",
+                     f"_spec = importlib.util.spec_from_file_location({name + '_file'!r}, "
+                     f"{str(Path(target).resolve())!r})",
+                     "_module = importlib.util.module_from_spec(_spec)",
+                     "_spec.loader.exec_module(_module)",
+                     f"{name} = _module.{attr}"]
+    else:
+        preamble += [f"from {target} import {attr} as {name}"]
+    pick = (f"layer = model.get_submodule({recorded.path!r})" if recorded.framework is Framework.PYTORCH
+            else f"layer = dict(model.cells_and_names())[{recorded.path!r}]")
+    lines = [f"model = {name}()", "model = model[0] if isinstance(model, tuple) else model", pick]
+    return layer, lines, preamble
+
+
+def _state(recorded: Recorded, layer: Any, how: Build) -> dict[str, np.ndarray]:
+    """The recorded values of exactly the layer's parameters (and torch's persistent buffers), loaded strictly into
+    `layer` here so that repro.py's own strict load cannot fail."""
+    where = recorded.path or "the model"
+    if recorded.framework is Framework.PYTORCH:
+        wanted = list(layer.state_dict().keys())
+    else:
+        wanted = [rel for rel, _ in layer.parameters_and_names()]
+    missing = [k for k in wanted if k not in recorded.state]
+    if missing and how is Build.ATTRIBUTES and len(missing) < len(wanted):
+        raise AlignerError(f"{where}: built from its recorded attributes it has parameter(s) the dump does not hold "
+                           f"({', '.join(missing[:4])}); give {recorded.option} MODULE:CALLABLE returning the model")
+    if missing:
+        raise AlignerError(f"{where}: the dump holds no value for its parameter(s) {', '.join(missing[:4])}; record "
+                           "them with aligner.dump(model, DIR, params=True) (no include/exclude leaving them out)")
+    extra = [k for k in recorded.state if k not in wanted and not _buffer(layer, k, recorded.framework)]
+    if extra and how is Build.ATTRIBUTES:
+        raise AlignerError(f"{where}: built from its recorded attributes it lacks the recorded parameter(s) "
+                           f"{', '.join(extra[:4])}; give {recorded.option} MODULE:CALLABLE returning the model")
+    if extra:
+        raise AlignerError(f"{recorded.option}: the factory's {where} lacks the recorded parameter(s) "
+                           f"{', '.join(extra[:4])}: it builds a different layer than the dump recorded")
+    state = {k: recorded.state[k] for k in wanted}
+    try:
+        _load(layer, state, recorded.framework)
+    except Exception as exc:
+        why = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise AlignerError(f"{where}: its recorded parameters do not load into the layer built from "
+                           f"{'its recorded attributes' if how is Build.ATTRIBUTES else recorded.option} "
+                           f"({type(exc).__name__}: {why})") from None
+    return state
+
+
+def _buffer(layer: Any, name: str, framework: Framework) -> bool:
+    """A torch buffer kept out of the state dict (persistent=False): recorded, but not part of a strict load."""
+    return framework is Framework.PYTORCH and name in dict(layer.named_buffers())
+
+
+def _load(layer: Any, state: dict[str, np.ndarray], framework: Framework) -> None:
+    if framework is Framework.PYTORCH:
+        import torch
+
+        layer.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, strict=True)
+        return
+    import mindspore
+
+    if not state:
+        return
+    names = {rel: p.name for rel, p in layer.parameters_and_names()}
+    params = {names[k]: mindspore.Parameter(mindspore.Tensor(v), name=names[k]) for k, v in state.items()}
+    not_loaded, unused = mindspore.load_param_into_net(layer, params, strict_load=True)
+    if not_loaded or unused:
+        raise AlignerError(f"not loaded {not_loaded}, unused {unused}")
+
+
+def plan(recorded: Recorded, casts: dict[int, str]) -> Planned:
+    """Build the side's layer (from attributes, or from its factory), check its parameters load, and write its code."""
+    where = recorded.path or "the model"
+    klass = str(recorded.attrs.get("class", "?"))
+    preamble: list[str] = []
+    if recorded.factory is not None:
+        how = Build.FACTORY
+        layer, lines, preamble = _factory(recorded)
+    else:
+        how = Build.ATTRIBUTES
+        found = _class(recorded)
+        if found is None:
+            raise AlignerError(f"{where} is a {klass}, not a {ROOT[recorded.framework]}.nn layer repro can build from "
+                               f"its recorded attributes; give {recorded.option} MODULE:CALLABLE (or FILE.py:CALLABLE) "
+                               "returning the whole model")
+        cls, spelling = found
+        filled, missing = _constructor(recorded, cls)
+        if missing:
+            raise AlignerError(f"{where} ({klass}): no recorded attribute gives its constructor's "
+                               f"{', '.join(missing)}; give {recorded.option} MODULE:CALLABLE returning the model")
+        layer, source = _construct(recorded, spelling, filled)
+        lines = [f"layer = {source}"]
+    lines += _fixups(recorded, layer)
+    state = _state(recorded, layer, how)
+    try:
+        call = call_source(recorded.structure, recorded.framework)
+    except OpaqueError as exc:
+        raise AlignerError(f"{where}: the recorded call passed {exc}, which a repro cannot write back") from None
+    code = SideCode(recorded.framework, recorded.path, klass, lines, preamble,
+                    bool(recorded.attrs.get("training", False)), bool(state), call, casts)
+    return Planned(code, state, how)

@@ -1,0 +1,330 @@
+"""`align repro`: pack one module's recorded call into a standalone directory that rebuilds it in both frameworks.
+
+The module's twin on the other side is what `compare` pairs its forward outputs with; each side gets its own recorded
+parameters, call structure and training mode, and both run on the reference side's recorded inputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import re
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Framework
+from aligner.core.progress import SILENT, Progress
+from aligner.core.tolerance import Tolerance, ToleranceSpec
+from aligner.dumping.manifest import Record
+from aligner.pipelines.compare.evaluate import RowStatus
+from aligner.pipelines.compare.run import choose_reference, compare
+from aligner.pipelines.compare.sources import Item, Source, TensorError, open_tensor, read_source
+from aligner.pipelines.repro.layers import Build, Planned, Recorded, buildable, plan
+from aligner.pipelines.repro.script import FOLDER, SideCode, readme, repro_py
+
+MARKER = "repro.json"  # what a repro directory holds; --force replaces only a directory that has it
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+_CHUNK = 1 << 20
+
+
+@dataclasses.dataclass
+class ReproResult:
+    """The repro directory written for one module: where, which layers, how they are built, how big it is."""
+
+    directory: Path
+    reference: Framework
+    modules: dict[Framework, str]     # each side's module path
+    classes: dict[Framework, str]     # each side's recorded class
+    built: dict[Framework, Build]
+    tolerance: Tolerance
+    step: int                         # the reference call's step
+    diverged: bool                    # whether compare saw this call's outputs diverge
+    files: list[str]                  # relative paths written
+    size_bytes: int                   # all files written
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"directory": str(self.directory), "reference": self.reference.value,
+                "modules": {k.value: v for k, v in self.modules.items()},
+                "classes": {k.value: v for k, v in self.classes.items()},
+                "built": {k.value: v.value for k, v in self.built.items()}, "tolerance": self.tolerance.to_dict(),
+                "step": self.step, "diverged": self.diverged, "files": self.files, "size_bytes": self.size_bytes}
+
+
+@dataclasses.dataclass
+class _Side:
+    """One dump's records of the chosen call."""
+
+    source: Source
+    framework: Framework
+    option: str
+    output: Item             # the paired forward output record of the call
+
+
+def _check_target(out: Path, force: bool) -> None:
+    """Refuse an output that is not an empty or absent directory, unless --force and it holds a previous repro's
+    files and nothing else (the only thing ever deleted)."""
+    if os.path.lexists(out) and (out.is_symlink() or not out.is_dir()):
+        raise AlignerError(f"-o {out} exists and is not a directory")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise AlignerError(f"output directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise AlignerError(f"output directory {parent} is not writable")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not force:
+        raise AlignerError(f"-o {out} exists and is not empty (use --force to replace a previous repro)")
+    stray = _not_ours(out)
+    if stray:
+        raise AlignerError(f"-o {out} holds {stray!r}, which `align repro` did not write: left it as it is "
+                           "(choose another -o)")
+
+
+def _not_ours(out: Path) -> str | None:
+    """The first entry of `out` a previous repro did not write (None: all of it is a repro's)."""
+    try:
+        listed = set(json.loads((out / MARKER).read_text(encoding="utf-8"))["files"]) | {MARKER}
+    except (OSError, ValueError, KeyError, TypeError):
+        return MARKER + " (missing or unreadable)"
+    folders = {str(parent) for f in listed if isinstance(f, str) for parent in Path(f).parents}
+    for root, dirs, names in os.walk(out):
+        for name in dirs + names:
+            path = Path(root) / name
+            rel = str(path.relative_to(out))
+            if path.is_symlink() or (name in dirs and rel not in folders) or (name in names and rel not in listed):
+                return rel
+    return None
+
+
+def _pick(result: Any, module: str) -> tuple[Item, Item, bool] | None:
+    """(non-reference item, reference item, diverged) of the module's first paired forward-output call (its first
+    divergent call where there is one), the module named on the reference side or else on the other."""
+    for side in ("b", "a"):
+        calls: dict[tuple[int, int | None], tuple[Item, Item, bool]] = {}
+        for row in result.rows:
+            a, b = row.pair.a, row.pair.b
+            if a is None or b is None or not all(it.record.kind == "forward" and it.record.io == "output"
+                                                 for it in (a, b)):
+                continue
+            if getattr(row.pair, side).record.module != module:
+                continue
+            key = (b.record.step, b.record.call)
+            bad = row.status is RowStatus.DIVERGED
+            first = calls.get(key)
+            calls[key] = (a, b, bad or (first is not None and first[2])) if first is None or not first[2] else first
+        if calls:
+            return next((c for c in calls.values() if c[2]), next(iter(calls.values())))
+    return None
+
+
+def _unknown(module: str, sources: tuple[Source, Source]) -> AlignerError:
+    names = sorted({it.record.module for s in sources for it in s.items if it.record.kind == "forward"})
+    if module in names:
+        return AlignerError(f"{module!r} was recorded, but compare paired none of its forward outputs with the other "
+                            "dump: there is no twin to repro it against")
+    near = difflib.get_close_matches(module, names, n=3, cutoff=0.5)
+    return AlignerError(f"no module {module!r} in either dump" + (f"; nearest: {', '.join(near)}" if near else ""))
+
+
+def _array(item: Item) -> np.ndarray:
+    """The item's tensor, read through the hardened reader (bfloat16 widened to float32, losslessly)."""
+    try:
+        stream = open_tensor(item)
+        chunks = list(stream.chunks(_CHUNK))
+    except TensorError as exc:
+        raise AlignerError(f"{item.record.module}: {exc}") from None
+    data = np.concatenate(chunks) if chunks else np.empty(0, dtype=stream.header.dtype)
+    data = data.reshape(stream.shape)
+    return data.astype(np.float32) if item.record.dtype == "bfloat16" else np.ascontiguousarray(data)
+
+
+def _count(structure: Any) -> int:
+    """How many tensor placeholders a recorded call structure holds."""
+    if isinstance(structure, dict):
+        return int("tensor" in structure) + sum(_count(v) for k, v in structure.items() if k != "tensor")
+    if isinstance(structure, list):
+        return sum(_count(v) for v in structure)
+    return 0
+
+
+def _call(side: _Side) -> Record:
+    rec = side.output.record
+    root = side.source.root
+    if rec.call is None:
+        raise AlignerError(f"{root} has no call structure (a version 1 dump): record it again with "
+                           "aligner.dump(model, DIR, params=True)")
+    call = side.source.calls.get((rec.step, rec.call))
+    if call is None or call.args is None:
+        raise AlignerError(f"{root} has no inputs for {rec.module!r} (recorded with inputs=False?): record them with "
+                           "aligner.dump(model, DIR, params=True) (inputs are recorded by default)")
+    return call
+
+
+def _attrs(side: _Side, call: Record) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The module's recorded attributes (from its first call of the step) and its submodules', by relative path."""
+    path, step = call.module, call.step
+    prefix = f"{path}." if path else ""
+    own: dict[str, Any] | None = call.attrs
+    children: dict[str, dict[str, Any]] = {}
+    for _key, rec in sorted(side.source.calls.items(), key=lambda kv: (kv[0][0] != step, kv[1].seq)):
+        if rec.attrs is None:
+            continue
+        if rec.module == path and own is None:
+            own = rec.attrs
+        elif rec.module.startswith(prefix) and rec.module != path:
+            children.setdefault(rec.module[len(prefix):], rec.attrs)
+    if own is None:
+        raise AlignerError(f"{side.source.root} records no attributes for {path!r}: record it again with "
+                           "aligner.dump(model, DIR, params=True)")
+    return own, children
+
+
+def _tensors(side: _Side, call: Record, io: str) -> list[Item]:
+    items = [it for it in side.source.items if it.record.kind == "forward" and it.record.io == io
+             and it.record.module == call.module and it.record.step == call.step and it.record.call == call.call]
+    return sorted(items, key=lambda it: it.record.index)
+
+
+def _state(side: _Side, call: Record) -> dict[str, np.ndarray]:
+    """The module's recorded parameters and buffers at the start of the call's step, by module-relative name."""
+    params = side.source.params
+    if not any(step == call.step for step, _ in params):
+        raise AlignerError(f"{side.source.root} holds no parameter values (step {call.step}): record them with "
+                           "aligner.dump(model, DIR, params=True)")
+    prefix = f"{call.module}." if call.module else ""
+    state = {}
+    for (step, name), item in params.items():
+        if step == call.step and name.startswith(prefix):
+            rel = name[len(prefix):]
+            if not _SAFE_NAME.fullmatch(rel) or ".." in rel:
+                raise AlignerError(f"{side.source.root}: parameter name {name!r} cannot be a file name")
+            state[rel] = _array(item)
+    return state
+
+
+def _recorded(side: _Side, factory: str | None) -> tuple[Recorded, Record]:
+    call = _call(side)
+    attrs, children = _attrs(side, call)
+    return Recorded(side.framework, call.module, side.option, attrs, children, call.args or {},
+                    _state(side, call), factory), call
+
+
+def _write(directory: Path, files: dict[str, np.ndarray | str]) -> int:
+    """Write every file under `directory` (created); the bytes written."""
+    total = 0
+    for rel, content in files.items():
+        path = directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str):
+            path.write_text(content, encoding="utf-8")
+        else:
+            np.save(path, content, allow_pickle=False)
+        total += path.stat().st_size
+    return total
+
+
+def _commit(tmp: Path, out: Path) -> None:
+    """Put the finished temp directory in place; a previous repro (checked to hold only its own files) goes whole."""
+    old = None
+    if out.exists():
+        if any(out.iterdir()):
+            old = out.with_name(f".{out.name}.old.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            os.rename(out, old)
+        else:
+            out.rmdir()
+    try:
+        os.rename(tmp, out)
+    except OSError as exc:
+        if old is not None:
+            os.rename(old, out)
+        raise AlignerError(f"cannot write {out}: {exc.strerror or exc}") from None
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def repro(dump_a: str | os.PathLike, dump_b: str | os.PathLike, module: str, out: str | os.PathLike, *,
+          ref: str | None = None, factory_a: str | None = None, factory_b: str | None = None,
+          tolerance: ToleranceSpec | None = None, force: bool = False, progress: Progress = SILENT) -> ReproResult:
+    """Write a standalone directory reproducing `module` of two dumps (`python DIR/repro.py` exits 1 when the two
+    frameworks' layers differ on the reference side's recorded inputs, 0 when they agree)."""
+    out = Path(out)
+    _check_target(out, force)
+    sources = (read_source(Path(dump_a)), read_source(Path(dump_b)))
+    frameworks = tuple(Framework.parse(s.framework) for s in sources)
+    if set(frameworks) != {Framework.PYTORCH, Framework.MINDSPORE}:
+        raise AlignerError(f"align repro needs one PyTorch and one MindSpore dump (manifests say "
+                           f"{sources[0].framework} and {sources[1].framework})")
+    for s in sources:
+        if s.mode != "full":
+            raise AlignerError(f"{s.root} is a statistics-only dump: record tensors with "
+                               "aligner.dump(model, DIR, params=True) (without stats_only=True)")
+    result = compare(str(dump_a), str(dump_b), ref=ref, tolerance=tolerance, progress=progress)
+    picked = _pick(result, module)
+    if picked is None:
+        raise _unknown(module, sources)
+    item_other, item_ref, diverged = picked
+    ref_index = choose_reference(ref, (sources[0].framework, sources[1].framework))  # as compare chose it
+    options = ("--factory-a", "--factory-b")
+    factories = (factory_a, factory_b)
+    sides = {"ref": _Side(sources[ref_index], frameworks[ref_index], options[ref_index], item_ref),  # type: ignore[arg-type]
+             "other": _Side(sources[1 - ref_index], frameworks[1 - ref_index], options[1 - ref_index],  # type: ignore[arg-type]
+                            item_other)}
+    recorded_ref, call_ref = _recorded(sides["ref"], factories[ref_index])
+    recorded_other, call_other = _recorded(sides["other"], factories[1 - ref_index])
+    unbuildable = [rec for rec in (recorded_ref, recorded_other) if not buildable(rec)]
+    if unbuildable:
+        what = "; ".join(f"{rec.framework}: {rec.attrs.get('class', '?')}" for rec in unbuildable)
+        give = " and ".join(sorted(f"{rec.option} MODULE:CALLABLE" for rec in unbuildable))
+        raise AlignerError(f"{module} ({what}) is not a torch.nn / mindspore.nn layer repro can build from its "
+                           f"recorded attributes: give {give} (or FILE.py:CALLABLE) returning the whole model")
+    inputs_ref = _tensors(sides["ref"], call_ref, "input")
+    n_ref, n_other = _count(recorded_ref.structure), _count(recorded_other.structure)
+    if len(inputs_ref) != n_ref or any(it.record.index != i for i, it in enumerate(inputs_ref)):
+        raise AlignerError(f"{sides['ref'].source.root} holds {len(inputs_ref)} of the {n_ref} input(s) of "
+                           f"{call_ref.module!r}: record them with aligner.dump(model, DIR, params=True)")
+    if n_other != n_ref:
+        raise AlignerError(f"{call_ref.module!r} takes {n_ref} tensor(s) in {sources[ref_index].root} but "
+                           f"{call_other.module!r} takes {n_other} in {sources[1 - ref_index].root}: the reference's "
+                           "inputs cannot be fed to both")
+    inputs = [_array(it) for it in inputs_ref]
+    casts = {i: "bfloat16" for i, it in enumerate(inputs_ref) if it.record.dtype == "bfloat16"}
+    planned: dict[Framework, Planned] = {rec.framework: plan(rec, casts) for rec in (recorded_ref, recorded_other)}
+    outputs = {side.framework: [_array(it) for it in _tensors(side, call, "output")]
+               for side, call in ((sides["ref"], call_ref), (sides["other"], call_other))}
+    dtypes = [it.record.dtype for s, c in ((sides["ref"], call_ref), (sides["other"], call_other))
+              for it in _tensors(s, c, "output")]
+    spec = tolerance or ToleranceSpec()
+    tol = spec.resolve(call_ref.module, *dtypes)
+    reference = sides["ref"].framework
+    files: dict[str, np.ndarray | str] = {f"inputs/{i}.npy": a for i, a in enumerate(inputs)}
+    for fw, p in planned.items():
+        files.update({f"{FOLDER[fw]}/params/{name}.npy": a for name, a in p.state.items()})
+        files.update({f"{FOLDER[fw]}/outputs/{i}.npy": a for i, a in enumerate(outputs[fw])})
+    codes: dict[Framework, SideCode] = {fw: p.code for fw, p in planned.items()}
+    tensor_bytes = sum(a.nbytes for a in files.values() if isinstance(a, np.ndarray))
+    labels = {sides[k].framework: str(sides[k].source.root) for k in sides}
+    files["repro.py"] = repro_py(codes, reference, len(inputs), tol)
+    files["README.md"] = readme(codes, reference, tol, labels, tensor_bytes)
+    names = sorted(files) + [MARKER]
+    marker = {"format": "aligner-repro", "modules": {fw.value: c.path for fw, c in codes.items()},
+              "reference": reference.value, "files": names}
+    files[MARKER] = json.dumps(marker, indent=1) + "\n"
+    tmp = out.with_name(f".{out.name}.repro.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        size = _write(tmp, files)
+        _commit(tmp, out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise AlignerError(f"cannot write {out}: {exc.strerror or exc}") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ReproResult(out, reference, {fw: c.path for fw, c in codes.items()},
+                       {fw: c.klass for fw, c in codes.items()}, {fw: p.how for fw, p in planned.items()}, tol,
+                       call_ref.step, diverged, names, size)
