@@ -218,3 +218,10 @@ def test_replay_dumps_library_form_refuses_same_directory(cli_case):
     tnet, _ = make_twins("cnn", train=False)
     with pytest.raises(aligner.core.errors.AlignerError, match="same directory"):
         replay_dumps(root / "pt", root / "pt", tnet)
+
+
+def test_cli_modules_matching_nothing_names_the_nearest(cli_case, capsys):
+    root = cli_case
+    proc = align_in_process(capsys, "replay", root / "pt", root / "ms", "--factory", f"{root / 'factory.py'}:make",
+                            "--weights", root / "ms.ckpt", "--modules", "^conv3$")
+    assert_one_line_error(proc, "no recorded module call matches", "nearest")

@@ -230,6 +230,9 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
                                    tolerance)
     finally:
         put_back(run, saved)
+    if pattern is not None and not rows:
+        paths = sorted({c.module for c in ref_calls.values()} | {c.module for c in other_calls.values()})
+        raise AlignerError(f"no recorded module call matches modules={modules!r}{_nearest(modules or '', paths)}")
     return ReplayResult(f"{reference.root} ({reference.framework})",
                         label or f"{other.root} ({other.framework}), re-run live", rows, tolerance)
 
