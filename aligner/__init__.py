@@ -15,6 +15,7 @@ _API = {
     "fix_random": "aligner.dumping.randomness",
     "disable_dropout": "aligner.dumping.randomness",
     "check_determinism": "aligner.dumping.determinism",
+    "skip_batches": "aligner.dumping.data",
     "inspect_model": "aligner.pipelines.inspect",
     "dump": "aligner.api",
     "compare": "aligner.api",
