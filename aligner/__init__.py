@@ -25,6 +25,7 @@ _API = {
     "assert_close": "aligner.pipelines.replay.assertion",
     "noise_floor": "aligner.dumping.noise",
     "repro": "aligner.pipelines.repro",
+    "explain_updates": "aligner.pipelines.update_rule",
 }
 
 __all__ = sorted(_API)
