@@ -152,6 +152,11 @@ def cli_case(tmp_path_factory):
         tnet(torch.from_numpy(x))
     with aligner.dump(mnet, root / "ms", backward=False):
         mnet(ms.Tensor(x))
+    for step in (0, 1):  # two steps, same weights (eval mode, no update)
+        with aligner.dump(tnet, root / "pt2", step=step, backward=False), torch.no_grad():
+            tnet(torch.from_numpy(x))
+        with aligner.dump(mnet, root / "ms2", step=step, backward=False):
+            mnet(ms.Tensor(x))
     with aligner.dump(tnet, root / "pt_noinputs", inputs=False, backward=False), torch.no_grad():
         tnet(torch.from_numpy(x))
     with aligner.dump(tnet, root / "pt_stats", stats_only=True, backward=False), torch.no_grad():
@@ -162,6 +167,7 @@ def cli_case(tmp_path_factory):
         "from tests.twin_models import mindspore_model\n\n"
         "def make():\n    m = mindspore_model('cnn')\n    m.set_train(False)\n    return m\n\n"
         "def make_block():\n    return mindspore_model('block')\n\n"
+        "def make_train():\n    m = mindspore_model('cnn')\n    m.set_train(True)\n    return m\n\n"
         "def make_torch():\n    from tests.twin_models import torch_model\n    return torch_model('cnn')\n")
     return root
 
@@ -225,3 +231,18 @@ def test_cli_modules_matching_nothing_names_the_nearest(cli_case, capsys):
     proc = align_in_process(capsys, "replay", root / "pt", root / "ms", "--factory", f"{root / 'factory.py'}:make",
                             "--weights", root / "ms.ckpt", "--modules", "^conv3$")
     assert_one_line_error(proc, "no recorded module call matches", "nearest")
+
+
+def test_cli_replays_one_step_in_the_recorded_mode(cli_case, capsys):
+    root = cli_case
+    # the factory returns a training-mode model; the dump ran in eval mode: each module is replayed as recorded
+    # (BatchNorm on batch statistics would differ by O(1) from the recorded running-statistics output)
+    args = ["replay", root / "pt2", root / "ms2", "--factory", f"{root / 'factory.py'}:make_train",
+            "--weights", root / "ms.ckpt", "--modules", "^(conv1|bn1|relu1)$"]
+    proc = align_in_process(capsys, *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 calls replayed: 3 agree" in proc.stdout and "step 0 of the dumped steps 0, 1" in proc.stdout
+    proc = align_in_process(capsys, *args, "--step", "1", "--json", "-")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["step"] == 1
+    assert_one_line_error(align_in_process(capsys, *args, "--step", "5"), "step 5 is not in", "0, 1")
+    assert_one_line_error(align_in_process(capsys, *args, "--step", "-1"), "--step must be a whole number")

@@ -70,3 +70,12 @@ def positive_int(option: str, text: str | None) -> int | None:
     if not text.isdigit() or int(text) < 1:
         raise AlignerError(f"{option} must be a whole number >= 1, got {text!r}")
     return int(text)
+
+
+def whole_number(option: str, text: str | None) -> int | None:
+    """A whole number >= 0 from an option's text, or None."""
+    if text is None:
+        return None
+    if not text.isdigit():
+        raise AlignerError(f"{option} must be a whole number >= 0, got {text!r}")
+    return int(text)

@@ -3,7 +3,14 @@ from __future__ import annotations
 
 import click
 
-from aligner.cli.options import check_outputs, json_option, tolerance_options, tolerance_spec, trust_pickle_option
+from aligner.cli.options import (
+    check_outputs,
+    json_option,
+    tolerance_options,
+    tolerance_spec,
+    trust_pickle_option,
+    whole_number,
+)
 from aligner.core.errors import AlignerError
 from aligner.io.factory import build
 from aligner.pipelines.replay.run import replay_dumps
@@ -28,6 +35,8 @@ REFERENCES = ("first", "second", "pytorch", "mindspore")
 @click.option("--ref", "ref", metavar="SIDE", help="Reference side: first, second, pytorch or mindspore (default: the "
               "PyTorch side). Its recorded inputs feed the other side's modules.")
 @click.option("--modules", "modules", metavar="REGEX", help="Replay only modules whose path matches (either side).")
+@click.option("--step", "step", metavar="N", help="The step to replay (default: the first in the reference dump); "
+              "the built model must hold the weights that step started from.")
 @click.option("--backward", is_flag=True, help="Also replay each module's backward on the reference's grad_outputs.")
 @click.option("--map", "map_file", metavar="FILE", help="Mapping YAML renaming module paths between the sides.")
 @tolerance_options
@@ -36,7 +45,7 @@ REFERENCES = ("first", "second", "pytorch", "mindspore")
 @click.option("--force", is_flag=True, help="Overwrite an existing --json file.")
 @trust_pickle_option
 def command(dumps_a: str, dumps_b: str, factory: str, weights: str | None, ref: str | None, modules: str | None,
-            backward: bool, map_file: str | None, rtol: tuple[str, ...], atol: tuple[str, ...],
+            step: str | None, backward: bool, map_file: str | None, rtol: tuple[str, ...], atol: tuple[str, ...],
             json_out: str | None, full: bool, force: bool, trust_pickle: bool, trust_pickle_alias: bool) -> int:
     """Replay each module of the side to re-run on the reference's recorded inputs: its own error vs inherited.
 
@@ -51,12 +60,13 @@ def command(dumps_a: str, dumps_b: str, factory: str, weights: str | None, ref: 
     if ref is not None and ref not in REFERENCES:
         raise AlignerError(f"--ref must be one of {', '.join(REFERENCES)}, got {ref!r}")
     spec = tolerance_spec(rtol, atol)
+    step_number = whole_number("--step", step)
     check_outputs(force, json=json_out)
     model = build(factory).model
     if weights is not None:
         load_weights(model, weights, allow_pickle=trust_pickle or trust_pickle_alias)
     result = replay_dumps(dumps_a, dumps_b, model, ref=ref, modules=modules, backward=backward, map_file=map_file,
-                          tolerance=spec, label=f"{factory}")
+                          tolerance=spec, label=f"{factory}", step=step_number)
     if json_out:
         write_replay_json(result, json_out)
     if json_out != "-":

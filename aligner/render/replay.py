@@ -52,6 +52,9 @@ def summary(result: ReplayResult) -> str:
     counts = {s: sum(1 for r in result.rows if r.status is s) for s in ReplayStatus}
     tally = (f"{len(result.rows)} calls replayed: {counts[ReplayStatus.OK]} agree, {counts[ReplayStatus.LOCAL]} own "
              f"error, {counts[ReplayStatus.INHERITED]} inherited, {counts[ReplayStatus.SKIPPED]} skipped")
+    if len(result.steps) > 1:
+        tally += (f" (step {result.step} of the dumped steps {', '.join(map(str, result.steps))}: --step picks one; "
+                  "the model must hold the weights that step started from)")
     skipped = [result.rows[i] for i in result.skipped]
     notes = "".join(f"\n  skipped {r.module} ({r.phase}): {r.reason}" for r in skipped[:5])
     if len(skipped) > 5:

@@ -81,6 +81,8 @@ class ReplayResult:
     replayed: str               # "dumps_ms/ (mindspore), re-run from make_ms"
     rows: list[ReplayRow]
     tolerance: ToleranceSpec = dataclasses.field(default_factory=ToleranceSpec)
+    step: int = 0                                         # the step replayed
+    steps: list[int] = dataclasses.field(default_factory=list)   # the steps the reference dump holds
 
     @property
     def culprit(self) -> int | None:
@@ -152,6 +154,6 @@ class ReplayResult:
     def to_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "replayed": self.replayed, "verdict": self.verdict.value,
                 "passed": self.passed, "exit_code": int(self.exit_code), "culprit": self.culprit,
-                "parent_code": self.parent_code, "blame": self.blame,
+                "parent_code": self.parent_code, "blame": self.blame, "step": self.step, "steps": self.steps,
                 "first_total": self.first_total, "tolerance": self.tolerance.to_dict(),
                 "rows": [r.to_dict() for r in self.rows]}

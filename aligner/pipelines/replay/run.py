@@ -178,12 +178,15 @@ def _one_line(exc: BaseException) -> str:
 
 def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: str | None = None,
                  modules: str | None = None, backward: bool = False, map_file: str | None = None,
-                 tolerance: ToleranceSpec | None = None, label: str | None = None) -> ReplayResult:
+                 tolerance: ToleranceSpec | None = None, label: str | None = None,
+                 step: int | None = None) -> ReplayResult:
     """Re-run each module of `model` (the live model of the non-reference side) on the reference dump's recorded
     inputs and compare with the reference's recorded outputs (and, with `backward`, its recorded gradients).
 
-    `modules` is a regex searched in either side's module paths. Raises AlignerError when the dumps cannot feed a
-    replay or the model is not the one the other dump recorded."""
+    One step is replayed (`step`, default the first the reference dump holds): `model` must hold the weights that
+    step started from. Each module runs in the training/eval mode its own side recorded. `modules` is a regex
+    searched in either side's module paths. Raises AlignerError when the dumps cannot feed a replay or the model is
+    not the one the other dump recorded."""
     tolerance = tolerance or ToleranceSpec()
     pattern = _regex(modules)
     rename = load_user_map(map_file).rename_path if map_file is not None else None
@@ -205,6 +208,12 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
     name_other, name_ref = (name_first, name_second) if r == 1 else (name_second, name_first)
     pairs = match(other.items, reference.items, name_other, name_ref)
     ref_calls, other_calls = _calls(reference), _calls(other)
+    steps = sorted({c.step for c in ref_calls.values()})
+    if step is None:
+        step = steps[0] if steps else 0
+    elif step not in steps:
+        raise AlignerError(f"step {step} is not in {reference.root} (its steps: {', '.join(map(str, steps))})")
+    ref_calls = {k: c for k, c in ref_calls.items() if c.step == step}
     twins: dict[tuple[int, int], tuple[int, int]] = {}
     for p in pairs:
         if p.a is not None and p.b is not None and p.b.record.kind == "forward" and p.b.record.io == "output" \
@@ -214,6 +223,8 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
     model_modules = run.modules(model)
     _check_model(model_modules, (other_calls[k].module for k in twins.values() if k in other_calls),
                  sorted({name for _, name in other.params}), _state_names(model, framework), other.root)
+    modes = {(c.step, c.module): bool(c.signature.attrs["training"]) for c in other_calls.values()
+             if c.signature is not None and c.signature.attrs and "training" in c.signature.attrs}
     rows = []
     saved = run.state(model)  # a training-mode replay moves running statistics: the model is left as it was found
     try:
@@ -223,18 +234,19 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
             other_call = other_calls[twins[key]]
             if pattern is not None and not (pattern.search(ref_call.module) or pattern.search(other_call.module)):
                 continue
-            rows.append(_forward_row(run, model_modules[other_call.module], ref_call, other_call, tolerance))
+            rows.append(_forward_row(run, model_modules[other_call.module], ref_call, other_call, tolerance,
+                                     modes.get((other_call.step, other_call.module))))
             put_back(run, saved)
         if backward:
             rows += _backward_rows(run, model_modules, reference, other, ref_calls, other_calls, twins, pattern,
-                                   tolerance)
+                                   tolerance, modes)
     finally:
         put_back(run, saved)
     if pattern is not None and not rows:
         paths = sorted({c.module for c in ref_calls.values()} | {c.module for c in other_calls.values()})
         raise AlignerError(f"no recorded module call matches modules={modules!r}{_nearest(modules or '', paths)}")
     return ReplayResult(f"{reference.root} ({reference.framework})",
-                        label or f"{other.root} ({other.framework}), re-run live", rows, tolerance)
+                        label or f"{other.root} ({other.framework}), re-run live", rows, tolerance, step, steps)
 
 
 def _regex(modules: str | None) -> re.Pattern[str] | None:
@@ -252,8 +264,10 @@ def _state_names(model: Any, framework: Framework) -> set[str]:
     return {name for name, _ in model.parameters_and_names()}
 
 
-def _forward_row(run: Runner, module: Any, ref: _Call, other: _Call, spec: ToleranceSpec) -> ReplayRow:
-    """Replay one call on the reference's inputs; its inherited and total errors from the two dumps."""
+def _forward_row(run: Runner, module: Any, ref: _Call, other: _Call, spec: ToleranceSpec,
+                 training: bool | None) -> ReplayRow:
+    """Replay one call on the reference's inputs, in the mode its own side recorded (`training`, None: as the
+    module is); its inherited and total errors from the two dumps."""
     row = ReplayRow(ref.module, other.module, ref.type, other.type, ref.step, ref.call,
                     parent=ref.signature.parent if ref.signature is not None else None)
     row.tolerance = tol = _tolerance(spec, ref.module, [*ref.outputs.values(), *other.outputs.values()])
@@ -269,13 +283,17 @@ def _forward_row(run: Runner, module: Any, ref: _Call, other: _Call, spec: Toler
     if isinstance(call, str):
         row.reason = call
         return row
+    previous = run.set_training(module, training) if training is not None else None
     try:
         outputs = run.forward(module, *call)
+        # a training-mode call also moves running statistics (BatchNorm momentum shows only there)
+        after = {name: to_host(t) for name, t in run.buffers(module).items()} if ref.buffers else {}
     except Exception as exc:  # the user's module may fail any way on these inputs: the row says how
         row.reason = f"calling it on the reference's inputs raised {_one_line(exc)}"
         return row
-    # a training-mode call also moves running statistics (BatchNorm momentum shows only there)
-    after = {name: to_host(t) for name, t in run.buffers(module).items()} if ref.buffers else {}
+    finally:
+        if previous is not None:
+            run.set_training(module, previous)
     row.local = _worst([_compare(dict(enumerate(outputs)), ref_out, tol),
                         _compare(after, _arrays(ref.buffers), tol)])
     if row.local is None:
@@ -286,7 +304,7 @@ def _forward_row(run: Runner, module: Any, ref: _Call, other: _Call, spec: Toler
 def _backward_rows(run: Runner, model_modules: dict[str, Any], reference: Source, other: Source,
                    ref_calls: dict[tuple[int, int], _Call], other_calls: dict[tuple[int, int], _Call],
                    twins: dict[tuple[int, int], tuple[int, int]], pattern: re.Pattern[str] | None,
-                   spec: ToleranceSpec) -> list[ReplayRow]:
+                   spec: ToleranceSpec, modes: dict[tuple[int, str], bool]) -> list[ReplayRow]:
     """Replay each module's backward: the reference's grad_outputs pulled back through the module on the reference's
     inputs, compared with the reference's grad_inputs. Only modules called once per step (backward records carry
     no call id to tell several calls apart)."""
@@ -318,12 +336,17 @@ def _backward_rows(run: Runner, model_modules: dict[str, Any], reference: Source
         if isinstance(call, str):
             row.reason = call
             continue
+        module = model_modules[other_call.module]
+        training = modes.get((other_call.step, other_call.module))
+        previous = run.set_training(module, training) if training is not None else None
         try:
-            got = run.backward(model_modules[other_call.module], *call, list(g_in),
-                               [g_out.get(i) for i in range(max(g_out, default=-1) + 1)])
+            got = run.backward(module, *call, list(g_in), [g_out.get(i) for i in range(max(g_out, default=-1) + 1)])
         except Exception as exc:  # as in forward: the row says how it failed
             row.reason = f"pulling gradients back through it raised {_one_line(exc)}"
             continue
+        finally:
+            if previous is not None:
+                run.set_training(module, previous)
         row.local = _compare(got, g_in, tol)
         if row.local is None:
             row.reason = "no input gradient pairs with a recorded reference gradient"

@@ -31,6 +31,8 @@ class Runner(Protocol):
 
     def buffers(self, module: Any) -> dict[str, Any]: ...
 
+    def set_training(self, module: Any, training: bool) -> bool: ...
+
     def state(self, model: Any) -> list[tuple[Any, np.ndarray]]: ...
 
     def assign(self, target: Any, value: np.ndarray) -> None: ...
@@ -87,6 +89,11 @@ class TorchRunner:
         got = torch.autograd.grad([o for o, _ in pairs], [tensors[i] for i in wanted], [g for _, g in pairs],
                                   allow_unused=True)
         return {i: to_host(g) for i, g in zip(wanted, got) if g is not None}
+
+    def set_training(self, module: Any, training: bool) -> bool:
+        previous = bool(module.training)
+        module.train(training)
+        return previous
 
     def buffers(self, module: Any) -> dict[str, Any]:
         import torch
@@ -154,6 +161,11 @@ class MindSporeRunner:
         got = pullback(cotangent[0] if not isinstance(outputs, (tuple, list)) else type(outputs)(cotangent))
         got = got if isinstance(got, (tuple, list)) else (got,)
         return {i: to_host(g) for i, g in zip(wanted, got) if g is not None}
+
+    def set_training(self, module: Any, training: bool) -> bool:
+        previous = bool(module.training)
+        module.set_train(training)
+        return previous
 
     def buffers(self, module: Any) -> dict[str, Any]:
         import mindspore as ms
