@@ -3,8 +3,9 @@
 Steps: build the model in PyTorch, convert its weights with `align convert`, pin randomness, train two steps on fixed
 data in both frameworks (loss logs, layer dumps, checkpoints after step 1), then `align losses`, `align compare` and
 `align diff`. The second run leaves MindSpore's LayerNorm epsilon at its default (1e-7 instead of torch's 1e-5) and
-checks that the tools name step 1, the layer `ln1` and the cause. Reports stay in demo_out/ (or `--out DIR`, which
-must not exist yet). Exit 1 if they do not.
+checks that the tools name step 1, the layer `ln1` and the cause; `align replay` then shows the error is ln1's own
+(not inherited) and `align repro` packs ln1 into a standalone script that exits 1. Reports stay in demo_out/ (or
+`--out DIR`, which must not exist yet). Exit 1 if they do not.
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def train_torch(run: Path, init: Path) -> None:
     opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=0.9)
     with open(run / "train_pt.log", "w") as log:
         for step, (x, y) in enumerate(demo_models.batches(STEPS, SEED), 1):
-            with aligner.dump(torch_net, run / "dumps_pt", step=step):
+            with aligner.dump(torch_net, run / "dumps_pt", step=step, params=True):
                 opt.zero_grad()
                 loss = torch.nn.functional.cross_entropy(net(torch.from_numpy(x)), torch.from_numpy(y).long())
                 loss.backward()
@@ -92,7 +93,7 @@ def train_mindspore(run: Path, init: Path, ln_epsilon: float | None) -> None:
     grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
     with open(run / "train_ms.log", "w") as log:
         for step, (x, y) in enumerate(demo_models.batches(STEPS, SEED), 1):
-            with aligner.dump(net, run / "dumps_ms", step=step):
+            with aligner.dump(net, run / "dumps_ms", step=step, params=True):
                 loss, grads = grad_fn(ms.Tensor(x), ms.Tensor(y))
             opt(grads)
             line = f"epoch: 1 step: {step}, loss is {float(loss.asnumpy())!r}"
@@ -117,6 +118,24 @@ def workflow(run: Path, init_pt: Path, init_ms: Path, ln_epsilon: float | None) 
     header(f"{run.name}: are the weights after step 1 the same?")
     codes["diff"] = align("diff", run / "step1_ms.ckpt", run / "step1_pt.pth", "--init", init_pt, "--json",
                           run / "diff.json")
+    return codes
+
+
+def confirm(run: Path, init_ms: Path) -> dict[str, int]:
+    """Is the named layer's error its own? Replay step 1 on the reference's inputs, then pack the layer alone."""
+    header(f"{run.name}: is {BUG_LAYER}'s error its own, or inherited? (replay step 1 on the PyTorch inputs)")
+    factory = f"{shown(Path(__file__).resolve().parent / 'demo_models.py')}:mindspore_model_default_eps"
+    codes = {"replay": align("replay", run / "dumps_pt", run / "dumps_ms", "--factory", factory, "--weights", init_ms,
+                             "--step", 1, "--json", run / "replay.json")}
+    header(f"{run.name}: a standalone script for {BUG_LAYER} alone, to hand to anyone")
+    codes["repro"] = align("repro", run / "dumps_pt", run / "dumps_ms", "--module", BUG_LAYER, "-o",
+                           run / f"repro_{BUG_LAYER}")
+    script = run / f"repro_{BUG_LAYER}" / "repro.py"
+    print(f"$ python {shown(script)}", flush=True)
+    proc = subprocess.run([sys.executable, str(script)], text=True, capture_output=True,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    print(proc.stdout + f"[exit {proc.returncode}]", flush=True)
+    codes["repro.py"] = proc.returncode
     return codes
 
 
@@ -168,6 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     header("3. The same run with a migration bug: MindSpore LayerNorm epsilon left at its default (1e-7 vs 1e-5)")
     workflow(out / "bug", init_pt, init_ms, None)
     problems = check_bug_found(out / "bug")
+    confirmed = confirm(out / "bug", init_ms)
+    replay = json.loads((out / "bug" / "replay.json").read_text())
+    if replay["blame"] != BUG_LAYER or replay["verdict"] != "layer":
+        problems.append(f"align replay blamed {replay['blame']!r} ({replay['verdict']}), not {BUG_LAYER!r}'s own error")
+    if confirmed["repro.py"] != 1:
+        problems.append(f"the repro of {BUG_LAYER} exited {confirmed['repro.py']}, not 1 (the layers differ)")
     header("Verdict")
     if problems:
         print("demo: FAILED: " + "; ".join(problems))
@@ -175,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"align losses: the losses part at step 1, so the forward pass differs.\n"
           f"align compare: the first divergent layer is {BUG_LAYER} (a LayerNorm): its input matched and its output "
           f"did not, so the cause is inside that layer: its epsilon (MindSpore default 1e-7, torch 1e-5).\n"
+          f"align replay: re-run on the PyTorch inputs, {BUG_LAYER} alone still differs (its own error), every later "
+          f"layer only inherits; align repro packed it into bug/repro_{BUG_LAYER}/ (python repro.py exits 1).\n"
           f"Reports: {shown(out)}/{{clean,bug}}/ (losses.json, compare.json, compare.html, diff.json). "
           f"Demo ran in {time.time() - start:.0f} s.")
     return 0

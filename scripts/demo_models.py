@@ -118,3 +118,9 @@ def batches(steps: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [(rng.standard_normal(INPUT).astype(np.float32), rng.integers(0, CLASSES, INPUT[0]).astype(np.int32))
             for _ in range(steps)]
+
+
+def mindspore_model_default_eps() -> Any:
+    """The buggy MindSpore twin (LayerNorm epsilon left at MindSpore's default): the factory `align replay` and
+    `align repro` rebuild it from."""
+    return mindspore_model(None)
