@@ -26,6 +26,7 @@ _API = {
     "noise_floor": "aligner.dumping.noise",
     "repro": "aligner.pipelines.repro",
     "explain_updates": "aligner.pipelines.update_rule",
+    "audit_optimizers": "aligner.pipelines.audit.optimizers",
 }
 
 __all__ = sorted(_API)

@@ -8,8 +8,10 @@ import click
 
 from aligner.cli.options import check_outputs, json_option
 from aligner.core.errors import AlignerError
-from aligner.io.factory import build, load_example_inputs
+from aligner.io.factory import Built, build, load_example_inputs
 from aligner.pipelines.audit import audit, example_from_shape
+from aligner.pipelines.audit.optimizers import DEFAULT_STEPS
+from aligner.pipelines.audit.optsides import optimizer_framework, scheduler_framework
 from aligner.pipelines.audit.source import audit_source
 from aligner.render.audit import print_audit, print_source, write_audit_json
 from aligner.render.console import make_console
@@ -19,12 +21,18 @@ REFERENCES = ("first", "second", "pytorch", "mindspore")
 
 _HELP_EPILOG = """\b
 Each factory is MODULE:CALLABLE or FILE.py:CALLABLE, called with no arguments (the current directory on sys.path),
-returning a torch.nn.Module or mindspore.nn.Cell, or a (model, optimizer) pair; one of each framework, in any order.
-Rules: mappings/audit_layers.yaml (layer settings), mappings/audit_init.yaml (initialisation laws).
+returning a torch.nn.Module or mindspore.nn.Cell, a (model, optimizer) pair or a (model, optimizer, scheduler)
+triple; one of each framework, in any order. When both return an optimizer, the audit also compares the update each
+parameter gets (formula, lr, weight decay and which parameters get it, momentum, dampening, nesterov, betas, eps,
+amsgrad, maximize, loss scale) and the learning rate of the first --steps steps. The scheduler: a torch
+lr_scheduler (stepped on a copy), or a mindspore.experimental.optim.lr_scheduler one; a MindSpore dynamic lr (a
+list, a Tensor or a LearningRateSchedule cell given as learning_rate) is read from the optimizer itself.
+Rules: mappings/audit_layers.yaml (layer settings), mappings/audit_init.yaml (initialisation laws),
+mappings/audit_optimizers.yaml (optimizers and schedules).
 \b
-Exit codes: 0 no error finding (warnings and info do not fail); 1 an error finding (the forward numbers differ) not
-in --baseline; 2 bad input (factory import failure, wrong type, two models of one framework, an input the model
-rejects)."""
+Exit codes: 0 no error finding (warnings and info do not fail); 1 an error finding (the forward numbers, or an
+optimizer's updates, differ) not in --baseline; 2 bad input (factory import failure, wrong type, two models of one
+framework, an input the model rejects, an optimizer that is not one or holds another model's parameters)."""
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -35,6 +43,20 @@ def _shape(text: str) -> tuple[int, ...]:
     if not shape or any(d <= 0 for d in shape):
         raise AlignerError(f"--input-shape {text!r}: every dimension must be positive")
     return shape
+
+
+def build_training(spec: str) -> Built:
+    """Call a factory once; the optimizer and scheduler it may return are checked to be torch or MindSpore ones (one
+    line when not)."""
+    built = build(spec)
+    optimizer, scheduler = built.optimizer, built.scheduler
+    if optimizer is not None and optimizer_framework(optimizer) is None:
+        raise AlignerError(f"factory {spec!r} returned a {type(optimizer).__name__} as the optimizer, not a "
+                           "torch.optim.Optimizer or a MindSpore optimizer")
+    if scheduler is not None and scheduler_framework(scheduler) is None:
+        raise AlignerError(f"factory {spec!r} returned a {type(scheduler).__name__} as the scheduler, not a torch "
+                           "lr_scheduler or a mindspore.experimental.optim.lr_scheduler one")
+    return built
 
 
 def run_source(path: str, json_out: str | None) -> int:
@@ -61,10 +83,13 @@ def run_source(path: str, json_out: str | None) -> int:
               "{rule, where, attribute}): they are shown but do not fail.")
 @click.option("--source", "source", metavar="PATH", help="Scan MindSpore source (a file or directory) for calls "
               "relying on a default that differs from torch, instead of auditing two models.")
+@click.option("--steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True, metavar="N",
+              help="Compare the learning rates of the first N steps (factories returning optimizers).")
 @json_option
 @click.option("--force", is_flag=True, help="Overwrite an existing --json file.")
 def command(factory_a: str | None, factory_b: str | None, input_shape: str | None, input_file: str | None,
-            ref: str | None, baseline: str | None, source: str | None, json_out: str | None, force: bool) -> int:
+            ref: str | None, baseline: str | None, source: str | None, steps: int, json_out: str | None,
+            force: bool) -> int:
     """Audit a PyTorch model against its MindSpore port for silent API differences, before any tensor is compared.
 
     \b
@@ -72,6 +97,7 @@ def command(factory_a: str | None, factory_b: str | None, input_shape: str | Non
       align audit models.py:make_torch models.py:make_ms --input-shape 1,3,224,224
       align audit pkg.models:torch_net pkg.models:ms_net --input batch.npz --json audit.json
       align audit pkg.models:torch_net pkg.models:ms_net --baseline accepted.json
+      align audit train.py:torch_training train.py:ms_training --steps 200   # (model, optimizer[, scheduler])
     """
     if source is not None:
         check_outputs(force, json=json_out)
@@ -90,8 +116,10 @@ def command(factory_a: str | None, factory_b: str | None, input_shape: str | Non
         inputs = example_from_shape(_shape(input_shape))
     elif input_file:
         inputs = load_example_inputs(input_file)
-    built_a, built_b = build(factory_a), build(factory_b)
-    report = audit(built_a.model, built_b.model, example_inputs=inputs, ref=ref, baseline=baseline)
+    built_a, built_b = build_training(factory_a), build_training(factory_b)
+    report = audit(built_a.model, built_b.model, example_inputs=inputs, ref=ref, baseline=baseline,
+                   optimizers=(built_a.optimizer, built_b.optimizer), schedulers=(built_a.scheduler, built_b.scheduler),
+                   steps=steps)
     if json_out != "-":
         print_audit(report, make_console())
     if json_out:

@@ -32,6 +32,7 @@ class Built:
     model: Any
     framework: Framework
     optimizer: Any = None
+    scheduler: Any = None
 
 
 def model_framework(obj: Any) -> Framework | None:
@@ -74,20 +75,21 @@ def _load_callable(spec: str) -> Any:
 
 
 def build(spec: str) -> Built:
-    """Import the factory, call it with no arguments, and check it returned one model (or a model and optimizer)."""
+    """Import the factory, call it with no arguments, and check it returned one model (or a tuple of a model, an
+    optimizer and optionally a learning-rate scheduler)."""
     func = _load_callable(spec)
     try:
         made = func()
     except Exception as exc:  # the user's code: report it on one line
         raise AlignerError(f"factory {spec!r} raised {type(exc).__name__}: {exc}") from None
-    optimizer = None
-    if isinstance(made, tuple) and len(made) == 2:
-        made, optimizer = made
+    optimizer = scheduler = None
+    if isinstance(made, tuple) and len(made) in (2, 3):
+        made, optimizer, scheduler = (*made, None)[:3]
     framework = model_framework(made)
     if framework is None:
         raise AlignerError(f"factory {spec!r} returned {type(made).__name__}, not a torch.nn.Module or "
-                           "mindspore.nn.Cell (or a (model, optimizer) pair)")
-    return Built(spec, made, framework, optimizer)
+                           "mindspore.nn.Cell (or a (model, optimizer[, scheduler]) tuple)")
+    return Built(spec, made, framework, optimizer, scheduler)
 
 
 def load_example_inputs(path: str) -> np.ndarray | dict[str, np.ndarray]:

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 from rich.console import Console
 
 from aligner.core.findings import Finding, Severity
+from aligner.pipelines.audit.optimizers import OptimizerAudit
 from aligner.pipelines.audit.report import AuditReport
 from aligner.render.jsonout import write_json
 
@@ -28,6 +29,8 @@ def audit_lines(report: AuditReport) -> list[tuple[str, str | None]]:
     if report.inputs:
         shapes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in report.inputs.items())
         lines.append((f"example inputs: {shapes}", None))
+    if report.optimizer is not None:
+        lines.append((optimizer_line(report.optimizer), None))
     lines += [(f"note: {n}", "dim") for n in report.notes]
     for severity in _ORDER:
         group = [f for f in report.findings if f.severity == severity]
@@ -49,6 +52,16 @@ def audit_lines(report: AuditReport) -> list[tuple[str, str | None]]:
     lines.append((f"{'FAILED' if report.errors else 'PASSED'}: {verdict}",
                   "bold red" if report.errors else "bold green"))
     return lines
+
+
+def optimizer_line(o: OptimizerAudit) -> str:
+    """What the optimizer audit compared: both classes, the parameter pairs, both schedules' sources."""
+    def source(name: str | None, rates: tuple[float, ...]) -> str:
+        return name or ("dynamic lr" if len(set(rates)) > 1 else "constant lr")
+
+    return (f"optimizers: {o.torch_optimizer} vs {o.ms_optimizer}; {o.paired} parameter pairs; learning rates over "
+            f"{o.steps} steps (torch {source(o.torch_scheduler, o.torch_rates)}, MindSpore "
+            f"{source(o.ms_scheduler, o.ms_rates)})")
 
 
 def print_audit(report: AuditReport, console: Console) -> None:

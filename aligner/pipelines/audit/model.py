@@ -8,6 +8,7 @@ carries the fix for the migrated side (MindSpore unless `ref` names it as the re
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -21,6 +22,7 @@ from aligner.core.frameworks import Framework
 from aligner.io.factory import model_framework
 from aligner.pipelines.audit import initlaw
 from aligner.pipelines.audit.layers import Layer, collect, trace
+from aligner.pipelines.audit.optimizers import DEFAULT_STEPS, OptimizerAudit, audit_optimizers
 from aligner.pipelines.audit.pairing import LayerPair, pair_layers
 from aligner.pipelines.audit.report import AuditReport, PairRecord, Unpaired, apply_baseline, load_baseline
 from aligner.pipelines.audit.rules import Rule, RuleBook, load_rulebook
@@ -299,11 +301,13 @@ def _inputs(example: Any) -> tuple[dict[str, np.ndarray], bool] | None:
 
 
 def audit(model_a: Any, model_b: Any, example_inputs: Any = None, ref: str | Framework | None = None,
-          baseline: str | os.PathLike | None = None) -> AuditReport:
+          baseline: str | os.PathLike | None = None, *, optimizers: Sequence[Any] = (),
+          schedulers: Sequence[Any] = (), steps: int = DEFAULT_STEPS) -> AuditReport:
     """Audit a PyTorch model against its MindSpore port (either order). `example_inputs`: an array, a sequence of
     arrays (positional) or a mapping (keyword arguments), fed to both models to learn each layer's input size and
     call order. `ref`: the reference side (default PyTorch; fixes are for the other). `baseline`: a file of accepted
-    findings, which then do not count for the exit code."""
+    findings, which then do not count for the exit code. `optimizers` (one per framework, any order; None entries
+    ignored) and `schedulers`: also audit the optimizers and the first `steps` learning rates (audit_optimizers)."""
     fw_a, fw_b = _framework_of(model_a, "the first model"), _framework_of(model_b, "the second model")
     if fw_a == fw_b:
         raise AlignerError(f"both models are {fw_a.value} models: give one torch.nn.Module and one mindspore.nn.Cell")
@@ -323,14 +327,34 @@ def audit(model_a: Any, model_b: Any, example_inputs: Any = None, ref: str | Fra
         findings += auditor.pair_findings(pair)
     for pair in pairs:
         findings += auditor.init_findings(pair)
-    new, accepted = apply_baseline(findings, accepted_keys)
     notes = [] if given is not None else ["no example inputs: padding that depends on the input size is a warning"]
+    optim = _optimizer_audit(models, optimizers, schedulers, steps, reference, notes)
+    if optim is not None:
+        findings += optim.findings
+        notes += optim.notes
+    new, accepted = apply_baseline(findings, accepted_keys)
     unpaired = [Unpaired(PT, x.path, x.kind, x.class_name) for x in lone_t] + \
         [Unpaired(MS, x.path, x.kind, x.class_name) for x in lone_m]
     return AuditReport(type(models[PT]).__name__, type(models[MS]).__name__, reference,
                        {k: list(v.shape) for k, v in given[0].items()} if given is not None else None,
                        tuple(PairRecord(p.torch.path, p.ms.path, p.torch.kind, p.how) for p in pairs),
-                       tuple(unpaired), tuple(new), tuple(accepted), tuple(notes))
+                       tuple(unpaired), tuple(new), tuple(accepted), tuple(notes),
+                       dataclasses.replace(optim, findings=(), notes=()) if optim is not None else None)
+
+
+def _optimizer_audit(models: dict[Framework, Any], optimizers: Sequence[Any], schedulers: Sequence[Any], steps: int,
+                     reference: Framework, notes: list[str]) -> OptimizerAudit | None:
+    """The optimizer audit when both sides gave an optimizer; a note when only one did."""
+    given = [o for o in optimizers if o is not None]
+    if not given:
+        return None
+    if len(given) == 1:
+        notes.append("an optimizer was given for one side only: the optimizers were not compared")
+        return None
+    if len(given) > 2:
+        raise AlignerError(f"give at most two optimizers (one per framework), got {len(given)}")
+    return audit_optimizers(given[0], given[1], models[PT], models[MS], steps=steps,
+                            schedulers=[s for s in schedulers if s is not None], ref=reference)
 
 
 def example_from_shape(shape: Sequence[int], seed: int = 0) -> np.ndarray:

@@ -11,6 +11,7 @@ import yaml
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
+from aligner.pipelines.audit.optimizers import OptimizerAudit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +59,7 @@ class AuditReport:
     findings: tuple[Finding, ...]
     accepted: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
+    optimizer: OptimizerAudit | None = None     # what the optimizer audit compared; its findings are in `findings`
 
     @property
     def migrated(self) -> Framework:
@@ -79,6 +81,7 @@ class AuditReport:
                 "inputs": self.inputs, "pairs": [p.to_dict() for p in self.pairs],
                 "unpaired": [u.to_dict() for u in self.unpaired], "findings": [f.to_dict() for f in self.findings],
                 "accepted": [f.to_dict() for f in self.accepted], "notes": list(self.notes),
+                "optimizer": self.optimizer.to_dict() if self.optimizer is not None else None,
                 "exit_code": int(self.exit_code)}
 
     @classmethod
@@ -88,7 +91,8 @@ class AuditReport:
                    tuple(Unpaired(Framework(u["framework"]), u["path"], u["kind"], u["class_name"])
                          for u in data["unpaired"]),
                    tuple(Finding.from_dict(f) for f in data["findings"]),
-                   tuple(Finding.from_dict(f) for f in data["accepted"]), tuple(data["notes"]))
+                   tuple(Finding.from_dict(f) for f in data["accepted"]), tuple(data["notes"]),
+                   OptimizerAudit.from_dict(data["optimizer"]) if data.get("optimizer") else None)
 
 
 def load_baseline(path: str | os.PathLike) -> set[tuple[str, str | None, str | None, str | None]]:

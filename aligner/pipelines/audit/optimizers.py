@@ -1,0 +1,437 @@
+"""`aligner.audit_optimizers(opt_a, opt_b, model_a, model_b)`: compare the update a torch optimizer and a MindSpore
+optimizer give each parameter, read from the live objects (optsides.py) and paired across frameworks by aligner's
+parameter-name mapping (`bn.weight` <-> `bn.gamma`): the update formula (MindSpore's legacy nn.Adam and
+nn.AdamWeightDecay do not compute torch's), weight decay and which parameters get it, momentum / dampening /
+nesterov, betas, eps, amsgrad, maximize, loss scale, and the rate each side applies over the first N steps.
+
+Rules and texts as data: mappings/audit_optimizers.yaml. Severity: error = some parameter's update differs from the
+first steps; warning = only in corner cases, or training fails later; info. Fixes are for the migrated side.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+from aligner.core.dtypes import canonical
+from aligner.core.errors import AlignerError
+from aligner.core.findings import Finding, Severity
+from aligner.core.frameworks import Framework
+from aligner.io.base import TensorInfo
+from aligner.io.factory import model_framework
+from aligner.mapping import FAILING, build_plan
+from aligner.pipelines.audit.optsides import (
+    OptimizerSide,
+    ParamUpdate,
+    Schedule,
+    load_table,
+    optimizer_framework,
+    read_mindspore,
+    read_torch,
+    scheduler_framework,
+    supported_names,
+)
+from aligner.pipelines.update_rule.rules import Family, first_update_ratio
+from aligner.pipelines.update_rule.side import describe
+
+PT, MS = Framework.PYTORCH, Framework.MINDSPORE
+NAMES = {PT: "torch", MS: "MindSpore"}
+DEFAULT_STEPS = int(load_table()["default_steps"])
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerAudit:
+    """What the optimizer audit compared and found: both classes, the schedulers, how many parameters were paired,
+    each side's rates over the horizon (first group), the findings and notes."""
+
+    torch_optimizer: str
+    ms_optimizer: str
+    reference: Framework
+    steps: int
+    paired: int
+    torch_scheduler: str | None = None
+    ms_scheduler: str | None = None
+    torch_rates: tuple[float, ...] = ()
+    ms_rates: tuple[float, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == Severity.ERROR]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out.update(reference=self.reference.value, torch_rates=list(self.torch_rates), ms_rates=list(self.ms_rates),
+                   findings=[f.to_dict() for f in self.findings], notes=list(self.notes))
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "OptimizerAudit":
+        return cls(data["torch_optimizer"], data["ms_optimizer"], Framework(data["reference"]), data["steps"],
+                   data["paired"], data.get("torch_scheduler"), data.get("ms_scheduler"),
+                   tuple(data.get("torch_rates", ())), tuple(data.get("ms_rates", ())),
+                   tuple(Finding.from_dict(f) for f in data.get("findings", ())), tuple(data.get("notes", ())))
+
+
+def _lit(value: Any) -> str:
+    """A setting as it is written in code."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_lit(v) for v in value) + ")"
+    return repr(value)
+
+
+def _close(a: Any, b: Any, rtol: float) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_close(x, y, rtol) for x, y in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return bool(a) == bool(b)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(float(a), float(b), rel_tol=rtol, abs_tol=1e-12)
+    return bool(a == b)
+
+
+def pair_parameters(torch_model: Any, ms_model: Any) -> dict[str, str]:
+    """torch parameter name -> MindSpore parameter name, by the conversion plan (layer rules, then structure)."""
+    t_infos = {n: TensorInfo(tuple(p.shape), canonical(p.dtype))
+               for n, p in torch_model.named_parameters()}
+    m_infos = {n: TensorInfo(tuple(p.shape), canonical(p.dtype)) for n, p in ms_model.parameters_and_names()}
+    if not t_infos or not m_infos:
+        return {}
+    plan = build_plan(t_infos, PT, MS, like=m_infos)
+    out: dict[str, str] = {}
+    for entry in plan.entries:
+        if entry.target is None or entry.status in FAILING or len(entry.sources) != 1:
+            continue
+        if entry.target in m_infos and entry.target not in out.values():
+            out[entry.sources[0]] = entry.target
+    return out
+
+
+def _families(tu: ParamUpdate, mu: ParamUpdate, torch_decays: bool) -> tuple[Family, Family]:
+    """The two families in effect for one parameter pair: Adam and AdamW are one update when either side has no
+    weight decay for it (the weight-decay rule reports that difference); against MindSpore's legacy classes, torch
+    AdamW counts as Adam when it decays nothing at all."""
+    ft, fm = tu.rule.family, mu.rule.family
+    if {ft, fm} <= {Family.ADAM, Family.ADAMW}:
+        return (Family.ADAM, Family.ADAM) if not (tu.rule.weight_decay and mu.rule.weight_decay) else (ft, fm)
+    return (Family.ADAM if ft is Family.ADAMW and not torch_decays else ft), fm
+
+
+class _Comparer:
+    """The comparisons of one audit: both sides, the paired names, the reference side and the rules file."""
+
+    def __init__(self, sides: dict[Framework, OptimizerSide], pairs: list[tuple[str, str]], reference: Framework,
+                 steps: int) -> None:
+        self.sides, self.pairs, self.reference, self.steps = sides, pairs, reference, steps
+        self.migrated = reference.other
+        self.table = load_table()
+        self.rtol = float(self.table["tolerance"]["rtol"])
+        self.shapes: dict[str, tuple[int, ...]] = {}
+
+    # --- helpers ---------------------------------------------------------------------------------------------------
+    @property
+    def head(self) -> str:
+        return f"optimizer ({self.sides[PT].short} / {self.sides[MS].short})"
+
+    def _names(self, group: Sequence[tuple[str, str]]) -> str:
+        """Which parameters, by what they are: 'biases and norm weights/biases (bn1.weight/bn1.gamma, ...)'."""
+        if len(group) == len(self.pairs) and len(group) > 1:
+            return f"all {len(group)} parameters"
+        shown = [t if t == m else f"{t}/{m}" for t, m in group]
+        return describe(shown, {s: self.shapes.get(t, ()) for s, (t, _) in zip(shown, group)})
+
+    def _where(self, group: Sequence[tuple[str, str]]) -> tuple[str, str]:
+        more = f" (+{len(group) - 1})" if len(group) > 1 else ""
+        return group[0][0] + more, group[0][1] + more
+
+    def _rule_meta(self, rule_id: str) -> dict[str, Any]:
+        return dict(self.table["rules"].get(rule_id, {}))
+
+    def _migrated_names(self, group: Sequence[tuple[str, str]]) -> list[str]:
+        return [t if self.migrated == PT else m for t, m in group]
+
+    # --- the per-parameter settings ------------------------------------------------------------------------------
+    def settings(self) -> list[Finding]:
+        out: list[Finding] = []
+        t_side, m_side = self.sides[PT], self.sides[MS]
+        for rule in self.table["compare"]:
+            attr = rule["attribute"]
+            if attr != "weight_decay" and not (attr in t_side.reads and attr in m_side.reads):
+                continue
+            groups: dict[tuple[Any, Any], list[tuple[str, str]]] = {}
+            for t, m in self.pairs:
+                tu, mu = t_side.params[t], m_side.params[m]
+                fams = rule.get("families")
+                if fams and not (tu.rule.family.value in fams and mu.rule.family.value in fams):
+                    continue
+                if attr in ("betas", "eps", "amsgrad") and not (tu.rule.family.adaptive and mu.rule.family.adaptive):
+                    continue
+                tv, mv = tu.setting(attr), mu.setting(attr)
+                if not _close(tv, mv, self.rtol):
+                    groups.setdefault((tv, mv), []).append((t, m))
+            for (tv, mv), group in groups.items():
+                out.append(self._setting_finding(rule, group, tv, mv))
+        return out
+
+    def _setting_finding(self, rule: dict[str, Any], group: list[tuple[str, str]], tv: Any, mv: Any) -> Finding:
+        attr = rule["attribute"]
+        label = attr.replace("_", " ")
+        why = f"; {rule['why']}" if rule.get("why") else ""
+        m_side = self.sides[MS]
+        if rule.get("why_gamma_beta") and m_side.short.startswith("nn.") and not mv and any(
+                m.rpartition(".")[2] in ("gamma", "beta") for _, m in group):
+            why += f"; {rule['why_gamma_beta']}"
+        message = f"{self.head}: {label} torch {_lit(tv)} vs MindSpore {_lit(mv)} for {self._names(group)}{why}"
+        value = tv if self.reference == PT else mv
+        return Finding(rule["id"], Severity(rule["severity"]), message, self._where(group),
+                       fix=self._setting_fix(attr, group, value), attribute=f"optimizer:{attr}", values=(tv, mv))
+
+    def _setting_fix(self, attr: str, group: list[tuple[str, str]], value: Any) -> str:
+        side = self.sides[self.migrated]
+        partial = len(group) < len(self.pairs)
+        arg = {"nesterov": "use_nesterov" if side.short == "nn.Momentum" else "nesterov",
+               "amsgrad": "use_amsgrad" if side.short == "nn.Adam" else "amsgrad"}.get(attr, attr)
+        if attr == "betas" and side.short in ("nn.Adam", "nn.AdamWeightDecay"):
+            text = f"beta1={_lit(value[0])}, beta2={_lit(value[1])}"
+        else:
+            text = f"{arg}={_lit(value)}"
+        if not partial:
+            return f"{side.short}(..., {text})"
+        names = ", ".join(self._migrated_names(group)[:8]) + (" ..." if len(group) > 8 else "")
+        if side.framework == MS and side.short.startswith("nn.") and attr == "weight_decay":
+            return (f"group the parameters: {side.short}([{{'params': decay}}, {{'params': no_decay, "
+                    f"'weight_decay': {_lit(value)}}}], ..., weight_decay=...) with no_decay = [{names}]"
+                    if not value else
+                    f"group the parameters: {side.short}([{{'params': [{names}], 'weight_decay': {_lit(value)}}}, "
+                    f"{{'params': rest}}], ...)")
+        return f"a parameter group for [{names}] with {text}: {side.short}([{{'params': [...], {text}}}, ...], ...)"
+
+    # --- the update formula -----------------------------------------------------------------------------------------
+    def formulas(self) -> list[Finding]:
+        groups: dict[tuple[Family, Family], list[tuple[str, str]]] = {}
+        decays = any(u.rule.weight_decay for u in self.sides[PT].params.values())
+        for t, m in self.pairs:
+            ft, fm = _families(self.sides[PT].params[t], self.sides[MS].params[m], decays)
+            if ft != fm:
+                groups.setdefault((ft, fm), []).append((t, m))
+        out = []
+        for (ft, fm), group in groups.items():
+            entry = next((e for e in self.table["formulas"] if ft.value in e["torch"] and fm.value in e["mindspore"]),
+                         None)
+            if entry is None:
+                continue
+            mu = self.sides[MS].params[group[0][1]].rule
+            why = entry["why"].format(ratio=first_update_ratio(mu),
+                                      eps_factor=1 / math.sqrt(max(1 - mu.beta2, 1e-30)))
+            message = (f"{self.head}: the update formulas differ for {self._names(group)}: torch {ft.value} vs "
+                       f"MindSpore {fm.value.removeprefix('MindSpore ')}; {why}")
+            out.append(Finding("optimizer-formula", Severity(entry["severity"]), message, self._where(group),
+                               fix=self._formula_fix(ft, fm, group), attribute="optimizer:formula",
+                               values=(ft.value, fm.value)))
+        return out
+
+    def _formula_fix(self, ft: Family, fm: Family, group: list[tuple[str, str]]) -> str:
+        if self.migrated == PT:
+            return f"use torch.optim.{fm.value if fm in (Family.SGD, Family.ADAM, Family.ADAMW) else 'Adam'} " \
+                   "with the same settings (torch has no update without bias correction)"
+        ref = self.sides[PT].params[group[0][0]].rule
+        cls = self.table["torch_equivalent"][self.sides[PT].params[group[0][0]].rule.family.value]
+        if ref.family is Family.SGD:
+            args = f"lr={_lit(ref.lr)}, momentum={_lit(ref.momentum)}, dampening={_lit(ref.dampening)}, " \
+                   f"weight_decay={_lit(ref.weight_decay)}, nesterov={ref.nesterov}"
+        else:
+            args = f"lr={_lit(ref.lr)}, betas={_lit((ref.beta1, ref.beta2))}, eps={_lit(ref.eps)}, " \
+                   f"weight_decay={_lit(ref.weight_decay)}"
+        return f"{cls}(params, {args})"
+
+    # --- which parameters are optimized -------------------------------------------------------------------------
+    def membership(self, pairs_all: dict[str, str]) -> list[Finding]:
+        meta = self._rule_meta("optimizer-not-optimized")
+        out = []
+        for fw in (PT, MS):
+            lone = [(t, m) for t, m in pairs_all.items()
+                    if (t if fw == PT else m) in self.sides[fw].params
+                    and (m if fw == PT else t) in self.sides[fw.other].not_optimized]
+            if not lone:
+                continue
+            names = self._names(lone) if len(lone) < len(pairs_all) else f"all {len(lone)} parameters"
+            message = f"{self.head}: " + meta["text"].format(
+                names=names, verb="is" if len(lone) == 1 else "are", side=NAMES[fw],
+                them="it" if len(lone) == 1 else "them")
+            fix = f"add them to the {NAMES[self.migrated]} optimizer" if fw == self.reference else \
+                f"leave them out of the {NAMES[self.migrated]} optimizer (or freeze them on the other side)"
+            out.append(Finding("optimizer-not-optimized", Severity(meta["severity"]), message, self._where(lone),
+                               fix=fix, attribute="optimizer:params", values=(fw == PT, fw == MS)))
+        return out
+
+    # --- loss scale, grad centralization, schedulers ------------------------------------------------------------
+    def extras(self) -> list[Finding]:
+        out = []
+        ms_side = self.sides[MS]
+        if not math.isclose(ms_side.loss_scale, 1.0):
+            meta = self._rule_meta("optimizer-loss-scale")
+            out.append(Finding("optimizer-loss-scale", Severity(meta["severity"]),
+                               f"{self.head}: MindSpore loss_scale {_lit(ms_side.loss_scale)}; {meta['why']}",
+                               ("optimizer", "optimizer"), fix=f"{ms_side.short}(..., loss_scale=1.0) unless the "
+                               f"loss is multiplied by {_lit(ms_side.loss_scale)}",
+                               attribute="optimizer:loss_scale", values=(1.0, ms_side.loss_scale)))
+        if ms_side.grad_centralization:
+            meta = self._rule_meta("optimizer-grad-centralization")
+            names = ", ".join(ms_side.grad_centralization[:6])
+            out.append(Finding("optimizer-grad-centralization", Severity(meta["severity"]),
+                               f"{self.head}: MindSpore grad_centralization on {names}; {meta['why']}",
+                               ("optimizer", "optimizer"), fix="drop 'grad_centralization' from the parameter groups",
+                               attribute="optimizer:grad_centralization", values=(False, True)))
+        if ms_side.scheduler_ignored:
+            meta = self._rule_meta("optimizer-scheduler-ignored")
+            out.append(Finding("optimizer-scheduler-ignored", Severity(meta["severity"]),
+                               f"{self.head}: the MindSpore scheduler {ms_side.scheduler} has no effect; {meta['why']}",
+                               ("scheduler", "scheduler"), fix="mindspore.experimental.optim.SGD (applies group['lr'])",
+                               attribute="optimizer:scheduler", values=(None, ms_side.scheduler)))
+        return out
+
+    def schedules(self) -> list[Finding]:
+        groups: dict[tuple[Any, ...], list[tuple[str, str]]] = {}
+        first: dict[tuple[Any, ...], tuple[Schedule, Schedule]] = {}
+        for t, m in self.pairs:
+            ts = self.sides[PT].schedules[self.sides[PT].params[t].schedule]
+            ms = self.sides[MS].schedules[self.sides[MS].params[m].schedule]
+            key = (ts.rates, ms.rates, ms.length)
+            groups.setdefault(key, []).append((t, m))
+            first.setdefault(key, (ts, ms))
+        return [f for key, group in groups.items() for f in self._schedule_finding(*first[key], group)]
+
+    def _schedule_finding(self, ts: Schedule, ms: Schedule, group: list[tuple[str, str]]) -> list[Finding]:
+        out = []
+        if ms.length is not None and ms.length < self.steps:
+            meta = self._rule_meta("optimizer-lr-list-short")
+            out.append(Finding("optimizer-lr-list-short", Severity(meta["severity"]),
+                               f"{self.head}: the MindSpore {ms.source} ends at step {ms.length - 1} of the "
+                               f"{self.steps} audited for {self._names(group)}; {meta['why']}", self._where(group),
+                               step=max(ms.length, 0), fix="give one rate per training step",
+                               attribute="optimizer:lr-length", values=(self.steps, ms.length)))
+        n = min(len(ts.rates), len(ms.rates))
+        peak = float(self.table["tolerance"]["peak_rtol"]) * max(max(ts.rates[:n], default=0.0),
+                                                                   max(ms.rates[:n], default=0.0))
+
+        def same(a: float, b: float) -> bool:
+            return abs(a - b) <= peak or _close(a, b, self.rtol)
+
+        bad = next((t for t in range(n) if not same(ts.rates[t], ms.rates[t])), None)
+        if bad is None:
+            return out
+        tr, mr = ts.rates[:n], ms.rates[:n]
+        where, names = self._where(group), self._names(group)
+        if ts.constant and ms.constant:
+            meta = self._rule_meta("optimizer-lr")
+            value = tr[0] if self.reference == PT else mr[0]
+            side = self.sides[self.migrated]
+            arg = "learning_rate" if side.short.startswith("nn.") else "lr"
+            out.append(Finding("optimizer-lr", Severity(meta["severity"]),
+                               f"{self.head}: lr torch {_lit(tr[0])} vs MindSpore {_lit(mr[0])} for {names}", where,
+                               step=0, fix=f"{side.short}(..., {arg}={_lit(value)})", attribute="optimizer:lr",
+                               values=(tr[0], mr[0])))
+            return out
+        meta = self._rule_meta("optimizer-lr-schedule")
+        ahead = n > 1 and all(same(mr[t], tr[t + 1]) for t in range(n - 1))
+        behind = n > 1 and all(same(mr[t + 1], tr[t]) for t in range(n - 1))
+        ratio = mr[bad] / tr[bad] if tr[bad] else None
+        scaled = ratio is not None and all(_close(mr[t], tr[t] * ratio, self.rtol) for t in range(n))
+        head = (f"{self.head}: learning rate at step {bad} torch {_lit(tr[bad])} vs MindSpore {_lit(mr[bad])} for "
+                f"{names} (torch {ts.source}, MindSpore {ms.source})")
+        if ahead:
+            detail = (f"the MindSpore schedule is the torch schedule shifted by one step: MindSpore's step t uses "
+                      f"torch's rate of step t+1 (torch steps the scheduler after the optimizer: step 0 uses the base "
+                      f"lr, {_lit(tr[0])})")
+            fix = "evaluate the MindSpore schedule one step later: lr_list = [base_lr] + lr_list[:-1]" \
+                if self.migrated == MS else "step the torch scheduler before the first optimizer step"
+        elif behind:
+            detail = ("the MindSpore schedule is the torch schedule delayed by one step: MindSpore's step t+1 uses "
+                      "torch's rate of step t")
+            fix = "drop the first MindSpore rate: lr_list = lr_list[1:]" if self.migrated == MS \
+                else "step the torch scheduler once more before training"
+        elif scaled and ratio is not None:
+            detail = f"the MindSpore rates are the torch rates times {ratio:.6g} at every step"
+            fix = "scale the MindSpore schedule's base rate" if self.migrated == MS else "scale the torch base lr"
+        else:
+            first = ", ".join(_lit(v) for v in tr[bad:bad + 3])
+            detail = f"torch's rates from step {bad}: {first}, ..."
+            fix = ("learning_rate=[the torch rate of each step] (read it from the torch scheduler: "
+                   "optimizer.param_groups[0]['lr'] before each scheduler.step())") if self.migrated == MS \
+                else "a torch LambdaLR reproducing the MindSpore rates"
+        out.append(Finding("optimizer-lr-schedule", Severity(meta["severity"]), f"{head}; {detail}", where, step=bad,
+                           fix=fix, attribute="optimizer:lr-schedule", values=(tr[bad], mr[bad])))
+        return out
+
+
+def _split(objs: Sequence[Any], detect: Any, what: str) -> dict[Framework, Any]:
+    out: dict[Framework, Any] = {}
+    for obj in objs:
+        if obj is None:
+            continue
+        fw = detect(obj)
+        if fw is None:
+            raise AlignerError(f"the {what} is a {type(obj).__name__}, not a torch or MindSpore {what}")
+        if fw in out:
+            raise AlignerError(f"two {fw.value} {what}s: give one for torch and one for MindSpore")
+        out[fw] = obj
+    return out
+
+
+def audit_optimizers(opt_a: Any, opt_b: Any, model_a: Any, model_b: Any, *, steps: int = DEFAULT_STEPS,
+                     schedulers: Sequence[Any] = (), ref: Framework | str | None = None) -> OptimizerAudit:
+    """Compare a torch optimizer and a MindSpore optimizer (either order) parameter by parameter, each read from the
+    live object and paired by the models' parameter names, and the rates both apply over the first `steps` steps
+    (`schedulers`: a torch and/or a MindSpore LRScheduler driving them). `ref`: the reference side (default torch)."""
+    if steps < 1:
+        raise AlignerError(f"steps must be at least 1, got {steps}")
+    opts = _split((opt_a, opt_b), optimizer_framework, "optimizer")
+    if len(opts) != 2:
+        raise AlignerError("give one torch optimizer and one MindSpore optimizer")
+    models: dict[Framework, Any] = {}
+    for model in (model_a, model_b):
+        fw = model_framework(model)
+        if fw is None:
+            raise AlignerError(f"the model is a {type(model).__name__}, not a torch.nn.Module or mindspore.nn.Cell")
+        models[fw] = model
+    if len(models) != 2:
+        raise AlignerError("give one torch model and one MindSpore model")
+    scheds = _split(schedulers, scheduler_framework, "scheduler")
+    reference = ref if isinstance(ref, Framework) else Framework.parse(ref) if ref is not None else PT
+    if reference not in (PT, MS):
+        raise AlignerError(f"ref must be pytorch or mindspore, got {ref!r}")
+    assert reference is not None
+    sides = {PT: read_torch(opts[PT], models[PT], scheds.get(PT), steps),
+             MS: read_mindspore(opts[MS], models[MS], scheds.get(MS), steps)}
+    notes = [n for fw in (PT, MS) for n in sides[fw].notes]
+    base = OptimizerAudit(sides[PT].short, sides[MS].short, reference, steps, 0, sides[PT].scheduler,
+                          sides[MS].scheduler)
+    lone = [fw for fw in (PT, MS) if not sides[fw].supported]
+    if lone:
+        meta = load_table()["rules"]["optimizer-unsupported"]
+        findings = [Finding("optimizer-unsupported", Severity(meta["severity"]), meta["text"].format(
+            side=NAMES[fw], cls=sides[fw].class_name, supported=", ".join(supported_names())),
+            ("optimizer", "optimizer"), attribute="optimizer:class",
+            values=(sides[PT].class_name, sides[MS].class_name)) for fw in lone]
+        return dataclasses.replace(base, findings=tuple(findings), notes=tuple(notes))
+    names = pair_parameters(models[PT], models[MS])
+    pairs = [(t, m) for t, m in names.items() if t in sides[PT].params and m in sides[MS].params]
+    unpaired = [n for n in sides[PT].params if n not in names]
+    if unpaired:
+        notes.append(f"{len(unpaired)} torch optimizer parameter(s) have no MindSpore counterpart in the name mapping "
+                     f"and were not compared: {', '.join(unpaired[:6])}")
+    comparer = _Comparer(sides, pairs, reference, steps)
+    comparer.shapes = {n: tuple(p.shape) for n, p in models[PT].named_parameters()}
+    findings = comparer.formulas() + comparer.settings() + comparer.schedules() + comparer.membership(names) \
+        + comparer.extras()
+    first = pairs[0] if pairs else None
+    t_rates = sides[PT].schedules[sides[PT].params[first[0]].schedule].rates if first else ()
+    m_rates = sides[MS].schedules[sides[MS].params[first[1]].schedule].rates if first else ()
+    return dataclasses.replace(base, paired=len(pairs), torch_rates=t_rates, ms_rates=m_rates,
+                               findings=tuple(findings), notes=tuple(dict.fromkeys(notes)))
+
+
+__all__ = ["DEFAULT_STEPS", "OptimizerAudit", "audit_optimizers", "pair_parameters"]
