@@ -63,10 +63,12 @@ class TorchNet(torch.nn.Module):
         self.fc = torch.nn.Linear(64, 6)
         self.ln = torch.nn.LayerNorm(6)
         self.emb = torch.nn.Embedding(10, 6)
+        self.attn = torch.nn.MultiheadAttention(6, 2, batch_first=True)
 
     def forward(self, x, ids):
         y = self.scale(self.act2(self.pool(self.act(self.bn(self.conv(x))))))
-        return self.ln(self.fc(y.flatten(1))) + self.emb(ids).sum(1)
+        e = self.emb(ids)
+        return self.ln(self.fc(y.flatten(1))) + self.attn(e, e, e, need_weights=False)[0].sum(1)
 
 
 class MsNet(mnn.Cell):
@@ -81,10 +83,12 @@ class MsNet(mnn.Cell):
         self.fc = mnn.Dense(64, 6)
         self.ln = mnn.LayerNorm((6,), epsilon=1e-5)
         self.emb = mnn.Embedding(10, 6)
+        self.attn = mnn.MultiheadAttention(6, 2, batch_first=True)
 
     def construct(self, x, ids):
         y = self.scale(self.act2(self.pool(self.act(self.bn(self.conv(x))))))
-        return self.ln(self.fc(y.flatten(1))) + self.emb(ids).sum(1)
+        e = self.emb(ids)
+        return self.ln(self.fc(y.flatten(1))) + self.attn(e, e, e, need_weights=False)[0].sum(1)
 
 
 def make_torch():
@@ -176,7 +180,7 @@ def twins(tmp_path_factory):
     return work, source, dumps[0], dumps[1], mod, pt, msn, inputs
 
 
-LAYERS = {"conv": 0, "bn": 0, "act": 1, "pool": 0, "act2": 0, "fc": 0, "ln": 0, "emb": 0}
+LAYERS = {"conv": 0, "bn": 0, "act": 1, "pool": 0, "act2": 0, "fc": 0, "ln": 0, "emb": 0, "attn": 0}
 
 
 @pytest.fixture(scope="module")
