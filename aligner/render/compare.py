@@ -113,6 +113,10 @@ def _culprit(f: Divergence, rows: Sequence[Row]) -> str:
                 (f" at {a.source}" if a.source else "")
         return f" At fault: the op {rec.type} in the forward of {f.blame or '(root)'}" + \
             (f" at {f.source}" if f.source else "") + other + "."
+    if f.culprit is Culprit.MODEL_INPUT and f.blame:
+        return (f" At fault: the data, before the model ran (the probe {f.blame!r} was saved ahead of every module): "
+                "compare the two data pipelines first (decoding, resize and interpolation, normalization constants, "
+                "channel order, batch order: aligner.skip_batches resumes a loader at a batch), not the model.")
     if f.culprit is Culprit.MODEL_INPUT:
         return " At fault: the data given to the model (its own input differs), not its code."
     return ""

@@ -294,9 +294,17 @@ def blame(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Culprit, str, str 
         return Culprit.PARENT_CODE, rec.parent, rec.source
     if rec.kind == "op":
         return Culprit.OP, rec.parent or "", rec.source
+    if rec.kind == "probe" and rec.parent is None and _before_model(i, rows):
+        return Culprit.MODEL_INPUT, rec.module, None  # aligner.save("batch", x) before the model ran: the data
     if rec.kind == "param_grad":
         return Culprit.MODULE, rec.module.rpartition(".")[0], None
     return Culprit.MODULE, rec.module, None
+
+
+def _before_model(i: int, rows: Sequence[Row]) -> bool:
+    """Whether row i was recorded before any module of its step ran (a probe of the data: aligner.save("batch", x))."""
+    step = rows[i].pair.ref.record.step
+    return not any(r.pair.ref.record.kind == "forward" and r.pair.ref.record.step == step for r in rows[:i])
 
 
 def trace_origin(first: int, rows: Sequence[Row], inputs: dict[int, list[int]]) -> int:
