@@ -27,6 +27,8 @@ _API = {
     "repro": "aligner.pipelines.repro",
     "explain_updates": "aligner.pipelines.update_rule",
     "audit_optimizers": "aligner.pipelines.audit.optimizers",
+    "convert_training_state": "aligner.pipelines.optim",
+    "convert_state_dicts": "aligner.pipelines.optim",
 }
 
 __all__ = sorted(_API)

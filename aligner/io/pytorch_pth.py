@@ -15,6 +15,9 @@ from aligner.core.errors import AlignerError
 from aligner.io.base import TensorInfo, TensorSource
 
 NEST_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
+OPTIMIZER_KEYS = ("optimizer", "optimizer_state_dict", "optimizer_state", "optim", "opt")
+SCHEDULER_KEYS = ("scheduler", "lr_scheduler", "scheduler_state_dict", "lr_scheduler_state_dict")
+STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch")
 
 
 def _find_state_dict(obj: Any, torch: Any, seen: set[int] | None = None) -> tuple[dict, str | None]:
@@ -58,7 +61,7 @@ class TorchSource(TensorSource):
 
     format = "pytorch"
 
-    def __init__(self, path: str, allow_pickle: bool = False) -> None:
+    def __init__(self, path: str, allow_pickle: bool = False, model_key: str | None = None) -> None:
         super().__init__(path, "pytorch")
         import torch
 
@@ -79,7 +82,15 @@ class TorchSource(TensorSource):
         except Exception as exc:  # torch's parsers meet a corrupted file with any exception type
             raise AlignerError(f"{path}: cannot read PyTorch file (truncated or corrupted?): "
                                f"{type(exc).__name__}: {_first_line(exc)}") from None
-        state, nested = _find_state_dict(obj, torch)
+        self.top: dict[Any, Any] = obj if isinstance(obj, dict) else {}   # the training checkpoint around the model
+        if model_key is not None:
+            if model_key not in self.top:
+                raise AlignerError(f"{path}: no key {model_key!r} (--model-key); top-level keys: "
+                                   f"{', '.join(map(str, list(self.top)[:10])) or 'none'}")
+            state, nested = _find_state_dict(self.top[model_key], torch)
+            nested = model_key if nested is None else f"{model_key}.{nested}"
+        else:
+            state, nested = _find_state_dict(obj, torch)
         if not state:
             raise AlignerError(f"{path}: no tensors found (looked at the top level and under keys "
                                f"{', '.join(NEST_KEYS)})")
@@ -116,6 +127,63 @@ class TorchSource(TensorSource):
 
     def close(self) -> None:
         self._tensors = {}
+        self.top = {}
+
+    def optimizer_state(self, key: str | None = None) -> tuple[str, dict[str, Any]] | None:
+        """(key, {"state": {index: {slot: array or number}}, "param_groups": [dict]}) of the optimizer state_dict
+        saved beside the model (under `key`, else a usual name), tensors as numpy arrays; None when there is none.
+        Every field is type-checked: the file is untrusted."""
+        import torch
+
+        keys = [key] if key is not None else [k for k in OPTIMIZER_KEYS if k in self.top]
+        if key is not None and key not in self.top:
+            raise AlignerError(f"{self.path}: no key {key!r} (--optimizer-key); top-level keys: "
+                               f"{', '.join(map(str, list(self.top)[:10])) or 'none'}")
+        if not keys:
+            return None
+        name, value = keys[0], self.top[keys[0]]
+        where = f"{self.path}: {name!r}"
+        if not isinstance(value, dict) or not isinstance(value.get("state"), dict) \
+                or not isinstance(value.get("param_groups"), list):
+            raise AlignerError(f"{where} is not an optimizer state_dict (a dict of 'state' and 'param_groups')")
+        groups = []
+        for i, group in enumerate(value["param_groups"]):
+            if not isinstance(group, dict) or not isinstance(group.get("params"), list) or not all(
+                    isinstance(p, int) and not isinstance(p, bool) for p in group["params"]):
+                raise AlignerError(f"{where}: param group {i} is not a dict with a list of integer 'params'")
+            groups.append({str(k): v for k, v in group.items()})
+        state: dict[int, dict[str, Any]] = {}
+        for index, record in value["state"].items():
+            if not isinstance(index, int) or isinstance(index, bool) or not isinstance(record, dict):
+                raise AlignerError(f"{where}: state entry {str(index)[:40]} is not an integer position with a dict")
+            slots: dict[str, Any] = {}
+            for slot, item in record.items():
+                if isinstance(item, torch.Tensor):
+                    _check_tensor(self.path, f"{name}.state.{index}.{slot}", item, torch)
+                    item = torch_to_numpy(item.detach())
+                elif item is not None and (isinstance(item, bool) or not isinstance(item, (int, float))):
+                    raise AlignerError(f"{where}: state {index}.{slot} is a {type(item).__name__}, not a tensor "
+                                       "or number")
+                slots[str(slot)] = item
+            state[index] = slots
+        return name, {"state": state, "param_groups": groups}
+
+    def numbers(self) -> dict[str, int]:
+        """The step/epoch counters saved beside the model (whole numbers at the top level)."""
+        import torch
+
+        out = {}
+        for key in STEP_KEYS:
+            value = self.top.get(key)
+            if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+                value = int(value.item())
+            if isinstance(value, int) and not isinstance(value, bool):
+                out[key] = value
+        return out
+
+    def scheduler_keys(self) -> list[str]:
+        """Top-level keys holding an LR scheduler's state (not converted: it is Python-side in MindSpore)."""
+        return [k for k in SCHEDULER_KEYS if k in self.top]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -156,3 +224,23 @@ def write_pth(path: str | IO[bytes], items: Iterable[tuple[str, np.ndarray]]) ->
                 by_id[id(array)] = tensor
             state[name] = by_id[id(array)]
         torch.save(state, path)
+
+
+def write_training_pth(path: str | IO[bytes], model: Iterable[tuple[str, np.ndarray]], optimizer: dict[str, Any],
+                       extras: dict[str, Any]) -> None:
+    """Save a training checkpoint {"model": state_dict, "optimizer": optimizer.state_dict(), **extras}: the
+    optimizer's arrays become tensors, everything else stays as given (plain numbers, tuples, None)."""
+    import torch
+
+    def tensor(array: np.ndarray) -> Any:
+        if array.dtype == to_numpy("bfloat16"):
+            return torch.from_numpy(contiguous(array).view(np.int16).copy()).view(torch.bfloat16)
+        return torch.from_numpy(np.array(array, copy=True))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = {name: tensor(array) for name, array in model}
+        optim = {"state": {i: {k: tensor(v) if isinstance(v, np.ndarray) else v for k, v in record.items()}
+                           for i, record in optimizer["state"].items()},
+                 "param_groups": optimizer["param_groups"]}
+        torch.save({"model": state, "optimizer": optim, **extras}, path)

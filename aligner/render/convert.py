@@ -11,6 +11,7 @@ from aligner.mapping import FAILING, Plan
 from aligner.mapping.fused import FusedSplit
 from aligner.mapping.plan import Entry, EntryStatus
 from aligner.pipelines.convert import ConvertResult
+from aligner.pipelines.optim import TrainingConvertResult
 from aligner.render.console import make_console
 from aligner.render.jsonout import write_json
 
@@ -113,6 +114,41 @@ def print_plan(plan: Plan, verbose: bool = False, console: Console | None = None
         console.print(f"note: {note}", markup=False)
 
 
-def write_convert_json(result: ConvertResult, path: str) -> None:
+def optimizer_lines(result: TrainingConvertResult, verbose: bool = False) -> list[str]:
+    """The optimizer part: which classes, exact or legacy, the step, keys written, --like keys unfilled, notes."""
+    conv = result.optimizer
+    lines = [f"optimizer: {conv.source_kind} -> {conv.target_kind} ({conv.exactness}), step {conv.step}, "
+             f"{len(conv.params)} parameters' state, {len(conv.keys)} keys"]
+    if conv.missing:
+        shown = conv.missing if verbose else conv.missing[:ABBREVIATE]
+        lines.append(f"missing optimizer keys ({len(conv.missing)}: --like keys nothing fills): {', '.join(shown)}"
+                     + (f" and {len(conv.missing) - len(shown)} more (-v: all)" if len(shown) < len(conv.missing)
+                        else ""))
+    if conv.unexpected:
+        lines.append(f"unexpected optimizer keys ({len(conv.unexpected)}: not in the --like target, not written): "
+                     f"{', '.join(conv.unexpected[:ABBREVIATE])}")
+    lines += [f"note: {note}" for note in conv.notes]
+    return lines
+
+
+def print_training_convert(result: TrainingConvertResult, console: Console, err_console: Console,
+                           verbose: bool = False) -> None:
+    """The model's table and summary, the optimizer's lines, then what was written (or, on stderr, why not)."""
+    table = plan_table(result.model.plan, verbose)
+    if table is not None:
+        console.print(table)
+    for line in summary_lines(result.model, verbose)[:-1] + optimizer_lines(result, verbose):
+        console.print(line, markup=False, highlight=False)
+    plan = result.model.plan
+    if result.written:
+        console.print(f"wrote {result.output} ({len(plan.outputs)} model tensors and {len(result.optimizer.keys)} "
+                      f"optimizer entries, {plan.src_framework} -> {plan.dst_framework})", markup=False,
+                      highlight=False)
+    else:
+        err_console.print(f"align: {len(result.failures)} target key(s) unfilled or mismatched: nothing written "
+                          "(fix with --map, or pass --allow-incomplete)", markup=False, highlight=False)
+
+
+def write_convert_json(result: ConvertResult | TrainingConvertResult, path: str) -> None:
     """The conversion summary and every plan entry as strict JSON to `path` ('-': stdout)."""
     write_json(result.to_dict(), path)
