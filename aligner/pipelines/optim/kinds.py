@@ -149,9 +149,10 @@ def check_pair(src: OptimizerKind, dst: OptimizerKind, hyper: Hyper) -> list[str
         return AlignerError(f"cannot convert {src} state into {dst}: {term}")
 
     if src.family != dst.family:
-        missing = "a second moment (exp_avg_sq) and bias-correction step" if dst.family == "adam" else \
-            "a single momentum buffer (it keeps exp_avg and exp_avg_sq)"
-        raise refuse(f"{src} has no {missing}; no equivalent state exists")
+        why = (f"{src} keeps no second moment (exp_avg_sq) or bias-correction step, which {dst} needs"
+               if dst.family == "adam" else
+               f"{src} keeps two moments (exp_avg, exp_avg_sq), {dst} one momentum buffer")
+        raise refuse(f"{why}: the two update rules differ, so no equivalent state exists")
     if hyper.amsgrad:
         raise refuse("amsgrad (max_exp_avg_sq) is not converted: no MindSpore optimizer cell here keeps it in "
                      "torch's form")
