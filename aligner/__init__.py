@@ -29,6 +29,8 @@ _API = {
     "audit_optimizers": "aligner.pipelines.audit.optimizers",
     "convert_training_state": "aligner.pipelines.optim",
     "convert_state_dicts": "aligner.pipelines.optim",
+    "check": "aligner.pipelines.check",
+    "watch": "aligner.pipelines.check.watch",
 }
 
 __all__ = sorted(_API)

@@ -6,7 +6,10 @@ Each variant runs the same forward/backward/SGD step; the dump variants open a f
 (leaf modules, forward + backward + parameter gradients, background writer flushed at every context exit), so the
 time includes everything a user's step waits for. Ratios are against the no-dump baseline of the same run. The
 "inputs" column is the cost of the default input records (links, and data for inputs computed between calls): the
-full dump against the same dump with inputs=False, in the same run (target: at most 1.10x).
+full dump against the same dump with inputs=False, in the same run (target: at most 1.10x). The "vs host" column is
+stats-only with statistics computed where each tensor lives at emit time (`aligner.dumping.fstats`, no tensor copied
+to the host) against stats-only the way it was before (every tensor copied to the host, statistics computed by the
+writer thread), in the same run.
 """
 from __future__ import annotations
 
@@ -25,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from twin_models import make_twins
 
 import aligner
+from aligner.dumping import session as dump_session
 
-MODES = ("none", "full", "stats", "no_inputs")
+MODES = ("none", "full", "stats", "no_inputs", "stats_host")
 
 
 def torch_step(model, x) -> Callable[[], None]:
@@ -56,7 +60,7 @@ def ms_step(model, x) -> Callable[[], None]:
 
 
 def timed(step: Callable[[], None], model, steps: int, root: Path) -> dict[str, float]:
-    """Median seconds per step for each mode ("none", "full", "stats"), interleaved step by step so machine load
+    """Median seconds per step for each mode (see MODES), interleaved step by step so machine load
     hits every mode alike (two warm-up rounds are dropped)."""
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
     for i in range(steps + 2):
@@ -66,8 +70,13 @@ def timed(step: Callable[[], None], model, steps: int, root: Path) -> dict[str, 
                 step()
             else:
                 inputs = False if mode == "no_inputs" else None
-                with aligner.dump(model, root / mode, step=i, stats_only=mode == "stats", inputs=inputs):
-                    step()
+                dump_session.FRAMEWORK_STATS = mode != "stats_host"
+                try:
+                    with aligner.dump(model, root / mode, step=i, stats_only=mode.startswith("stats"),
+                                      inputs=inputs):
+                        step()
+                finally:
+                    dump_session.FRAMEWORK_STATS = True
             times[mode].append(time.perf_counter() - start)
     return {mode: statistics.median(t[2:]) for mode, t in times.items()}
 
@@ -89,17 +98,18 @@ def main() -> None:
     print(f"twin {args.model}, batch {args.batch}, input {x.shape[1:]}, median of {args.steps} interleaved steps, "
           f"torch threads {args.threads}")
     print(f"{'framework':<10} {'no dump':>10} {'full dump':>18} {'stats only':>18} {'MB/step (full)':>15} "
-          f"{'inputs':>8}")
+          f"{'inputs':>8} {'stats (host)':>18} {'vs host':>8}")
     for name, make in (("torch", torch_step), ("mindspore", ms_step)):
         tnet, mnet = make_twins(args.model)
         model = tnet if name == "torch" else mnet
         step = make(model, x)
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
-            base, full, stats, no_inputs = timed(step, model, args.steps, root).values()
+            base, full, stats, no_inputs, host = timed(step, model, args.steps, root).values()
             mb = sum(f.stat().st_size for f in (root / "full").rglob("*.npy")) / 1e6 / (args.steps + 2)
         print(f"{name:<10} {base * 1e3:>8.2f}ms {full * 1e3:>8.2f}ms ({full / base:4.1f}x) "
-              f"{stats * 1e3:>8.2f}ms ({stats / base:4.1f}x) {mb:>15.2f} {full / no_inputs:>7.2f}x")
+              f"{stats * 1e3:>8.2f}ms ({stats / base:4.1f}x) {mb:>15.2f} {full / no_inputs:>7.2f}x "
+              f"{host * 1e3:>8.2f}ms ({host / base:4.1f}x) {stats / host:>7.2f}x")
 
 
 if __name__ == "__main__":

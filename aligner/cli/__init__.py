@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("aligner.cli.audit", "Find settings whose defaults differ between a torch model and its MindSpore port."),
     "repro": ("aligner.cli.repro", "Write a standalone script reproducing one module of two dumps in both frameworks."),
     "replay": ("aligner.cli.replay", "Replay each module on the reference's inputs: its own error vs inherited."),
+    "check": ("aligner.cli.check", "Check one dump for NaN origins, vanishing gradients, frozen weights and more."),
 }
 
 

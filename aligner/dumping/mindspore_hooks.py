@@ -65,12 +65,12 @@ def install(model: ms.nn.Cell, session: Session, opts: Options, handles: list[An
     """Register every hook the options ask for, appending each handle to `handles` as it is made."""
     check_pynative()
     check_eager(model)
-    for path, cell in model.cells_and_names():  # every cell: the call stack; selected ones also record
+    for path, cell in model.cells_and_names() if opts.module_hooks else ():  # every cell: the call stack
         is_leaf = next(iter(cell.cells()), None) is None
         hooks = _CellHooks(path, cell, session, opts, is_leaf)
         handles.append(cell.register_forward_pre_hook(hooks.pre, with_kwargs=True))
         handles.append(cell.register_forward_hook(hooks.post, with_kwargs=True, always_call=True))
-        if opts.backward and opts.selects_module(path, is_leaf):
+        if opts.backward and opts.module_backward and opts.selects_module(path, is_leaf):
             handles.append(cell.register_backward_hook(hooks.backward))
     if opts.backward:
         for name, param in model.parameters_and_names():

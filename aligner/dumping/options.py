@@ -29,6 +29,12 @@ class Options:
     ops: bool = False           # record every tensor operation inside `scope`'s forward
     scope: str | None = None    # the module path whose forward ops=True zooms into ("" the whole model)
     params: bool = False        # record every parameter's and buffer's value at the start of each step
+    module_backward: bool = True  # with backward: modules' grad_output/grad_input too (False: parameter gradients only)
+
+    @property
+    def module_hooks(self) -> bool:
+        """Whether modules need hooks at all (False: only parameter gradients are recorded, no per-call cost)."""
+        return self.forward or self.ops or (self.backward and self.module_backward)
 
     @classmethod
     def build(cls, include: str | None, exclude: str | None, leaves_only: bool, forward: bool, backward: bool,

@@ -43,7 +43,7 @@ class _ModuleHooks(CallHooks):
 
     def __init__(self, path: str, module: torch.nn.Module, session: Session, opts: Options, is_leaf: bool) -> None:
         super().__init__(path, module, session, opts, is_leaf, _buffers)
-        self.grads = opts.backward and opts.selects_module(path, is_leaf)
+        self.grads = opts.backward and opts.module_backward and opts.selects_module(path, is_leaf)
         self.pending: list[list[tuple[int, torch.Tensor, int, torch.Tensor]]] = []  # stack: re-entrant calls
 
     def emit_grad(self, io: str, index: int, grad: torch.Tensor | None) -> None:
@@ -113,7 +113,7 @@ def _hook_inplace(original: torch.Tensor, emit: Callable[[torch.Tensor | None], 
 
 def install(model: torch.nn.Module, session: Session, opts: Options, handles: list[Any]) -> None:
     """Register every hook the options ask for, appending each handle to `handles` as it is made."""
-    for path, module in model.named_modules():  # every module: the call stack; selected ones also record
+    for path, module in model.named_modules() if opts.module_hooks else ():  # every module: the call stack
         hooks = _ModuleHooks(path, module, session, opts, next(module.children(), None) is None)
         handles.append(module.register_forward_pre_hook(hooks.pre, with_kwargs=True))
         handles.append(module.register_forward_hook(hooks.post, always_call=True))

@@ -2,7 +2,9 @@
 
 Hooks hand over a host copy of each tensor and return at once; the writer thread computes statistics, hashes the
 bytes, writes `tensors/<digest>.npy` (once per distinct tensor) and appends the record to `manifest.jsonl`, so a
-training step waits on disk only when the bounded queue is full.
+training step waits on disk only when the bounded queue is full. In a stats-only dump a tensor on an accelerator
+arrives as a record whose statistics were computed where it lives (`aligner.dumping.fstats`), with no data: the
+thread only appends it; a CPU tensor's host copy still comes here for its statistics (off the training thread).
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ def digest(array: np.ndarray) -> str:
 class MemorySink:
     """Keeps (record, array) pairs in memory; used by `check_determinism`."""
 
+    host_arrays = True
+
     def __init__(self) -> None:
         self.items: list[tuple[Record, np.ndarray]] = []
 
@@ -56,6 +60,8 @@ class BackgroundWriter:
         self.progress = progress
         self.stored = 0  # records written so far (read by close() for its progress bar)
         self.stats_only = stats_only
+        self.host_arrays = not stats_only  # stats-only records of device tensors arrive with their statistics
+        self.computes_stats = True  # host copies (of CPU tensors, in stats-only dumps too) get statistics here
         self.written = written  # digests already on disk in this directory (shared across context entries)
         self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
         self._error: BaseException | None = None
@@ -110,7 +116,7 @@ class BackgroundWriter:
                 self._error = self._error or exc
 
     def _store(self, tensor_dir: Path, record: Record, array: np.ndarray | None) -> str:
-        if array is None:
+        if array is None:  # a link (same_as), or a stats-only record whose stats came with it
             return record.to_json()
         record.stats = tensor_stats(array)
         if not self.stats_only:

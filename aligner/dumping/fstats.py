@@ -1,0 +1,144 @@
+"""Tensor statistics computed where the tensor lives: no host copy of its data.
+
+`stats_of` is what stats-only dumps and `aligner.watch` record. A CPU tensor (torch, or MindSpore on a CPU target) is
+already in host memory: its statistics come from `tensor_stats` over a zero-copy numpy view, computed at once (a later
+in-place op cannot change them). A tensor on an accelerator is reduced by its own framework on its own device
+(`torch_stats`, `mindspore_stats`): a few reductions, float64 sums, and one transfer of an 11-number vector (a second
+one only when the tensor holds NaN or Inf, to redo min/max/mean/L2 over the finite elements). Both give the keys and
+the numbers of `aligner.metrics.stats.tensor_stats`: counts and min/max exactly, mean and L2 to float64 rounding.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from aligner.core.dtypes import to_numpy, torch_to_numpy
+from aligner.core.errors import AlignerError
+from aligner.metrics.stats import NEAR_ONE, NEAR_ZERO, TINY, empty_stats, fractions, tensor_stats
+
+
+def on_host(tensor: Any) -> bool:
+    """Whether the tensor's data is already in host memory (a numpy array, a strided CPU torch tensor, a MindSpore
+    tensor on a CPU target): copying it is a memcpy, cheaper than reducing it on the training thread."""
+    if isinstance(tensor, np.ndarray):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(tensor, torch.Tensor):
+        return tensor.device.type == "cpu" and tensor.layout == torch.strided
+    ms = sys.modules.get("mindspore")
+    return ms is not None and isinstance(tensor, ms.Tensor) and _ms_on_cpu(tensor)
+
+
+def stats_of(tensor: Any) -> dict[str, Any]:
+    """`tensor_stats` of a torch/MindSpore tensor or numpy array, without copying a device tensor to the host."""
+    if isinstance(tensor, np.ndarray):
+        return tensor_stats(tensor)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(tensor, torch.Tensor):
+        t = tensor.detach()
+        if t.device.type == "cpu" and t.layout == torch.strided:
+            return tensor_stats(torch_to_numpy(t.resolve_conj().resolve_neg()))
+        return torch_stats(t)
+    ms = sys.modules.get("mindspore")
+    if ms is not None and isinstance(tensor, ms.Tensor):
+        if _ms_on_cpu(tensor):
+            return tensor_stats(_ms_view(tensor))
+        return mindspore_stats(tensor)
+    raise AlignerError(f"aligner statistics need a torch or MindSpore tensor or a numpy array, "
+                       f"got {type(tensor).__name__}")
+
+
+def _assemble(floating: bool, numel: int, head: list[float], counts: list[float]) -> dict[str, Any]:
+    """The stats dict from the transferred vector: [min, max, sum, sum of squares] over the finite elements and the
+    counts [nan, inf, zeros, |v| <= NEAR_ZERO, |v| >= NEAR_ONE, |v| < TINY]."""
+    nan, inf, zeros, near_zero, near_one, below = (int(c) for c in counts)
+    finite = numel - nan - inf
+    out: dict[str, Any] = {"min": None, "max": None, "mean": None, "l2": None if floating else 0.0,
+                           "nan": nan, "inf": inf}
+    if finite:
+        low, high, total, squares = head
+        out.update(min=float(low), max=float(high), mean=float(total) / finite, l2=float(np.sqrt(squares)))
+    out.update(fractions(numel, zeros, near_zero, near_one, below))
+    return out
+
+
+def torch_stats(tensor: Any) -> dict[str, Any]:
+    """`tensor_stats` computed by torch on the tensor's own device; one host transfer of a small vector."""
+    import torch
+
+    t = tensor.detach()
+    numel = t.numel()
+    floating = t.is_floating_point()
+    if numel == 0:
+        return empty_stats(floating)
+    f64 = torch.float64
+    x = t.reshape(-1)
+    if not floating:
+        x = x.to(f64)  # integers and bool, as the numpy path reads them
+    elif x.element_size() < 4:
+        x = x.float()  # float16/bfloat16: thresholds compare in float32, like the numpy path
+    mag = x.abs()
+    counts = torch.stack((torch.isnan(x).sum(), torch.isinf(x).sum(), (x == 0).sum(), (mag <= NEAR_ZERO).sum(),
+                          (mag >= NEAR_ONE).sum(), (mag < TINY).sum())).to(f64)
+    x64 = x.to(f64)
+    head = torch.cat((torch.stack(torch.aminmax(x)).to(f64), x64.sum().reshape(1), torch.dot(x64, x64).reshape(1)))
+    values = torch.cat((head, counts)).tolist()
+    if values[4] or values[5]:  # NaN or Inf: min/max/sum over the finite elements only (a second, rare transfer)
+        kept = x[torch.isfinite(x)]
+        if kept.numel():
+            k64 = kept.to(f64)
+            values[:4] = torch.cat((torch.stack(torch.aminmax(kept)).to(f64), k64.sum().reshape(1),
+                                    torch.dot(k64, k64).reshape(1))).tolist()
+    return _assemble(floating, numel, values[:4], values[4:])
+
+
+def mindspore_stats(tensor: Any) -> dict[str, Any]:
+    """`tensor_stats` computed by MindSpore on the tensor's own device; one host transfer of a small vector."""
+    import mindspore as ms
+    from mindspore import mint, ops
+
+    numel = int(tensor.size)
+    floating = ms.dtype.is_floating_point(tensor.dtype) if hasattr(ms.dtype, "is_floating_point") else \
+        tensor.dtype in (ms.float16, ms.bfloat16, ms.float32, ms.float64)
+    if numel == 0:
+        return empty_stats(floating)
+    f64 = ms.float64
+    x = tensor.reshape(-1)
+    if not floating:
+        x = x.astype(f64)
+    elif tensor.dtype in (ms.float16, ms.bfloat16):
+        x = x.astype(ms.float32)
+    mag = mint.abs(x)
+    counts = ops.stack((mint.isnan(x).astype(f64).sum(), mint.isinf(x).astype(f64).sum(),
+                         (x == 0).astype(f64).sum(), (mag <= NEAR_ZERO).astype(f64).sum(),
+                         (mag >= NEAR_ONE).astype(f64).sum(), (mag < TINY).astype(f64).sum()))
+    values = [float(v) for v in ops.cat((_ms_head(x, f64), counts)).asnumpy()]
+    if values[4] or values[5]:  # NaN or Inf: min/max/sum over the finite elements only (a second, rare transfer)
+        kept = mint.masked_select(x, mint.isfinite(x))
+        if int(kept.size):
+            values[:4] = [float(v) for v in _ms_head(kept, f64).asnumpy()]
+    return _assemble(floating, numel, values[:4], values[4:])
+
+
+def _ms_head(x: Any, f64: Any) -> Any:
+    """[min, max, sum, sum of squares] of a flat MindSpore tensor, as one float64 tensor (sums in float64)."""
+    from mindspore import mint, ops
+
+    x64 = x.astype(f64)
+    return ops.stack((mint.min(x).astype(f64), mint.max(x).astype(f64), x64.sum(), (x64 * x64).sum()))
+
+
+def _ms_on_cpu(tensor: Any) -> bool:
+    """Whether a MindSpore tensor's memory is host memory (its device, else the context's device target)."""
+    import mindspore as ms
+
+    device = getattr(tensor, "device", None) or ms.get_context("device_target")
+    return str(device).upper().startswith("CPU")
+
+
+def _ms_view(tensor: Any) -> np.ndarray:
+    """A MindSpore CPU tensor as numpy without a copy (asnumpy shares its memory); bfloat16 as ml_dtypes'."""
+    array = tensor.asnumpy()
+    return array.view(np.uint16).view(to_numpy("bfloat16")) if array.dtype.name == "bfloat16" else array

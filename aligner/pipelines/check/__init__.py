@@ -1,0 +1,51 @@
+"""`align check DUMP` / `aligner.check`: read one dump directory (one framework, any number of steps, stats-only or
+full) and report what looks unhealthy: NaN/Inf origins, float16 range, vanishing/exploding gradients, frozen weights
+and update ratios, dead or saturated activations, loss-scale mistakes, and trend breaks over steps.
+
+Rules and thresholds: mappings/check_rules.yaml; a rule that cannot be evaluated on the dump is skipped with its
+reason (listed in the report), never counted as healthy. `evaluate` is the same check on in-memory records.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from aligner.core.errors import AlignerError
+from aligner.dumping.manifest import Record
+from aligner.pipelines.check.config import RuleConfig
+from aligner.pipelines.check.report import CheckReport, Verdict
+from aligner.pipelines.check.rules import RULES, Evaluation, evaluate
+from aligner.pipelines.check.view import GRAD_NORM, GRAD_NORM_CLIPPED, LOSS, LOSS_SCALE
+from aligner.pipelines.compare.sources import Item, load_tensor, read_source
+
+__all__ = ["check", "CheckReport", "Verdict", "RuleConfig", "Evaluation", "evaluate", "RULES", "LOSS", "LOSS_SCALE",
+           "GRAD_NORM", "GRAD_NORM_CLIPPED"]
+
+
+def check(directory: str | os.PathLike, rules: Mapping[str, Any] | None = None) -> CheckReport:
+    """Check one dump directory with the rules of check_rules.yaml (`rules` overrides thresholds: {"rule.key": value}
+    or {"rule": {"key": value}}); AlignerError when the directory cannot be read or no rule could be evaluated."""
+    config = RuleConfig.load(rules)
+    source = read_source(os.fspath(directory))
+    if source.mode == "npy":
+        raise AlignerError(f"{directory}: a directory of plain .npy files; align check reads aligner dumps "
+                           "(aligner.dump writes manifest.jsonl)")
+    items: list[Item] = list(source.items) + list(source.params.values())
+    by_record = {id(item.record): item for item in items}
+    records = sorted((item.record for item in items), key=lambda r: (r.step, r.seq))
+
+    def arrays(rec: Record) -> np.ndarray | None:
+        item = by_record.get(id(rec))
+        if item is None or item.path is None or item.error:
+            return None
+        return load_tensor(item)
+
+    evaluation = evaluate(records, config, framework=source.framework,
+                          arrays=arrays if source.mode == "full" else None)
+    if not evaluation.checked:
+        reasons = "; ".join(f"{rule}: {why}" for rule, why in evaluation.skipped.items())
+        raise AlignerError(f"{directory}: every rule was skipped, nothing was checked ({reasons})")
+    return CheckReport(str(directory), source.framework, source.mode, len(records), evaluation,
+                       {k: dict(v) for k, v in config.rules.items()}, source.problems)

@@ -1,0 +1,571 @@
+"""`align check`'s health rules: each reads one dump's records (statistics, and full tensors where it has them) and
+returns findings, or says why it cannot be evaluated on this dump. Thresholds: mappings/check_rules.yaml."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable, Sequence
+
+from aligner.core.findings import Finding, Severity
+from aligner.dumping.manifest import Record
+from aligner.pipelines.check.config import RuleConfig
+from aligner.pipelines.check.view import (
+    GRAD_NORM,
+    GRAD_NORM_CLIPPED,
+    LOSS,
+    LOSS_SCALE,
+    ArrayLoader,
+    DumpView,
+    SkipError,
+    max_abs,
+    nonfinite,
+    numel,
+)
+
+__all__ = ["RuleConfig", "Evaluation", "evaluate", "RULES"]
+
+FP16_MAX = 65504.0
+FP16_TINY = 6.103515625e-05
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """What the rules found, which were skipped and why, and the series the report charts."""
+
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)     # rule -> reason
+    checked: list[str] = dataclasses.field(default_factory=list)          # rules evaluated
+    notes: list[str] = dataclasses.field(default_factory=list)            # limits of what was evaluated
+    steps: list[int] = dataclasses.field(default_factory=list)
+    grad_norms: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)     # weight -> step -> norm
+    update_ratios: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)  # weight -> step -> ratio
+    loss: dict[int, float] = dataclasses.field(default_factory=dict)
+    exact_updates: bool = True  # False: update ratios are stats-only lower bounds |l2(t+1) - l2(t)| / l2(t)
+
+
+@dataclasses.dataclass
+class _Ctx:
+    """What each rule gets: the records, the thresholds, the framework, and where to put series and notes."""
+
+    view: DumpView
+    config: RuleConfig
+    framework: str
+    out: Evaluation
+
+    def finding(self, rule: str, message: str, where: str | None, step: int | None, fix: str,
+                values: tuple[float, ...] = ()) -> Finding:
+        return Finding(rule, self.config.severity(rule), message, (where,) if where is not None else (), step, fix,
+                       values=values)
+
+
+def _g(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _need(ctx: _Ctx, records: Sequence[Record], key: str, what: str) -> None:
+    """SkipError unless `records` exist and every one's statistics hold `key`."""
+    if not records:
+        raise SkipError(f"the dump has no {what}")
+    if any(key not in (ctx.view.stats(r) or {}) for r in records):
+        raise SkipError(f"the statistics lack {key!r} (an older dump, or one without statistics): re-dump with this "
+                   "aligner to check it")
+
+
+def _kind_words(rec: Record) -> str:
+    if rec.kind == "forward":
+        return f"the {'input' if rec.io == 'input' else 'output'} of {rec.module or 'the model'}"
+    if rec.kind == "backward":
+        return f"the gradient {'entering' if rec.io == 'grad_output' else 'leaving'} {rec.module or 'the model'}"
+    if rec.kind == "param_grad":
+        return f"the gradient of {rec.module}"
+    return f"{rec.kind} {rec.module}"
+
+
+def rule_nonfinite(ctx: _Ctx) -> list[Finding]:
+    """Per step, the first record in execution order with NaN/Inf (everything before it is finite)."""
+    origins: list[tuple[int, Record]] = []
+    for s in ctx.view.order:
+        first = next((r for r in ctx.view.steps[s].records if nonfinite(ctx.view.stats(r))), None)
+        if first is not None:
+            origins.append((s, first))
+    if not origins:
+        return []
+    s, rec = origins[0]
+    st = ctx.view.stats(rec) or {}
+    counts = f"{st.get('nan') or 0} NaN and {st.get('inf') or 0} Inf of {numel(rec)} elements"
+    if rec.kind == "forward" and rec.io == "input" and rec.parent is None:
+        why, fix = "the model's input already holds them", "check the data for missing values (checklist ds.01)"
+    elif rec.kind == "forward" and rec.io == "input":
+        why = "code between module calls computed it (the records before it are finite)"
+        fix = f"look at the code that computes the input of {rec.module} in its parent's forward"
+    else:
+        why = "every record before it in execution order is finite, its inputs included"
+        scope = rec.module.rsplit(".", 1)[0] if rec.kind == "param_grad" and "." in rec.module else rec.module
+        fix = (f"zoom in: aligner.dump(model, DIR, ops=True, scope={scope!r}) names the op; look for log/sqrt/"
+               "division of zero or values past float16's 65504 (checklist mp.01: loss scale, float32 for that op)")
+    found = [ctx.finding("nonfinite", f"first NaN/Inf at step {s}: {_kind_words(rec)} ({rec.type}) holds {counts}; "
+                         f"{why}", rec.module, s, fix)]
+    if len(origins) > 1:
+        later = ", ".join(f"{t} ({r.module or 'model'})" for t, r in origins[1:8]) + (
+            " ..." if len(origins) > 8 else "")
+        found.append(dataclasses.replace(found[0], severity=Severity.INFO,
+                                         message=f"NaN/Inf also at steps {later}", step=origins[1][0]))
+    return found
+
+
+def rule_fp16_overflow(ctx: _Ctx) -> list[Finding]:
+    """At the first step where any does, the first forward output and the first gradient whose magnitude reaches
+    max_abs (float32/float16 records; bfloat16 has float32's range)."""
+    limit = ctx.config("fp16-overflow", "max_abs")
+    fix = ("normalise the input or rescale this layer; under mixed precision keep it in float32 (torch autocast "
+           "custom_fwd / MindSpore cell.to_float(mstype.float32)); gradients: a smaller loss scale; checklist mp.01")
+    for s in ctx.view.order:
+        big: dict[str, list[tuple[Record, float]]] = {"forward": [], "gradient": []}
+        for rec in ctx.view.steps[s].records:
+            if rec.kind not in ("forward", "backward", "param_grad") or rec.io == "input" or rec.dtype == "bfloat16":
+                continue
+            value = max_abs(ctx.view.stats(rec))
+            if value is not None and value >= limit:
+                big["forward" if rec.kind == "forward" else "gradient"].append((rec, value))
+        found = []
+        for group in big.values():
+            if group:
+                rec, value = group[0]
+                more = f" ({len(group) - 1} more such records at this step)" if len(group) > 1 else ""
+                found.append(ctx.finding(
+                    "fp16-overflow", f"{_kind_words(rec)} reaches |v| = {_g(value)}, {value / FP16_MAX:.2g}x "
+                    f"float16's largest value 65504 (threshold {_g(limit)}): float16 (mixed precision, Ascend) "
+                    f"overflows to Inf here{more}", rec.module, s, fix, (value,)))
+        if found:
+            return found
+    return []
+
+
+def rule_fp16_underflow(ctx: _Ctx) -> list[Finding]:
+    """At the first step where any are, the parameter gradients whose nonzero values are mostly below float16's
+    smallest normal."""
+    fraction, least = ctx.config("fp16-underflow", "tiny_fraction"), ctx.config("fp16-underflow", "min_numel")
+    grads = [r for s in ctx.view.order for r in ctx.view.steps[s].grads.values() if numel(r) >= least]
+    _need(ctx, grads, "tiny", f"parameter gradients of {least}+ elements")
+    for s in ctx.view.order:
+        hit = [(r, float((ctx.view.stats(r) or {}).get("tiny") or 0.0)) for r in grads if r.step == s]
+        hit = [(r, tiny) for r, tiny in hit if tiny >= fraction]
+        if not hit:
+            continue
+        rec, tiny = max(hit, key=lambda x: x[1])
+        total = sum(1 for r in grads if r.step == s)
+        how = "are subnormal in this float16 run (precision lost, many flushed to 0)" if rec.dtype == "float16" \
+            else "would underflow to 0 in float16 without loss scaling"
+        return [ctx.finding(
+            "fp16-underflow", f"{len(hit)} of {total} parameter gradients at step {s} have {_g(fraction * 100)}%+ "
+            f"of their nonzero values below 6.1e-5 (float16's smallest normal; {rec.module}: {tiny:.0%}): they {how}",
+            rec.module, s, "use loss scaling (torch.amp.GradScaler / MindSpore DynamicLossScaleManager) so gradients "
+            "sit in float16's range; checklist mp.02", (tiny,))]
+    return []
+
+
+def _depth_ratios(ctx: _Ctx, rule: str) -> list[tuple[int, str, str, float, float]]:
+    """(step, input-side weight, output-side weight, its norm, their ratio) per step with enough weight layers."""
+    least = ctx.config(rule, "min_layers")
+    out = []
+    for s in ctx.view.order:
+        step = ctx.view.steps[s]
+        names = ctx.view.weights(step)
+        if len(names) < least:
+            continue
+        first, last = ctx.view.grad_norm(step.grads[names[0]]), ctx.view.grad_norm(step.grads[names[-1]])
+        if first is None or last is None or not (math.isfinite(first) and math.isfinite(last)) or last <= 0:
+            continue
+        out.append((s, names[0], names[-1], first, first / last))
+    if not out:
+        raise SkipError(f"needs finite gradients of at least {least} weight layers (2+ dimensions) in one step")
+    return out
+
+
+def rule_vanishing(ctx: _Ctx) -> list[Finding]:
+    """The input-side layer's weight-gradient norm orders of magnitude below the output-side one's."""
+    limit = ctx.config("vanishing-gradients", "ratio")
+    for s, first, last, norm, ratio in _depth_ratios(ctx, "vanishing-gradients"):
+        if ratio < limit:
+            return [ctx.finding(
+                "vanishing-gradients", f"gradients vanish with depth: |grad {first}| = {_g(norm)} is {_g(ratio)} of "
+                f"|grad {last}| (below {_g(limit)})", first, s,
+                "use ReLU-family activations with He (Kaiming) init, normalisation layers or residual connections; "
+                "look for saturated sigmoid/tanh (saturated-activations)", (ratio,))]
+    return []
+
+
+def rule_exploding(ctx: _Ctx) -> list[Finding]:
+    """Gradients growing with depth, or the global gradient norm growing step after step (or turning NaN/Inf)."""
+    rule = "exploding-gradients"
+    found: list[Finding] = []
+    fix = ("lower the initial weights (He/Xavier init) or the learning rate, add gradient clipping "
+           "(clip_grad_norm_ / ops.clip_by_global_norm); checklist hp.01, wi.01")
+    try:
+        depth = _depth_ratios(ctx, rule)
+    except SkipError:
+        depth = []
+    limit = ctx.config(rule, "depth_ratio")
+    for s, first, last, norm, ratio in depth:
+        if ratio > limit:
+            found.append(ctx.finding(rule, f"gradients grow with depth: |grad {first}| = {_g(norm)} is {_g(ratio)}x "
+                                     f"|grad {last}| (above {_g(limit)})", first, s, fix, (ratio,)))
+            break
+    norms = [(s, ctx.view.global_norm(ctx.view.steps[s])) for s in ctx.view.order]
+    series = [(s, n) for s, n in norms if n is not None]
+    if len(series) < 2 and not depth:
+        raise SkipError("needs gradients of 3+ weight layers, or parameter gradients at 2+ steps")
+    growth, run = ctx.config(rule, "step_growth"), 0
+    for (s0, n0), (s1, n1) in zip(series, series[1:]):
+        if math.isfinite(n0) and not math.isfinite(n1):
+            found.append(ctx.finding(rule, f"the global gradient norm went from {_g(n0)} at step {s0} to NaN/Inf at "
+                                     f"step {s1}", None, s1, fix, (n0,)))
+            break
+        run = run + 1 if math.isfinite(n1) and n0 > 0 and n1 / n0 >= growth else 0
+        if run >= ctx.config(rule, "growth_steps"):
+            start = series[series.index((s1, n1)) - run]
+            found.append(ctx.finding(rule, f"the global gradient norm grows {_g(growth)}x or more per step: "
+                                     f"{_g(start[1])} at step {start[0]} -> {_g(n1)} at step {s1}", None, s1, fix,
+                                     (start[1], n1)))
+            break
+    return found
+
+
+def _updates(ctx: _Ctx) -> list[tuple[int, str, float, float, bool]]:
+    """(step t, parameter, ||w(t+1) - w(t)||, ||w(t)||, exact) for every parameter with values at t and t + 1 and a
+    finite, nonzero gradient at t; not exact: from statistics, |l2(t+1) - l2(t)| (a lower bound), 0 when every
+    statistic is identical."""
+    pairs = ctx.view.consecutive()
+    if not any(ctx.view.steps[s].params for s in ctx.view.order):
+        raise SkipError("the dump has no parameter values (dump with aligner.dump(..., params=True))")
+    if not pairs:
+        raise SkipError(f"needs parameter values at two consecutive steps (dumped steps: "
+                   f"{', '.join(map(str, ctx.view.order))})")
+    out = []
+    for t, t1 in pairs:
+        before, after, grads = ctx.view.steps[t].params, ctx.view.steps[t1].params, ctx.view.steps[t].grads
+        for name, rec in before.items():
+            if name not in after or name not in grads:
+                continue
+            g = ctx.view.grad_norm(grads[name])
+            if g is None or not math.isfinite(g) or g == 0:
+                continue
+            a, b = ctx.view.load(rec), ctx.view.load(after[name])
+            if a is not None and b is not None and a.shape == b.shape:
+                out.append((t, name, float(math.sqrt(((b - a) ** 2).sum())), float(math.sqrt((a ** 2).sum())),
+                            True))
+                continue
+            sa, sb = ctx.view.stats(rec) or {}, ctx.view.stats(after[name]) or {}
+            if sa.get("l2") is None or sb.get("l2") is None:
+                continue
+            same = all(sa.get(k) == sb.get(k) for k in ("min", "max", "mean", "l2"))
+            out.append((t, name, 0.0 if same else abs(float(sb["l2"]) - float(sa["l2"])), float(sa["l2"]), False))
+    return out
+
+
+def rule_frozen(ctx: _Ctx) -> list[Finding]:
+    """A parameter with a nonzero gradient whose value did not change over a step."""
+    rtol = ctx.config("frozen-weights", "rtol")
+    found, seen = [], set()
+    for t, name, delta, norm, exact in _updates(ctx):
+        if name in seen or delta > rtol * norm or (not exact and delta > 0):
+            continue
+        seen.add(name)
+        how = "" if exact else " (its statistics are identical)"
+        found.append(ctx.finding(
+            "frozen-weights", f"{name} has a nonzero gradient at step {t} but did not change by step {t + 1}{how}: "
+            "the optimizer does not update it", name, t,
+            "pass it to the optimizer (torch: model.parameters(); MindSpore: net.trainable_params()), or set "
+            "requires_grad=False if it is meant to be frozen; checklist cg.02"))
+    return found
+
+
+def rule_update_ratio(ctx: _Ctx) -> list[Finding]:
+    """||w(t+1) - w(t)|| / ||w(t)|| of each weight far from about 1e-3: the worst too-large and too-small ones."""
+    low, high = ctx.config("update-ratio", "low"), ctx.config("update-ratio", "high")
+    weights = {n for s in ctx.view.order for n, r in ctx.view.steps[s].params.items() if len(r.shape) >= 2}
+    large: dict[str, tuple[int, float]] = {}
+    small: dict[str, tuple[int, float]] = {}
+    inexact = False
+    for t, name, delta, norm, exact in _updates(ctx):
+        if name not in weights or norm <= 0:
+            continue
+        ratio = delta / norm
+        ctx.out.update_ratios.setdefault(name, {})[t] = ratio
+        inexact |= not exact
+        if delta == 0:  # unchanged: frozen-weights says so
+            continue
+        if ratio > high and name not in large:
+            large[name] = (t, ratio)
+        elif exact and ratio < low and name not in small:
+            small[name] = (t, ratio)
+    found = []
+    bound = "" if not inexact else "at least "
+    for group, words, fix in (
+            (large, f"by {bound}{{r}} of its norm (above {_g(high)}; about 1e-3 is typical)",
+             "lower the learning rate (or its warm-up peak); checklist hp.01"),
+            (small, f"by only {{r}} of its norm (below {_g(low)}; about 1e-3 is typical)",
+             "raise the learning rate, or look for vanishing gradients or a weight decay cancelling the update; "
+             "checklist hp.01")):
+        if group:
+            name, (t, ratio) = (max if group is large else min)(group.items(), key=lambda x: x[1][1])
+            more = f" ({len(group)} of {len(weights)} weights)" if len(group) > 1 else ""
+            found.append(ctx.finding("update-ratio", f"step {t} changed {name} " + words.format(r=_g(ratio)) + more,
+                                     name, t, fix, (ratio,)))
+    if inexact:
+        ctx.out.exact_updates = False
+        ctx.out.notes.append("update-ratio: statistics-only dump, so ||w(t+1) - w(t)|| is bounded below by "
+                             "|l2(t+1) - l2(t)|; 'too large' is checked on that bound, 'too small' is not checked")
+    return found
+
+
+def _activations(ctx: _Ctx, types: Sequence[str]) -> list[Record]:
+    wanted = set(types)
+    return [r for s in ctx.view.order for r in ctx.view.steps[s].outputs if r.type in wanted]
+
+
+def rule_dead_relu(ctx: _Ctx) -> list[Finding]:
+    """ReLU outputs that are mostly exact zeros."""
+    limit = ctx.config("dead-relu", "zeros")
+    records = _activations(ctx, ctx.config("dead-relu", "types"))
+    _need(ctx, records, "zeros", f"outputs of {'/'.join(ctx.config('dead-relu', 'types'))} modules")
+    found, seen = [], set()
+    for rec in records:
+        zeros = float((ctx.view.stats(rec) or {}).get("zeros") or 0.0)
+        if zeros >= limit and rec.module not in seen:
+            seen.add(rec.module)
+            found.append(ctx.finding(
+                "dead-relu", f"{zeros:.0%} of the outputs of {rec.module} ({rec.type}) are exactly 0 (dead ReLUs: "
+                "no gradient flows through them)", rec.module, rec.step,
+                "normalise the input, lower the learning rate, use He init with zero biases, or LeakyReLU/GELU",
+                (zeros,)))
+    return found
+
+
+def rule_saturated(ctx: _Ctx) -> list[Finding]:
+    """Sigmoid outputs near 0 or 1 and tanh outputs near -1 or 1."""
+    rule = "saturated-activations"
+    limit = ctx.config(rule, "fraction")
+    sig, tanh = _activations(ctx, ctx.config(rule, "sigmoid")), _activations(ctx, ctx.config(rule, "tanh"))
+    _need(ctx, sig + tanh, "near_one", "sigmoid or tanh outputs")
+    if sig:
+        _need(ctx, sig, "near_zero", "sigmoid outputs")
+    found, seen = [], set()
+    for rec in sorted(sig + tanh, key=lambda r: (r.step, r.seq)):
+        st = ctx.view.stats(rec) or {}
+        share = float(st.get("near_one") or 0.0) + (float(st.get("near_zero") or 0.0) if rec in sig else 0.0)
+        if share >= limit and rec.module not in seen:
+            seen.add(rec.module)
+            ends = "0 or 1" if rec in sig else "-1 or 1"
+            found.append(ctx.finding(
+                rule, f"{share:.0%} of the outputs of {rec.module} ({rec.type}) are within 0.01 of {ends}: saturated, "
+                "their gradient is nearly 0", rec.module, rec.step,
+                "normalise the layer's input (BatchNorm/LayerNorm before it), use Xavier init, or a ReLU-family "
+                "activation", (share,)))
+    return found
+
+
+def rule_constant(ctx: _Ctx) -> list[Finding]:
+    """Forward outputs that are all zeros or a single value."""
+    least = ctx.config("constant-activations", "min_numel")
+    relu = set(ctx.config("dead-relu", "types"))
+    outputs = [r for s in ctx.view.order for r in ctx.view.steps[s].outputs if numel(r) >= least]
+    if not outputs:
+        raise SkipError(f"the dump has no forward outputs of {least}+ elements")
+    found, seen = [], set()
+    for rec in outputs:
+        st = ctx.view.stats(rec) or {}
+        if st.get("min") is None or st.get("min") != st.get("max") or nonfinite(st) or rec.module in seen:
+            continue
+        if rec.type in relu and ctx.config.enabled("dead-relu") and "zeros" in st:
+            continue  # dead-relu reports it
+        seen.add(rec.module)
+        what = "all zeros" if st["min"] == 0 else f"the constant {_g(float(st['min']))}"
+        found.append(ctx.finding(
+            "constant-activations", f"the output of {rec.module or 'the model'} ({rec.type}) is {what} "
+            f"({numel(rec)} elements)", rec.module, rec.step,
+            "check the layer's weights (all-zero init, checklist wi.01) and its input; a constant output carries no "
+            "information and passes no useful gradient"))
+    return found
+
+
+def _probe_steps(ctx: _Ctx, *names: str) -> list[int]:
+    """Steps that recorded every probe in `names` (SkipError naming the missing probes when none did)."""
+    steps = [s for s in ctx.view.order if all(n in ctx.view.steps[s].probes for n in names)]
+    if not steps:
+        raise SkipError(f"needs the probe(s) {', '.join(repr(n) for n in names)} (aligner.save inside the dump)")
+    return steps
+
+
+def rule_loss_scale_overflow(ctx: _Ctx) -> list[Finding]:
+    """NaN/Inf gradients at every dumped step under a loss scale: no step updates."""
+    steps = _probe_steps(ctx, LOSS_SCALE)
+    least = ctx.config("loss-scale-overflow", "min_steps")
+    if len(steps) < least:
+        raise SkipError(f"needs the 'loss_scale' probe at {least}+ steps, found {len(steps)}")
+
+    def overflow(s: int) -> bool:
+        step = ctx.view.steps[s]
+        norm = step.probes.get(GRAD_NORM)
+        return any(nonfinite(ctx.view.stats(r)) for r in step.grads.values()) or (
+            norm is not None and not math.isfinite(norm))
+    if not all(overflow(s) for s in steps):
+        return []
+    scales = [ctx.view.steps[s].probes[LOSS_SCALE] for s in steps]
+    return [ctx.finding(
+        "loss-scale-overflow", f"the gradients hold NaN/Inf at every one of the {len(steps)} dumped steps (loss scale "
+        f"{_g(scales[0])} at step {steps[0]} -> {_g(scales[-1])} at step {steps[-1]}): every step is skipped or "
+        "corrupts the weights", None, steps[0],
+        "lower the initial loss scale (init_loss_scale / GradScaler(init_scale=...)) or use dynamic loss scaling; "
+        "checklist mp.01, mp.02", (scales[0], scales[-1]))]
+
+
+def _scaled(ctx: _Ctx, rule: str, probe: str, *also: str) -> list[tuple[int, float, float, float]]:
+    """(step, loss scale, global norm of the recorded (scaled) gradients, probe value) where the scale >= min_scale
+    (and the probes `also` were saved)."""
+    steps = _probe_steps(ctx, LOSS_SCALE, probe, *also)
+    out = []
+    for s in steps:
+        step = ctx.view.steps[s]
+        scale, raw, value = step.probes[LOSS_SCALE], ctx.view.global_norm(step), step.probes[probe]
+        if raw is not None and math.isfinite(raw) and raw > 0 and math.isfinite(value) \
+                and math.isfinite(scale) and scale >= ctx.config(rule, "min_scale"):
+            out.append((s, scale, raw, value))
+    if not out:
+        least = _g(ctx.config(rule, "min_scale"))
+        raise SkipError(f"needs a loss scale >= {least} with finite parameter gradients and the {probe!r} probe at "
+                        "one step")
+    return out
+
+
+def rule_clip_before_unscale(ctx: _Ctx) -> list[Finding]:
+    """grad_norm (what clipping saw; grad_norm_clipped says clipping happened) equal to the norm of the still-scaled
+    gradients."""
+    rtol = ctx.config("clip-before-unscale", "rtol")
+    for s, scale, raw, norm in _scaled(ctx, "clip-before-unscale", GRAD_NORM, GRAD_NORM_CLIPPED):
+        if abs(norm - raw) <= rtol * raw:
+            return [ctx.finding(
+                "clip-before-unscale", f"clipping saw the gradients still multiplied by the loss scale {_g(scale)} "
+                f"at step {s}: grad_norm {_g(norm)} equals the scaled gradients' norm (unscaled: {_g(raw / scale)}), "
+                f"so max_norm clips a norm {_g(scale)}x too large", None, s,
+                "unscale before clipping (torch: scaler.unscale_(optimizer) then clip_grad_norm_; MindSpore: divide "
+                "the gradients by the loss scale, then ops.clip_by_global_norm); checklist mp.03", (norm, raw))]
+    return []
+
+
+def rule_grads_not_unscaled(ctx: _Ctx) -> list[Finding]:
+    """The optimizer's gradient norm (grad_norm_clipped, else grad_norm) above the unscaled gradients' norm."""
+    factor = ctx.config("grads-not-unscaled", "factor")
+    probe = GRAD_NORM_CLIPPED if any(GRAD_NORM_CLIPPED in ctx.view.steps[s].probes for s in ctx.view.order) \
+        else GRAD_NORM
+    for s, scale, raw, norm in _scaled(ctx, "grads-not-unscaled", probe):
+        if norm > factor * raw / scale:
+            return [ctx.finding(
+                "grads-not-unscaled", f"the optimizer got gradients of norm {_g(norm)} at step {s} ({probe}), "
+                f"{norm / (raw / scale):.3g}x the unscaled gradients' norm {_g(raw / scale)} (loss scale {_g(scale)}): "
+                "they were not divided by the loss scale", None, s,
+                "unscale before the update (torch: scaler.step(optimizer) or scaler.unscale_; MindSpore: "
+                "DynamicLossScaleUpdateCell / divide the gradients by the scale); checklist mp.02, mp.04",
+                (norm, raw / scale))]
+    return []
+
+
+def rule_loss_trend(ctx: _Ctx) -> list[Finding]:
+    """The loss probe over steps: the first step it jumps above `spike` x its best so far, or turns NaN/Inf."""
+    steps = [s for s in ctx.view.order if LOSS in ctx.view.steps[s].probes]
+    least = ctx.config("loss-trend", "min_steps")
+    if len(steps) < least:
+        raise SkipError(f"needs the 'loss' probe at {least}+ steps (aligner.save('loss', loss)), found {len(steps)}")
+    spike = ctx.config("loss-trend", "spike")
+    best = math.inf
+    for s in steps:
+        value = ctx.view.steps[s].probes[LOSS]
+        ctx.out.loss[s] = value
+    for s in steps:
+        value = ctx.view.steps[s].probes[LOSS]
+        if not math.isfinite(value):
+            return [ctx.finding("loss-trend", f"the loss is {value} at step {s}", LOSS, s,
+                                "see the nonfinite finding for the first record holding NaN/Inf", (value,))]
+        if math.isfinite(best) and best > 0 and value > spike * best:
+            return [ctx.finding("loss-trend", f"the loss breaks its trend at step {s}: {_g(value)}, "
+                                f"{value / best:.3g}x its lowest so far {_g(best)}", LOSS, s,
+                                "lower the learning rate or add clipping; look at the gradient-trend and update-ratio "
+                                "findings of the step before", (value, best))]
+        best = min(best, value)
+    return []
+
+
+def rule_gradient_trend(ctx: _Ctx) -> list[Finding]:
+    """Each weight's gradient norm over steps: the first step it jumps or drops by `jump` or more."""
+    least, jump = ctx.config("gradient-trend", "min_steps"), ctx.config("gradient-trend", "jump")
+    series = ctx.out.grad_norms
+    with_grads = [s for s in ctx.view.order if ctx.view.steps[s].grads]
+    if len(with_grads) < least:
+        raise SkipError(f"needs parameter gradients at {least}+ steps, found {len(with_grads)}")
+    breaks: dict[int, list[tuple[str, float, float]]] = {}
+    for name, values in series.items():
+        points = sorted(values.items())
+        for (_s0, n0), (s1, n1) in zip(points, points[1:]):
+            if n0 > 0 and math.isfinite(n0) and math.isfinite(n1) and (n1 / n0 >= jump or n1 / n0 <= 1 / jump):
+                breaks.setdefault(s1, []).append((name, n0, n1))
+                break
+    found = []
+    for s in sorted(breaks)[:3]:
+        layers = breaks[s]
+        name, n0, n1 = max(layers, key=lambda x: abs(math.log(max(x[2], 1e-300) / x[1])))
+        more = f" (and {len(layers) - 1} more)" if len(layers) > 1 else ""
+        found.append(ctx.finding("gradient-trend", f"the gradient norm of {name}{more} breaks its trend at step {s}: "
+                                 f"{_g(n0)} -> {_g(n1)} ({n1 / n0:.3g}x in one step)", name, s,
+                                 "look at what changed at that step: the batch, the learning rate schedule, a loss "
+                                 "scale update; compare with the loss-trend finding", (n0, n1)))
+    return found
+
+
+RULES: dict[str, Callable[[_Ctx], list[Finding]]] = {
+    "nonfinite": rule_nonfinite,
+    "fp16-overflow": rule_fp16_overflow,
+    "fp16-underflow": rule_fp16_underflow,
+    "vanishing-gradients": rule_vanishing,
+    "exploding-gradients": rule_exploding,
+    "frozen-weights": rule_frozen,
+    "update-ratio": rule_update_ratio,
+    "dead-relu": rule_dead_relu,
+    "saturated-activations": rule_saturated,
+    "constant-activations": rule_constant,
+    "loss-scale-overflow": rule_loss_scale_overflow,
+    "clip-before-unscale": rule_clip_before_unscale,
+    "grads-not-unscaled": rule_grads_not_unscaled,
+    "loss-trend": rule_loss_trend,
+    "gradient-trend": rule_gradient_trend,
+}
+
+
+def evaluate(records: Sequence[Record], config: RuleConfig, *, framework: str,
+             arrays: ArrayLoader | None = None) -> Evaluation:
+    """Run every enabled rule on `records` (one run, execution order, any number of steps); `arrays` loads a record's
+    full tensor (None: statistics only)."""
+    view = DumpView(records, arrays)
+    out = Evaluation(steps=list(view.order))
+    for s in view.order:
+        step = view.steps[s]
+        for name in view.weights(step):
+            norm = view.grad_norm(step.grads[name])
+            if norm is not None:
+                out.grad_norms.setdefault(name, {})[s] = norm
+    ctx = _Ctx(view, config, framework, out)
+    for name in config.names:
+        if name not in RULES:
+            continue
+        if not config.enabled(name):
+            out.skipped[name] = f"disabled (--rule {name}.enabled=false)"
+            continue
+        try:
+            out.findings.extend(RULES[name](ctx))
+            out.checked.append(name)
+        except SkipError as why:
+            out.skipped[name] = str(why)
+    order = {"error": 0, "warning": 1, "info": 2}
+    out.findings.sort(key=lambda f: (order[f.severity.value], f.step if f.step is not None else -1))
+    if len(out.loss) == 0:
+        out.loss = {s: v for s in view.order for n, v in view.steps[s].probes.items() if n == LOSS}
+    return out

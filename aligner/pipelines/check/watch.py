@@ -1,0 +1,266 @@
+"""`aligner.watch`: `align check`'s health rules on a live training run, at the end of every watched step.
+
+    with aligner.watch(model, every=1, on_finding="raise") as w:   # torch.nn.Module or MindSpore nn.Cell
+        for x, y in loader:
+            loss = loss_fn(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
+            w.step()                       # MindSpore: loss, grads = grad_fn(x, y); opt(grads); w.step()
+
+Each watched step records, in memory and as statistics only (computed where each tensor lives: no host copy of a
+tensor, no file), what the enabled rules read: module forward outputs, module gradients, parameter gradients,
+parameter values at the step's start and end (update ratios) and `aligner.save` probes ("loss", ...). `step()` runs
+the rules over the last few steps' records and, at the first step where a rule fires at a place, logs the finding
+(logger "aligner") or, with on_finding="raise", raises `WatchError` carrying it (error severity; warnings are logged).
+Steps that are not watched (`every`) run with no hook installed at all.
+"""
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+from typing import Any, Mapping
+
+from aligner.core.errors import AlignerError
+from aligner.core.findings import Finding, Severity
+from aligner.core.frameworks import Framework
+from aligner.dumping.manifest import Record
+from aligner.dumping.options import Options
+from aligner.dumping.session import Session, activate
+from aligner.dumping.tensors import model_framework
+from aligner.pipelines.check.config import RuleConfig
+from aligner.pipelines.check.rules import Evaluation, evaluate
+
+__all__ = ["watch", "Watch", "WatchError"]
+
+log = logging.getLogger("aligner")
+
+# What each rule reads: "forward" module outputs, "backward" module gradients, "param_grad" parameter gradients,
+# "param" parameter values, "probe" aligner.save values. A rule not listed here gets everything.
+NEEDS: dict[str, frozenset[str]] = {
+    "nonfinite": frozenset({"forward", "backward", "param_grad"}),
+    "fp16-overflow": frozenset({"forward", "backward", "param_grad"}),
+    "fp16-underflow": frozenset({"param_grad"}),
+    "vanishing-gradients": frozenset({"param_grad"}),
+    "exploding-gradients": frozenset({"param_grad"}),
+    "frozen-weights": frozenset({"param", "param_grad"}),
+    "update-ratio": frozenset({"param", "param_grad"}),
+    "dead-relu": frozenset({"forward"}),
+    "saturated-activations": frozenset({"forward"}),
+    "constant-activations": frozenset({"forward"}),
+    "loss-scale-overflow": frozenset({"param_grad", "probe"}),
+    "clip-before-unscale": frozenset({"param_grad", "probe"}),
+    "grads-not-unscaled": frozenset({"param_grad", "probe"}),
+    "loss-trend": frozenset({"probe"}),
+    "gradient-trend": frozenset({"param_grad"}),
+}
+_EVERYTHING = frozenset({"forward", "backward", "param_grad", "param", "probe"})
+# Rules that compare steps (thresholds min_steps/growth_steps) run over the kept history, on its parameter gradients
+# and probes only; every other rule reads one step (and the parameter values where the next one starts).
+_TREND_KINDS = frozenset({"param_grad", "probe"})
+ON_FINDING = ("log", "raise")
+
+
+class WatchError(AlignerError):
+    """A health rule fired during `aligner.watch(..., on_finding="raise")`; `.finding` is what it found."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(describe(finding))
+        self.finding = finding
+
+
+def describe(finding: Finding) -> str:
+    """One line: the step, the rule (symptom), the layer, what was seen, and the fix."""
+    where = ", ".join(w for w in finding.where if w) or "the model"
+    step = "" if finding.step is None else f" at step {finding.step}"
+    fix = f"; fix: {finding.fix}" if finding.fix else ""
+    return f"aligner.watch: {finding.rule} ({finding.severity.value}){step} in {where}: {finding.message}{fix}"
+
+
+class _Records:
+    """The in-memory sink of a watch: records with their statistics (computed at emit time), never tensors."""
+
+    host_arrays = False
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+
+    def put(self, record: Record, array: Any) -> None:
+        if record.stats is not None and record.kind != "buffer":
+            self.records.append(record)
+
+    def close(self) -> None:
+        """Nothing to flush."""
+
+
+class Watch:
+    """A live health check: a context manager around the training loop; call `step()` once at the end of each step."""
+
+    def __init__(self, model: Any, rules: Mapping[str, Any] | None = None, every: int = 1,
+                 on_finding: str = "log") -> None:
+        if rules is not None and not isinstance(rules, Mapping):
+            raise AlignerError(f"aligner.watch rules must be a dict of {{'rule.key': value}}, got "
+                               f"{type(rules).__name__}")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise AlignerError(f"aligner.watch every must be a whole number >= 1 (watch every Nth step), got {every!r}")
+        if on_finding not in ON_FINDING:
+            raise AlignerError(f"aligner.watch on_finding must be 'log' or 'raise', got {on_finding!r}")
+        self.config = RuleConfig.load(rules)
+        self.framework = model_framework(model)
+        self.model, self.every, self.on_finding = model, every, on_finding
+        enabled = [name for name in self.config.names if self.config.enabled(name)]
+        self.needs: frozenset[str] = frozenset().union(*(NEEDS.get(n, _EVERYTHING) for n in enabled))
+        self.options = Options(leaves_only=True, forward="forward" in self.needs,
+                               backward=bool({"backward", "param_grad"} & self.needs), inputs=False,
+                               module_backward="backward" in self.needs)
+        # the steps a trend rule compares, plus the one being judged
+        trend = {rule for rule in self.config.names if {"min_steps", "growth_steps"} & set(self.config.rules[rule])}
+        longest = [int(v) for rule in trend for key, v in self.config.rules[rule].items()
+                   if key in ("min_steps", "growth_steps")]
+        self.history = max([2, *longest]) + 1
+        off = {f"{rule}.enabled": False for rule in trend}
+        self._split = (self._only(rules, off), self._only(rules, {f"{rule}.enabled": False for rule in
+                                                                 self.config.names if rule not in trend}))
+        self._disabled_by_split = (set(trend), set(self.config.names) - trend)
+        self.step_number = 0
+        self.findings: list[Finding] = []   # every finding reported so far, once per (rule, where)
+        self.evaluation: Evaluation | None = None  # the last evaluation (skipped rules and why, series)
+        self._seen: set[tuple[str, tuple[str | None, ...]]] = set()
+        self._sink = _Records()
+        self._session: Session | None = None
+        self._handles: list[Any] = []
+        self._previous: Session | None = None
+
+    @staticmethod
+    def _only(rules: Mapping[str, Any] | None, off: dict[str, bool]) -> RuleConfig:
+        """The user's configuration with the rules in `off` disabled (as long as the user had them on)."""
+        return RuleConfig.load({**dict(rules or {}), **off})
+
+    # -- context ----------------------------------------------------------------------------------------------------
+    def __enter__(self) -> "Watch":
+        if self._session is not None:
+            raise AlignerError("aligner.watch is already active; enter it once around the training loop")
+        if self.framework == Framework.MINDSPORE:
+            from aligner.dumping.mindspore_hooks import check_pynative
+
+            check_pynative()
+        self._session = Session(self._sink, self.step_number)
+        self._previous = activate(self._session)  # aligner.save probes ("loss", ...) reach the watch
+        if self.watched(self.step_number):
+            self._params(self.step_number)
+            self._install()
+        else:
+            self._session.open = False
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove every hook and stop recording (what leaving the `with` block does)."""
+        self._remove()
+        if self._session is not None:
+            self._session.open = False
+            activate(self._previous)
+            self._session = None
+
+    def watched(self, step: int) -> bool:
+        """Whether `step` (counted from 0 by `step()` calls) is recorded and checked."""
+        return step % self.every == 0
+
+    # -- one step ---------------------------------------------------------------------------------------------------
+    def step(self) -> list[Finding]:
+        """End of a training step (after the optimizer update): check it if it was watched, and return the findings
+        new at this step (each logged, or the first error raised as WatchError with on_finding="raise")."""
+        session = self._session
+        if session is None:
+            raise AlignerError("aligner.watch(...).step() outside its context: use `with aligner.watch(model) as w:` "
+                               "around the training loop and call w.step() at the end of each step")
+        current, following = self.step_number, self.step_number + 1
+        checked = self.watched(current)
+        session.next_step(following)
+        if checked or self.watched(following):
+            session.open = True
+            self._params(following)  # the values after this update: where the next step starts
+        self.step_number = following
+        if self.watched(following):
+            self._install()
+        else:
+            self._remove()
+            session.open = False
+        return self._check(current) if checked else []
+
+    def _check(self, step: int) -> list[Finding]:
+        """Evaluate the rules over the kept history; report findings not reported before, at most once each."""
+        records = self._sink.records
+        oldest = step - self.every * (self.history - 1)
+        if records and records[0].step < oldest:
+            self._sink.records = records = [r for r in records if r.step >= oldest]
+        framework = self.framework.value
+        now = [r for r in records if r.step == step or (r.step == step + 1 and r.kind == "param")]
+        history = [r for r in records if r.kind in _TREND_KINDS]
+        parts = (evaluate(now, self._split[0], framework=framework),
+                 evaluate(history, self._split[1], framework=framework))
+        self.evaluation = merged = Evaluation(steps=sorted({*parts[0].steps, *parts[1].steps}))
+        for part, split_off in zip(parts, self._disabled_by_split):
+            merged.findings.extend(part.findings)
+            merged.checked.extend(part.checked)
+            merged.notes.extend(part.notes)
+            merged.skipped.update({k: v for k, v in part.skipped.items() if k not in split_off})
+        merged.grad_norms, merged.update_ratios, merged.loss = parts[1].grad_norms, parts[0].update_ratios, \
+            parts[1].loss
+        new = []
+        for finding in self.evaluation.findings:
+            key = (finding.rule, finding.where)
+            if key not in self._seen:
+                self._seen.add(key)
+                new.append(finding)
+        self.findings.extend(new)
+        for finding in new:
+            if self.on_finding == "raise" and finding.severity == Severity.ERROR:
+                raise WatchError(finding)
+        for finding in new:
+            level = {Severity.ERROR: logging.ERROR, Severity.WARNING: logging.WARNING}.get(finding.severity,
+                                                                                       logging.INFO)
+            log.log(level, describe(finding))
+        return new
+
+    # -- recording --------------------------------------------------------------------------------------------------
+    def _hooks(self) -> Any:
+        if self.framework == Framework.MINDSPORE:
+            from aligner.dumping import mindspore_hooks as hooks
+        else:
+            from aligner.dumping import torch_hooks as hooks  # type: ignore[no-redef]
+        return hooks
+
+    def _install(self) -> None:
+        if self._handles or self._session is None or not (self.options.forward or self.options.backward):
+            return
+        try:
+            self._hooks().install(self.model, self._session, self.options, self._handles)
+        except BaseException:
+            self._remove()
+            raise
+
+    def _remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _params(self, step: int) -> None:
+        """Record every trainable parameter's value as `step` starts (what update ratios and frozen weights read)."""
+        session = self._session
+        if "param" not in self.needs or session is None:
+            return
+        for name, type_, value in self._hooks().state(self.model):
+            if type_ == "Parameter" and getattr(value, "requires_grad", True) and self.options.selects_name(name):
+                session.emit(name, type_, "param", "value", 0, value)
+
+
+def watch(model: Any, rules: Mapping[str, Any] | None = None, every: int = 1, on_finding: str = "log") -> Watch:
+    """Check `model`'s training live with `align check`'s rules (`rules` overrides thresholds as {"rule.key": value};
+    {"rule.enabled": False} turns one off): enter it around the loop and call `.step()` after each optimizer update.
+
+    Every `every`th step is recorded as in-memory statistics (no tensor copies, no files) and checked; at the first
+    step where a rule fires at a layer the finding is logged (logger "aligner"), or raised as WatchError with
+    on_finding="raise" when its severity is error. `.findings` lists everything reported so far.
+    """
+    return Watch(model, rules, every, on_finding)

@@ -1,0 +1,96 @@
+"""Time one training step of a twin model (torch and MindSpore) without `aligner.watch`, with it (all rules) and with
+the weight-gradient rules only.
+
+    .venv/bin/python scripts/bench_watch.py [--steps 40] [--batch 32] [--model cnn|block] [--every 1]
+
+Each mode trains its own copy of the same model (identical weights, the same input) so the three loops can run
+interleaved step by step: machine load hits every mode alike. A watched step is the user's step plus `w.step()` (the
+rules evaluated at its end). "grad rules" enables only the rules that read parameter gradients (vanishing, exploding,
+float16 underflow, gradient trend): no module hook is installed, only parameter gradient hooks.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from bench_dump import ms_step, torch_step
+from twin_models import make_twins
+
+from aligner.pipelines.check import RuleConfig
+from aligner.pipelines.check.watch import watch
+
+GRAD_RULES = ("vanishing-gradients", "exploding-gradients", "fp16-underflow", "gradient-trend")
+MODES = ("none", "all", "grads")
+
+
+def rules_for(mode: str) -> dict[str, Any] | None:
+    """The rules override of a mode: None (defaults: every rule) or only the weight-gradient rules enabled."""
+    if mode != "grads":
+        return None
+    return {f"{name}.enabled": name in GRAD_RULES for name in RuleConfig.load().names}
+
+
+def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int) -> dict[str, float]:
+    """Median seconds per step for each mode, interleaved step by step (two warm-up rounds dropped)."""
+    make = torch_step if framework == "torch" else ms_step
+    loops: dict[str, tuple[Callable[[], None], Any]] = {}
+    for mode in MODES:
+        tnet, mnet = make_twins(kind)
+        model = tnet if framework == "torch" else mnet
+        watcher = None if mode == "none" else watch(model, rules=rules_for(mode), every=every).__enter__()
+        loops[mode] = (make(model, x), watcher)
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    try:
+        for _ in range(steps + 2):
+            for mode, (step, watcher) in loops.items():
+                start = time.perf_counter()
+                step()
+                if watcher is not None:
+                    watcher.step()
+                times[mode].append(time.perf_counter() - start)
+    finally:
+        for _, watcher in loops.values():
+            if watcher is not None:
+                watcher.close()
+    return {mode: statistics.median(t[2:]) for mode, t in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--every", type=int, default=1, help="watch every Nth step")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--model", choices=("cnn", "block"), default="cnn", help="twin CNN or transformer block")
+    parser.add_argument("--frameworks", default="torch,mindspore")
+    args = parser.parse_args()
+    import logging
+
+    import mindspore as ms
+    import torch
+
+    logging.getLogger("aligner").setLevel(logging.CRITICAL)  # the benchmark times the check, not the log lines
+    torch.set_num_threads(args.threads)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    shape = (3, 16, 16) if args.model == "cnn" else (4, 16)
+    x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
+    print(f"twin {args.model}, batch {args.batch}, every {args.every}, median of {args.steps} interleaved steps, "
+          f"torch threads {args.threads}")
+    print(f"{'framework':<10} {'no watch':>10} {'all rules':>20} {'grad rules':>20}")
+    for name in args.frameworks.split(","):
+        base, every_rule, grads = timed(name, args.model, x, args.steps, args.every).values()
+        print(f"{name:<10} {base * 1e3:>8.2f}ms {every_rule * 1e3:>9.2f}ms ({every_rule / base:5.3f}x) "
+              f"{grads * 1e3:>9.2f}ms ({grads / base:5.3f}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The statistics computed inside the framework (aligner.dumping.fstats) against the numpy path (tensor_stats), in
+PyTorch and MindSpore: counts and min/max exactly, mean and L2 to 1e-12 relative (float64 sums in both)."""
+from __future__ import annotations
+
+import math
+
+import mindspore as ms
+import numpy as np
+import pytest
+import torch
+
+from aligner.dumping.fstats import mindspore_stats, stats_of, torch_stats
+from aligner.dumping.tensors import to_host
+from aligner.metrics.stats import STAT_KEYS, TINY, tensor_stats
+
+ms.set_context(mode=ms.PYNATIVE_MODE)
+RTOL = 1e-12  # mean and L2: float64 sums in a different order
+_rng = np.random.default_rng(0)
+CASES = {
+    "normal": _rng.standard_normal((64, 33)).astype(np.float32),
+    "large": _rng.standard_normal(200_003).astype(np.float32) * 1e3,
+    "nonfinite": np.array([1.0, np.nan, -np.inf, 0.0, 1e-6, 0.5, np.inf, -0.995], np.float32),
+    "all_nan": np.full(4, np.nan, np.float32),
+    "empty": np.zeros((0, 3), np.float32),
+    "zeros": np.zeros(10, np.float32),
+    "float64": _rng.standard_normal(100),
+    "float16": (_rng.standard_normal(300) * 1e-4).astype(np.float16),
+    "thresholds": np.array([0.0, TINY, np.nextafter(np.float32(TINY), 0), 0.01, 0.0100001, 0.99, 0.98999, -1.0],
+                           np.float32),
+    "int64": _rng.integers(-5, 5, 100).astype(np.int64),
+    "int32": _rng.integers(0, 3, (4, 5)).astype(np.int32),
+    "bool": np.array([True, False, True]),
+}
+
+
+def agree(got: dict, want: dict) -> None:
+    assert list(got) == list(want) == list(STAT_KEYS)
+    for key in STAT_KEYS:
+        a, b = got[key], want[key]
+        if key in ("mean", "l2") and a is not None and b is not None:
+            assert math.isclose(a, b, rel_tol=RTOL, abs_tol=1e-300), (key, a, b)
+        else:
+            assert a == b, (key, a, b)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_torch_ops_agree_with_numpy(name):
+    array = CASES[name]
+    agree(torch_stats(torch.from_numpy(array)), tensor_stats(array))
+    agree(stats_of(torch.from_numpy(array)), tensor_stats(array))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_mindspore_ops_agree_with_numpy(name):
+    array = CASES[name]
+    agree(mindspore_stats(ms.Tensor(array)), tensor_stats(array))
+    agree(stats_of(ms.Tensor(array)), tensor_stats(array))
+
+
+def test_bfloat16_in_both_frameworks():
+    values = _rng.standard_normal(1000).astype(np.float32) * 1e-3
+    t = torch.from_numpy(values).to(torch.bfloat16)
+    agree(torch_stats(t), tensor_stats(to_host(t)))
+    agree(stats_of(t), tensor_stats(to_host(t)))
+    m = ms.Tensor(values).astype(ms.bfloat16)
+    agree(mindspore_stats(m), tensor_stats(to_host(m)))
+    agree(stats_of(m), tensor_stats(to_host(m)))
+
+
+def test_non_contiguous_and_requires_grad_tensors():
+    base = torch.randn(8, 6, requires_grad=True)
+    view = base.t()[1:]
+    agree(torch_stats(view), tensor_stats(view.detach().numpy()))
+    agree(stats_of(view), tensor_stats(view.detach().numpy()))
+
+
+def test_new_keys_mean_what_they_say():
+    s = tensor_stats(np.array([0.0, 0.0, 1e-6, 0.005, 0.5, 0.995, -2.0, np.nan], np.float32))
+    assert s["numel"] == 8 and s["nan"] == 1
+    assert s["zeros"] == 2 / 8 and s["near_zero"] == 4 / 8 and s["near_one"] == 2 / 8
+    assert s["tiny"] == 1 / 6  # of the 6 nonzero elements (NaN is nonzero), one is below float16's smallest normal
+    assert tensor_stats(np.zeros(5, np.float32))["tiny"] == 0.0

@@ -1,0 +1,140 @@
+"""aligner.watch on real tiny training loops in PyTorch and MindSpore: a deep sigmoid MLP's vanishing gradients are
+caught at the first step with the layer named, on_finding="raise" raises, a healthy MLP trains 5 steps without an
+error finding, unwatched steps run without hooks, and a bad rules dict is one line."""
+from __future__ import annotations
+
+import logging
+
+import mindspore as ms
+import numpy as np
+import pytest
+import torch
+
+from aligner.core.errors import AlignerError
+from aligner.core.findings import Severity
+from aligner.pipelines.check.watch import WatchError, watch
+
+ms.set_context(mode=ms.PYNATIVE_MODE)
+WIDTH, DEPTH, BATCH = 16, 8, 32
+
+
+def weights(depth: int, gain: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(0)
+    return [((rng.standard_normal((WIDTH, WIDTH)) * gain / np.sqrt(WIDTH)).astype(np.float32),
+             np.zeros(WIDTH, np.float32)) for _ in range(depth)]
+
+
+def data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    return rng.standard_normal((BATCH, WIDTH)).astype(np.float32), rng.standard_normal((BATCH, WIDTH)).astype(
+        np.float32)
+
+
+def torch_loop(act: str, depth: int, gain: float, lr: float = 0.01):
+    """A Sequential of Linear + activation layers and a step function (forward, backward, SGD)."""
+    layers: list[torch.nn.Module] = []
+    for w, b in weights(depth, gain):
+        lin = torch.nn.Linear(WIDTH, WIDTH)
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(w))
+            lin.bias.copy_(torch.from_numpy(b))
+        layers += [lin, getattr(torch.nn, act)()]
+    model = torch.nn.Sequential(*layers[:-1])
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    x, y = (torch.from_numpy(a) for a in data())
+
+    def step() -> None:
+        opt.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+    return model, step
+
+
+def ms_loop(act: str, depth: int, gain: float, lr: float = 0.01):
+    """The same model as a MindSpore SequentialCell, stepped by value_and_grad + optimizer(grads)."""
+    cells: list[ms.nn.Cell] = []
+    for w, b in weights(depth, gain):
+        cells += [ms.nn.Dense(WIDTH, WIDTH, weight_init=ms.Tensor(w), bias_init=ms.Tensor(b)),
+                  getattr(ms.nn, act)()]
+    model = ms.nn.SequentialCell(cells[:-1])
+    opt = ms.nn.SGD(model.trainable_params(), learning_rate=lr)
+    x, y = (ms.Tensor(a) for a in data())
+    grad_fn = ms.value_and_grad(lambda a, b: ((model(a) - b) ** 2).mean(), None, opt.parameters)
+
+    def step() -> None:
+        _, grads = grad_fn(x, y)
+        opt(grads)
+    return model, step
+
+
+LOOPS = {"pytorch": torch_loop, "mindspore": ms_loop}
+
+
+@pytest.mark.parametrize("framework", sorted(LOOPS))
+def test_vanishing_gradients_caught_at_the_first_step_with_the_layer(framework, caplog):
+    model, step = LOOPS[framework]("Sigmoid", DEPTH, 1.0)
+    with caplog.at_level(logging.WARNING, logger="aligner"), watch(model) as w:
+        step()
+        new = w.step()
+    vanishing = [f for f in new if f.rule == "vanishing-gradients"]
+    assert vanishing and vanishing[0].step == 0 and vanishing[0].where == ("0.weight",)
+    assert vanishing[0].severity == Severity.ERROR and vanishing[0].fix
+    logged = [r.getMessage() for r in caplog.records if "vanishing-gradients" in r.getMessage()]
+    assert len(logged) == 1 and "0.weight" in logged[0] and "fix:" in logged[0]
+    assert w.step_number == 1
+
+
+@pytest.mark.parametrize("framework", sorted(LOOPS))
+def test_raise_stops_at_the_first_step(framework):
+    model, step = LOOPS[framework]("Sigmoid", DEPTH, 1.0)
+    with pytest.raises(WatchError) as info, watch(model, on_finding="raise") as w:
+        for _ in range(3):
+            step()
+            w.step()
+    assert info.value.finding.rule == "vanishing-gradients" and info.value.finding.step == 0
+    assert "\n" not in str(info.value) and "0.weight" in str(info.value)
+
+
+@pytest.mark.parametrize("framework", sorted(LOOPS))
+def test_healthy_model_trains_five_steps_without_error(framework):
+    model, step = LOOPS[framework]("ReLU", 3, 2 ** 0.5)
+    with watch(model, on_finding="raise") as w:
+        for _ in range(5):
+            step()
+            w.step()
+    assert not [f for f in w.findings if f.severity == Severity.ERROR], w.findings
+    assert w.evaluation is not None and "dead-relu" in w.evaluation.checked
+    assert "nonfinite" in w.evaluation.checked and "update-ratio" in w.evaluation.checked
+
+
+def test_every_and_weight_gradient_rules_only():
+    model, step = torch_loop("ReLU", 3, 2 ** 0.5)
+    grad_rules = {"vanishing-gradients", "exploding-gradients", "fp16-underflow", "gradient-trend"}
+    from aligner.pipelines.check import RuleConfig
+    rules = {f"{n}.enabled": n in grad_rules for n in RuleConfig.load().names}
+    with watch(model, rules=rules, every=2) as w:
+        assert w._handles and all(not m._forward_hooks for m in model.modules())  # parameter hooks only
+        for i in range(4):
+            step()
+            w.step()
+            assert bool(w._handles) == (i % 2 == 1)  # hooks only on the watched steps (0, 2, ...)
+    kinds = {(r.step, r.kind) for r in w._sink.records}
+    assert kinds == {(0, "param_grad"), (2, "param_grad")}
+    assert all(not m._forward_hooks for m in model.modules()) and not w._handles
+
+
+@pytest.mark.parametrize("rules, every, on_finding", [
+    ({"no-such-rule.enabled": False}, 1, "log"), ({"dead-relu.zeros": "lots"}, 1, "log"), ("dead-relu", 1, "log"),
+    (None, 0, "log"), (None, 1, "print")])
+def test_bad_arguments_are_one_line(rules, every, on_finding):
+    model, _ = torch_loop("ReLU", 2, 1.0)
+    with pytest.raises(AlignerError) as info:
+        watch(model, rules=rules, every=every, on_finding=on_finding)
+    assert "\n" not in str(info.value)
+
+
+def test_step_outside_the_context_is_one_line():
+    model, _ = torch_loop("ReLU", 2, 1.0)
+    with pytest.raises(AlignerError) as info:
+        watch(model).step()
+    assert "\n" not in str(info.value)
