@@ -69,7 +69,8 @@ def test_wheel_ships_the_rules_and_runs_outside_the_checkout(installed, tmp_path
                            cwd=work, env=dict(os.environ, PYTHONPATH=str(installed)), capture_output=True,
                            text=True, check=True).stdout.strip()
     assert Path(found).is_relative_to(installed), found  # the wheel's copy, not the checkout's
-    assert (installed / "aligner" / "mappings" / "torch_mindspore.yaml").is_file()
+    shipped = {p.name for p in (installed / "aligner" / "mappings").glob("*.yaml")}
+    assert shipped == {p.name for p in (Path(__file__).resolve().parents[1] / "mappings").glob("*.yaml")}, shipped
 
     _torch_checkpoint(work / "model.pth")
     proc = _run_installed(installed, work, "convert", "model.pth", "-o", "model.ckpt")
@@ -84,6 +85,10 @@ def test_wheel_ships_the_rules_and_runs_outside_the_checkout(installed, tmp_path
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = json.loads((work / "result.json").read_text())
     assert result["findings"][0]["module"] == "l1"
+    # the health rules (mappings/check_rules.yaml) load from the wheel too
+    proc = _run_installed(installed, work, "check", a.name, "--json", "health.json")
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert json.loads((work / "health.json").read_text())["checked"], proc.stdout
 
 
 def _mode(path: Path) -> int:
