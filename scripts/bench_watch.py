@@ -1,7 +1,7 @@
 """Time one training step of a twin model (torch and MindSpore) without `aligner.watch`, with it (all rules) and with
 the weight-gradient rules only.
 
-    .venv/bin/python scripts/bench_watch.py [--steps 40] [--batch 32] [--model cnn|block] [--every 1]
+    .venv/bin/python scripts/bench_watch.py [--steps 40] [--batch 32] [--model cnn|block] [--every 1] [--sync]
 
 Each mode trains its own copy of the same model (identical weights, the same input) so the three loops can run
 interleaved step by step: machine load hits every mode alike. A watched step is the user's step plus `w.step()` (the
@@ -39,15 +39,18 @@ def rules_for(mode: str) -> dict[str, Any] | None:
     return {f"{name}.enabled": name in GRAD_RULES for name in RuleConfig.load().names}
 
 
-def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int) -> dict[str, float]:
-    """Median seconds per step for each mode, interleaved step by step (two warm-up rounds dropped)."""
+def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int, sync: bool = False) -> dict[str, float]:
+    """Median seconds per step for each mode, interleaved step by step (two warm-up rounds dropped); `sync`: each timed
+    step ends by waiting for MindSpore's queued ops (its own work, not the previous mode's, lands in its time)."""
     make = torch_step if framework == "torch" else ms_step
     loops: dict[str, tuple[Callable[[], None], Any]] = {}
+    waits: dict[str, Callable[[], Any] | None] = {}
     for mode in MODES:
         tnet, mnet = make_twins(kind)
         model = tnet if framework == "torch" else mnet
         watcher = None if mode == "none" else watch(model, rules=rules_for(mode), every=every).__enter__()
         loops[mode] = (make(model, x), watcher)
+        waits[mode] = _synchronizer(model) if sync and framework == "mindspore" else None
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
     try:
         for _ in range(steps + 2):
@@ -56,12 +59,21 @@ def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int) -> d
                 step()
                 if watcher is not None:
                     watcher.step()
+                if waits[mode] is not None:
+                    waits[mode]()
                 times[mode].append(time.perf_counter() - start)
     finally:
         for _, watcher in loops.values():
             if watcher is not None:
                 watcher.close()
     return {mode: statistics.median(t[2:]) for mode, t in times.items()}
+
+
+def _synchronizer(model: Any) -> Callable[[], Any]:
+    """What waits for a MindSpore model's queued step (PyNative runs ops asynchronously): reading a parameter the
+    optimizer updated, its last op (mindspore.runtime.synchronize refuses the CPU target)."""
+    param = model.trainable_params()[0]
+    return param.asnumpy
 
 
 def main() -> None:
@@ -72,6 +84,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--model", choices=("cnn", "block"), default="cnn", help="twin CNN or transformer block")
     parser.add_argument("--frameworks", default="torch,mindspore")
+    parser.add_argument("--sync", action="store_true", help="end every timed step (all modes) by waiting for "
+                        "MindSpore's queued ops: otherwise an unwatched step's pending work is timed in the next mode")
     args = parser.parse_args()
     import logging
 
@@ -84,10 +98,10 @@ def main() -> None:
     shape = (3, 16, 16) if args.model == "cnn" else (4, 16)
     x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
     print(f"twin {args.model}, batch {args.batch}, every {args.every}, median of {args.steps} interleaved steps, "
-          f"torch threads {args.threads}")
+          f"torch threads {args.threads}{', synchronised' if args.sync else ''}")
     print(f"{'framework':<10} {'no watch':>10} {'all rules':>20} {'grad rules':>20}")
     for name in args.frameworks.split(","):
-        base, every_rule, grads = timed(name, args.model, x, args.steps, args.every).values()
+        base, every_rule, grads = timed(name, args.model, x, args.steps, args.every, args.sync).values()
         print(f"{name:<10} {base * 1e3:>8.2f}ms {every_rule * 1e3:>9.2f}ms ({every_rule / base:5.3f}x) "
               f"{grads * 1e3:>9.2f}ms ({grads / base:5.3f}x)")
 

@@ -138,3 +138,47 @@ def test_step_outside_the_context_is_one_line():
     with pytest.raises(AlignerError) as info:
         watch(model).step()
     assert "\n" not in str(info.value)
+
+
+def test_watch_finds_what_align_check_finds_in_a_dump_of_the_same_steps(tmp_path):
+    """The same training run watched and dumped (stats only, parameter values): the same findings, rule, layer and
+    step (the watch's batched statistics and `align check`'s per-record ones feed the same rules)."""
+    import aligner
+    from aligner.pipelines.check import check
+
+    def net_and_step(frozen: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32),
+                                    torch.nn.Sigmoid(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 4))
+        with torch.no_grad():
+            model[2].weight.mul_(500.0)      # saturated sigmoid
+            model[4].bias.fill_(-5.0)        # dead ReLU
+        params = [p for n, p in model.named_parameters() if not (frozen and n.startswith("6."))]
+        opt = torch.optim.SGD(params, lr=0.5)   # 6.* left out of the optimizer: frozen weights
+        rng = np.random.default_rng(3)
+        batches = [(torch.from_numpy(rng.standard_normal((16, 8)).astype(np.float32)),
+                    torch.from_numpy(rng.standard_normal((16, 4)).astype(np.float32))) for _ in range(4)]
+
+        def step(i: int) -> None:
+            opt.zero_grad()
+            loss = ((model(batches[i][0]) - batches[i][1]) ** 2).mean()
+            aligner.save("loss", loss.detach())
+            loss.backward()
+            opt.step()
+        return model, step
+
+    watched, step_w = net_and_step(True)
+    dumped, step_d = net_and_step(True)
+    with watch(watched) as w:
+        for i in range(4):
+            step_w(i)
+            w.step()
+    for i in range(4):
+        with aligner.dump(dumped, tmp_path / "d", step=i, params=True, stats_only=True):
+            step_d(i)
+    report = check(tmp_path / "d")
+    seen = {(f.rule, f.where, f.step) for f in w.findings if f.severity != Severity.INFO}
+    found = {(f.rule, f.where, f.step) for f in report.evaluation.findings if f.severity != Severity.INFO}
+    assert {"frozen-weights", "dead-relu", "saturated-activations"} <= {rule for rule, _, _ in seen}, seen
+    assert seen == found

@@ -5,26 +5,36 @@
             loss = loss_fn(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
             w.step()                       # MindSpore: loss, grads = grad_fn(x, y); opt(grads); w.step()
 
-Each watched step records, in memory and as statistics only (computed where each tensor lives: no host copy of a
-tensor, no file), what the enabled rules read: module forward outputs, module gradients, parameter gradients,
-parameter values at the step's start and end (update ratios) and `aligner.save` probes ("loss", ...). `step()` runs
-the rules over the last few steps' records and, at the first step where a rule fires at a place, logs the finding
-(logger "aligner") or, with on_finding="raise", raises `WatchError` carrying it (error severity; warnings are logged).
+Each watched step records, in memory and as statistics only (no file), what the enabled rules read: module forward
+outputs, module gradients, parameter gradients, parameter values at the step's start and end (update ratios) and
+`aligner.save` probes ("loss", ...). Hooks only keep float32/float64 CPU tensors (a copy of a torch forward output or
+probe, which a later in-place op could change; gradients and MindSpore tensors by reference); `step()` computes their
+statistics in one batch (segment reductions over one concatenation; one wait for MindSpore's queued ops instead of one
+per tensor), the rules' extrema only for module gradients and for forward outputs no activation rule judges. Other
+tensors (accelerators, 16-bit floats) get theirs at once where they live. `step()` then runs the rules over the last
+few steps' records and, at the first step where a rule fires at a place, logs the finding (logger "aligner") or, with
+on_finding="raise", raises `WatchError` carrying it (error severity; warnings are logged).
 Steps that are not watched (`every`) run with no hook installed at all.
 """
 from __future__ import annotations
 
 import logging
+import sys
 from types import TracebackType
 from typing import Any, Mapping
 
+import numpy as np
+
+from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
+from aligner.dumping.fstats import stats_of
 from aligner.dumping.manifest import Record
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session, activate
-from aligner.dumping.tensors import model_framework
+from aligner.dumping.tensors import model_framework, shape_of
+from aligner.metrics.stats import batch_extrema, batch_stats
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.rules import Evaluation, evaluate
 
@@ -75,7 +85,7 @@ def describe(finding: Finding) -> str:
 
 
 class _Records:
-    """The in-memory sink of a watch: records with their statistics (computed at emit time), never tensors."""
+    """The in-memory sink of a watch: records with their statistics, never tensors."""
 
     host_arrays = False
 
@@ -88,6 +98,82 @@ class _Records:
 
     def close(self) -> None:
         """Nothing to flush."""
+
+
+class _Deferred(Session):
+    """A session whose CPU float32/float64 records get their statistics once per step, in one batch (`flush`): a hook
+    only keeps the tensor (a copy of a forward output, which a later in-place op could change; a gradient itself, which
+    autograd then no longer reuses in place); other tensors get theirs at once, where they live. Normalisation buffers
+    (no rule reads them) are numbered, not recorded."""
+
+    def __init__(self, sink: _Records, step: int, counted: frozenset[str]) -> None:
+        super().__init__(sink, step)
+        self.records = sink
+        self.counted = counted  # forward outputs of these module types get every statistic; others their extrema
+        self.pending: list[tuple[Record, Any]] = []
+        self._ms_cpu: bool | None = None
+
+    def emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
+             call: int | None = None, parent: str | None = None, source: str | None = None,
+             arg: str | None = None) -> int:
+        """Number the record; keep the tensor for `flush` (or compute its statistics now)."""
+        if kind == "buffer":
+            with self._lock:
+                self.seq += 1
+                return self.seq - 1
+        dtype = tensor.dtype  # read once: a MindSpore tensor's dtype costs tens of microseconds
+        held = self._hold(tensor, kind, dtype)
+        stats = None if held is not None else stats_of(tensor)
+        with self._lock:
+            seq = self.seq
+            self.seq += 1
+            record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index, dtype=canonical(dtype),
+                            shape=shape_of(tensor), step=self.step, stats=stats, call=call, parent=parent,
+                            source=source, arg=arg)
+            self.pending.append((record, held))
+        return seq
+
+    def _hold(self, tensor: Any, kind: str, dtype: Any) -> Any:
+        """What `flush` reads for this tensor, or None to compute its statistics now."""
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(tensor, torch.Tensor):
+            if tensor.device.type != "cpu" or tensor.layout != torch.strided or \
+                    dtype not in (torch.float32, torch.float64):
+                return None
+            if kind in ("backward", "param_grad") and tensor._base is None and not tensor.requires_grad:
+                return tensor  # held: autograd's use count check then copies instead of stealing it
+            return tensor.detach() if kind == "param" else tensor.detach().clone()  # params: flushed at once
+        ms = sys.modules.get("mindspore")
+        if ms is not None and isinstance(tensor, ms.Tensor) and dtype in (ms.float32, ms.float64):
+            if self._ms_cpu is None:  # the context's target, not tensor.device (which waits for every queued op)
+                self._ms_cpu = str(ms.get_context("device_target")).upper().startswith("CPU")
+            return tensor if self._ms_cpu else None  # MindSpore ops return new tensors: a reference is enough
+        return None
+
+    def flush(self) -> None:
+        """Compute the statistics of every kept tensor in one batch and hand the records to the sink, in order."""
+        pending, self.pending = self.pending, []
+        for light, compute in ((False, batch_stats), (True, batch_extrema)):
+            held = [(r, t) for r, t in pending if t is not None and self._light(r) == light]
+            if held:
+                for (record, _), stats in zip(held, compute([_host_view(t) for _, t in held])):
+                    record.stats = stats
+        self.records.records.extend(record for record, _ in pending)
+
+
+    def _light(self, record: Record) -> bool:
+        """Whether the rules read only a record's extrema and NaN/Inf counts: module gradients (nonfinite,
+        fp16-overflow) and forward outputs but those of the activations dead-relu/saturated-activations judge."""
+        return record.kind == "backward" or (record.kind == "forward" and record.type not in self.counted)
+
+
+def _host_view(tensor: Any) -> np.ndarray:
+    """A CPU tensor's data as numpy, without a copy."""
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    if hasattr(tensor, "asnumpy"):
+        return tensor.asnumpy()  # the first one waits for MindSpore's queued ops; the rest are views
+    return tensor.detach().numpy()
 
 
 class Watch:
@@ -124,7 +210,7 @@ class Watch:
         self.evaluation: Evaluation | None = None  # the last evaluation (skipped rules and why, series)
         self._seen: set[tuple[str, tuple[str | None, ...]]] = set()
         self._sink = _Records()
-        self._session: Session | None = None
+        self._session: _Deferred | None = None
         self._handles: list[Any] = []
         self._previous: Session | None = None
 
@@ -141,10 +227,13 @@ class Watch:
             from aligner.dumping.mindspore_hooks import check_pynative
 
             check_pynative()
-        self._session = Session(self._sink, self.step_number)
+        counted = frozenset(t for rule, keys in (("dead-relu", ("types",)), ("saturated-activations", (
+            "sigmoid", "tanh"))) for key in keys for t in self.config(rule, key))
+        self._session = _Deferred(self._sink, self.step_number, counted)
         self._previous = activate(self._session)  # aligner.save probes ("loss", ...) reach the watch
         if self.watched(self.step_number):
             self._params(self.step_number)
+            self._session.flush()
             self._install()
         else:
             self._session.open = False
@@ -180,6 +269,7 @@ class Watch:
         if checked or self.watched(following):
             session.open = True
             self._params(following)  # the values after this update: where the next step starts
+        session.flush()
         self.step_number = following
         if self.watched(following):
             self._install()
