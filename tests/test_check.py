@@ -304,3 +304,31 @@ def test_cli_bad_rule_and_all_skipped(tmp_path: Path, capsys: pytest.CaptureFixt
     proc = align_in_process(capsys, "check", dump, *off)
     assert_one_line_error(proc, "every rule was skipped", "loss-trend")
     shutil.rmtree(dump)
+
+
+def test_a_gradient_that_is_rounding_noise_is_not_a_frozen_weight(tmp_path):
+    """An attention key bias gets exactly 0 gradient in theory (softmax ignores a constant per query): in float32 its
+    gradient is noise ~1e-8 of the others and its update is below rounding, so the weight 'does not change'. That is
+    not a parameter missing from the optimizer (the demo model showed it), and its noise is not float16 underflow."""
+    import torch
+
+    import aligner
+    from aligner.pipelines.check import check
+
+    torch.manual_seed(0)
+    q, k = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+    model = torch.nn.ModuleDict({"q": q, "k": k})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 5, 8)
+    for step in range(2):
+        with aligner.dump(model, tmp_path / "d", step=step, params=True, backward=True):
+            att = torch.softmax(q(x) @ k(x).transpose(1, 2), dim=-1)
+            loss = (att @ x).square().mean()
+            opt.zero_grad()
+            loss.backward()
+        opt.step()
+    report = check(tmp_path / "d")
+    assert not [f for f in report.findings if f.rule in ("frozen-weights", "fp16-underflow")], report.findings
+    # with the noise threshold off, the same run is (wrongly) flagged: the test can fail
+    strict = check(tmp_path / "d", rules={"frozen-weights.negligible": 0.0, "fp16-underflow.negligible": 0.0})
+    assert any(f.rule == "frozen-weights" and "k.bias" in f.where for f in strict.findings), strict.findings

@@ -145,7 +145,9 @@ def rule_fp16_underflow(ctx: _Ctx) -> list[Finding]:
     """At the first step where any are, the parameter gradients whose nonzero values are mostly below float16's
     smallest normal."""
     fraction, least = ctx.config("fp16-underflow", "tiny_fraction"), ctx.config("fp16-underflow", "min_numel")
-    grads = [r for s in ctx.view.order for r in ctx.view.steps[s].grads.values() if numel(r) >= least]
+    noise = _negligible(ctx, "fp16-underflow")
+    grads = [r for s in ctx.view.order for r in ctx.view.steps[s].grads.values()
+             if numel(r) >= least and (s, r.module) not in noise]
     _need(ctx, grads, "tiny", f"parameter gradients of {least}+ elements")
     for s in ctx.view.order:
         hit = [(r, float((ctx.view.stats(r) or {}).get("tiny") or 0.0)) for r in grads if r.step == s]
@@ -263,12 +265,27 @@ def _updates(ctx: _Ctx) -> list[tuple[int, str, float, float, bool]]:
     return out
 
 
+def _negligible(ctx: _Ctx, rule: str) -> set[tuple[int, str]]:
+    """(step, parameter) of the gradients below `rule.negligible` x the step's median parameter-gradient norm: the
+    rounding noise of a gradient that is exactly 0 in theory, which no optimizer step can turn into an update."""
+    factor = ctx.config(rule, "negligible")
+    out = set()
+    for s in ctx.view.order:
+        norms = {n: ctx.view.grad_norm(r) for n, r in ctx.view.steps[s].grads.items()}
+        finite = sorted(v for v in norms.values() if v is not None and math.isfinite(v) and v > 0)
+        if finite:
+            median = finite[len(finite) // 2]
+            out |= {(s, n) for n, v in norms.items() if v is not None and v < factor * median}
+    return out
+
+
 def rule_frozen(ctx: _Ctx) -> list[Finding]:
     """A parameter with a nonzero gradient whose value did not change over a step."""
     rtol = ctx.config("frozen-weights", "rtol")
+    noise = _negligible(ctx, "frozen-weights")
     found, seen = [], set()
     for t, name, delta, norm, exact in _updates(ctx):
-        if name in seen or delta > rtol * norm or (not exact and delta > 0):
+        if name in seen or delta > rtol * norm or (not exact and delta > 0) or (t, name) in noise:
             continue
         seen.add(name)
         how = "" if exact else " (its statistics are identical)"
