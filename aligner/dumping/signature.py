@@ -79,10 +79,15 @@ def _opaque(value: Any) -> dict[str, str]:
     return {"repr": text if len(text) <= _REPR_MAX else text[:_REPR_MAX] + "...", "type": type(value).__name__}
 
 
+class MalformedCallError(AlignerError):
+    """A recorded call signature that `describe` cannot have written (a damaged or hand-edited manifest)."""
+
+
 def restore(structure: dict[str, Any], tensors: list[Any], dtype: Callable[[str], Any] = lambda name: name
             ) -> tuple[list[Any], dict[str, Any]]:
     """(args, kwargs) back from `describe`'s structure, tensors taken from `tensors` by index; `dtype` turns a
-    canonical dtype name into the target framework's dtype. An opaque value raises AlignerError naming it."""
+    canonical dtype name into the target framework's dtype. An opaque value raises AlignerError naming it, a
+    malformed structure MalformedCallError."""
 
     def build(value: Any) -> Any:
         if isinstance(value, list):
@@ -91,23 +96,28 @@ def restore(structure: dict[str, Any], tensors: list[Any], dtype: Callable[[str]
             return value
         if "tensor" in value:
             index = value["tensor"]
-            if not isinstance(index, int) or not 0 <= index < len(tensors):
-                raise AlignerError(f"the recorded call names input {index!r}, which the dump does not hold")
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(tensors):
+                raise MalformedCallError(f"the recorded call names input {index!r:.40}, which the dump does not hold")
             return tensors[index]
-        if "tuple" in value:
+        if "tuple" in value and isinstance(value["tuple"], list):
             return tuple(build(v) for v in value["tuple"])
-        if "dict" in value:
-            return {k: build(v) for k, v in value["dict"].items()}
-        if "float" in value:
+        if "dict" in value and isinstance(value["dict"], dict):
+            return {str(k): build(v) for k, v in value["dict"].items()}
+        if "float" in value and value["float"] in ("inf", "-inf", "nan"):
             return float(value["float"])
-        if "dtype" in value:
-            return dtype(value["dtype"])
+        if "dtype" in value and isinstance(value["dtype"], str):
+            try:
+                return dtype(value["dtype"])
+            except AlignerError as exc:
+                raise MalformedCallError(f"the recorded call passed dtype {value['dtype']!r:.40}: {exc}") from None
+        if "repr" not in value:
+            raise MalformedCallError(f"the recorded call holds {str(value)[:60]}, which no dump writes")
         raise AlignerError(f"the recorded call passed a {value.get('type', '?')} ({value.get('repr', '?')}), which "
                            "a replay cannot rebuild from the dump")
 
     args, kwargs = structure.get("args", []), structure.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
-        raise AlignerError("the recorded call signature is malformed (args must be a list, kwargs an object)")
+        raise MalformedCallError("the recorded call signature is malformed (args must be a list, kwargs an object)")
     return [build(v) for v in args], {str(k): build(v) for k, v in kwargs.items()}
 
 

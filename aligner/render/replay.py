@@ -9,7 +9,7 @@ from aligner.pipelines.replay.result import ReplayResult, ReplayStatus, ReplayVe
 from aligner.render.jsonout import write_json
 
 _STYLE = {ReplayStatus.LOCAL: "bold red", ReplayStatus.INHERITED: "yellow", ReplayStatus.SKIPPED: "dim",
-          ReplayStatus.OK: "green"}
+          ReplayStatus.ERROR: "red", ReplayStatus.OK: "green"}
 _CONTEXT = 2  # OK rows shown before a non-OK one without --all
 
 
@@ -51,12 +51,13 @@ def summary(result: ReplayResult) -> str:
     """The verdict in words: which module makes its own error, or that the error accumulates."""
     counts = {s: sum(1 for r in result.rows if r.status is s) for s in ReplayStatus}
     tally = (f"{len(result.rows)} calls replayed: {counts[ReplayStatus.OK]} agree, {counts[ReplayStatus.LOCAL]} own "
-             f"error, {counts[ReplayStatus.INHERITED]} inherited, {counts[ReplayStatus.SKIPPED]} skipped")
+             f"error, {counts[ReplayStatus.INHERITED]} inherited, {counts[ReplayStatus.SKIPPED]} skipped"
+             + (f", {counts[ReplayStatus.ERROR]} not replayable (damaged dump)" if counts[ReplayStatus.ERROR] else ""))
     if len(result.steps) > 1:
         tally += (f" (step {result.step} of the dumped steps {', '.join(map(str, result.steps))}: --step picks one; "
                   "the model must hold the weights that step started from)")
     skipped = [result.rows[i] for i in result.skipped]
-    notes = "".join(f"\n  skipped {r.module} ({r.phase}): {r.reason}" for r in skipped[:5])
+    notes = "".join(f"\n  {r.status.value} {r.module} ({r.phase}): {r.reason}" for r in skipped[:5])
     if len(skipped) > 5:
         notes += f"\n  ... and {len(skipped) - 5} more skipped"
     verdict = result.verdict
@@ -85,6 +86,11 @@ def summary(result: ReplayResult) -> str:
         text = (f"ACCUMULATED: no module exceeds its tolerance on the reference's inputs{largest}, yet the runs part "
                 f"at {row.module} ({_err(row.total)}): the error grows a little at every layer, float rounding rather "
                 "than one wrong layer; calibrate the tolerance on float64 noise (align compare --calibrate)")
+    elif result.errors or result.problems:
+        what = [f"{len(result.errors)} call(s) could not be replayed"] if result.errors else []
+        what += [f"{len(result.problems)} manifest line(s) did not parse ({result.problems[0]})"] \
+            if result.problems else []
+        text = f"INCOMPLETE: the replayed modules agree, but {' and '.join(what)}: not checked, so not passed"
     else:
         text = "PASSED: every replayed module agrees with the reference within its tolerance"
     return f"{tally}\n{text}{notes}"

@@ -17,7 +17,8 @@ class ReplayStatus(str, enum.Enum):
     OK = "ok"                  # its own output agrees, and so did its run's
     LOCAL = "local"            # replayed on the reference's inputs, it still differs: its own error
     INHERITED = "inherited"    # its run differs, but on the reference's inputs it agrees: the error came in
-    SKIPPED = "skipped"        # could not be replayed (`reason` says why)
+    SKIPPED = "skipped"        # not replayable by design (`reason` says why: a value kept only as its repr, ...)
+    ERROR = "error"            # could not be replayed: the dump is damaged (unreadable tensor, malformed call)
 
     def __str__(self) -> str:
         return self.value
@@ -53,11 +54,12 @@ class ReplayRow:
     inherited: Metrics | None = None
     total: Metrics | None = None
     reason: str | None = None   # why it was not replayed
+    damaged: bool = False       # ... because the dump is damaged
 
     @property
     def status(self) -> ReplayStatus:
         if self.local is None:
-            return ReplayStatus.SKIPPED
+            return ReplayStatus.ERROR if self.damaged else ReplayStatus.SKIPPED
         if self.local.diverged:
             return ReplayStatus.LOCAL
         return ReplayStatus.INHERITED if self.total is not None and self.total.diverged else ReplayStatus.OK
@@ -83,6 +85,7 @@ class ReplayResult:
     tolerance: ToleranceSpec = dataclasses.field(default_factory=ToleranceSpec)
     step: int = 0                                         # the step replayed
     steps: list[int] = dataclasses.field(default_factory=list)   # the steps the reference dump holds
+    problems: list[str] = dataclasses.field(default_factory=list)  # manifest lines that did not parse, both sides
 
     @property
     def culprit(self) -> int | None:
@@ -138,7 +141,12 @@ class ReplayResult:
 
     @property
     def skipped(self) -> list[int]:
-        return [i for i, r in enumerate(self.rows) if r.status is ReplayStatus.SKIPPED]
+        """Rows not replayed: by design (SKIPPED) or because the dump is damaged (ERROR)."""
+        return [i for i, r in enumerate(self.rows) if r.status in (ReplayStatus.SKIPPED, ReplayStatus.ERROR)]
+
+    @property
+    def errors(self) -> list[int]:
+        return [i for i, r in enumerate(self.rows) if r.status is ReplayStatus.ERROR]
 
     @property
     def passed(self) -> bool:
@@ -149,11 +157,15 @@ class ReplayResult:
 
     @property
     def exit_code(self) -> ExitCode:
-        return ExitCode.OK if self.passed else ExitCode.FOUND
+        """1 a module differs (or the error accumulates); else 2 when the dump was damaged (rows that could not be
+        replayed, manifest lines that did not parse): what was not checked is not reported as agreeing; else 0."""
+        if not self.passed:
+            return ExitCode.FOUND
+        return ExitCode.USAGE if self.errors or self.problems else ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "replayed": self.replayed, "verdict": self.verdict.value,
                 "passed": self.passed, "exit_code": int(self.exit_code), "culprit": self.culprit,
                 "parent_code": self.parent_code, "blame": self.blame, "step": self.step, "steps": self.steps,
-                "first_total": self.first_total, "tolerance": self.tolerance.to_dict(),
+                "first_total": self.first_total, "tolerance": self.tolerance.to_dict(), "problems": self.problems,
                 "rows": [r.to_dict() for r in self.rows]}

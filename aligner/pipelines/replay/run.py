@@ -20,7 +20,7 @@ from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.dumping import dump
-from aligner.dumping.signature import restore
+from aligner.dumping.signature import MalformedCallError, restore
 from aligner.dumping.tensors import model_framework, tensors_in, to_host
 from aligner.mapping import load_user_map
 from aligner.metrics.measure import Metrics, compare_arrays
@@ -151,23 +151,30 @@ def _pair_inputs(ref: _Call, other: _Call) -> dict[int, int] | str:
             "that their shapes do not pair")
 
 
+class _Damaged(str):
+    """Why a call was not replayed, when the reason is a damaged dump (unreadable tensor, malformed signature)."""
+
+
 def _arguments(run: Runner, ref: _Call, other: _Call, ref_inputs: dict[int, np.ndarray | None]
                ) -> tuple[list[Any], dict[str, Any]] | str:
-    """The other side's call, with its own signature and the reference's input tensors (or why not)."""
+    """The other side's call, with its own signature and the reference's input tensors (or why not: a `_Damaged`
+    reason when the dump is at fault)."""
     pairing = _pair_inputs(ref, other)
     if isinstance(pairing, str):
         return pairing
     tensors = []
     for j in range(len(other.inputs)):
         if j not in pairing or ref_inputs.get(pairing[j]) is None:
-            return f"the reference's input {pairing.get(j, j)} could not be read"
+            return _Damaged(f"the reference's input {pairing.get(j, j)} could not be read")
         dtype = other.inputs[j].record.dtype if j in other.inputs else ref.inputs[pairing[j]].record.dtype
         tensors.append(run.tensor(ref_inputs[pairing[j]], dtype))  # type: ignore[arg-type]
     if other.signature is None or other.signature.args is None:
         return tensors, {}  # no call record (an older dump): positional, in order
     try:
         return restore(other.signature.args, tensors, run.dtype)
-    except AlignerError as exc:
+    except MalformedCallError as exc:
+        return _Damaged(str(exc))
+    except AlignerError as exc:  # a value the dump kept only as its repr: not replayable, by design
         return str(exc)
 
 
@@ -223,8 +230,9 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
     model_modules = run.modules(model)
     _check_model(model_modules, (other_calls[k].module for k in twins.values() if k in other_calls),
                  sorted({name for _, name in other.params}), _state_names(model, framework), other.root)
-    modes = {(c.step, c.module): bool(c.signature.attrs["training"]) for c in other_calls.values()
-             if c.signature is not None and c.signature.attrs and "training" in c.signature.attrs}
+    modes = {(c.step, c.module): c.signature.attrs["training"] for c in other_calls.values()
+             if c.signature is not None and c.signature.attrs
+             and isinstance(c.signature.attrs.get("training"), bool)}  # anything else: as the module is
     rows = []
     saved = run.state(model)  # a training-mode replay moves running statistics: the model is left as it was found
     try:
@@ -246,7 +254,8 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
         paths = sorted({c.module for c in ref_calls.values()} | {c.module for c in other_calls.values()})
         raise AlignerError(f"no recorded module call matches modules={modules!r}{_nearest(modules or '', paths)}")
     return ReplayResult(f"{reference.root} ({reference.framework})",
-                        label or f"{other.root} ({other.framework}), re-run live", rows, tolerance, step, steps)
+                        label or f"{other.root} ({other.framework}), re-run live", rows, tolerance, step, steps,
+                        reference.problems + other.problems)
 
 
 def _regex(modules: str | None) -> re.Pattern[str] | None:
@@ -281,7 +290,7 @@ def _forward_row(run: Runner, module: Any, ref: _Call, other: _Call, spec: Toler
                         _compare(_arrays(other.buffers), _arrays(ref.buffers), tol)])
     call = _arguments(run, ref, other, ref_in)
     if isinstance(call, str):
-        row.reason = call
+        row.reason, row.damaged = call, isinstance(call, _Damaged)
         return row
     previous = run.set_training(module, training) if training is not None else None
     try:
@@ -297,7 +306,9 @@ def _forward_row(run: Runner, module: Any, ref: _Call, other: _Call, spec: Toler
     row.local = _worst([_compare(dict(enumerate(outputs)), ref_out, tol),
                         _compare(after, _arrays(ref.buffers), tol)])
     if row.local is None:
-        row.reason = "no output pairs with a recorded reference output"
+        row.damaged = any(it.error for it in ref.outputs.values())
+        row.reason = "the reference's recorded output could not be read" if row.damaged else \
+            "no output pairs with a recorded reference output"
     return row
 
 
@@ -334,7 +345,7 @@ def _backward_rows(run: Runner, model_modules: dict[str, Any], reference: Source
         row.total = _compare({i: _array(it) for i, it in own.get("grad_input", {}).items()}, g_in, tol)
         call = _arguments(run, ref_call, other_call, {i: _array(it) for i, it in ref_call.inputs.items()})
         if isinstance(call, str):
-            row.reason = call
+            row.reason, row.damaged = call, isinstance(call, _Damaged)
             continue
         module = model_modules[other_call.module]
         training = modes.get((other_call.step, other_call.module))

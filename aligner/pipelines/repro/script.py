@@ -12,6 +12,7 @@ import keyword
 import textwrap
 from typing import Any
 
+from aligner.core.dtypes import NUMPY
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.core.tolerance import Tolerance
@@ -50,7 +51,7 @@ def literal(value: Any, framework: Framework, tensors: str = "x") -> str:
         return "{" + ", ".join(f"{k!r}: {literal(v, framework, tensors)}" for k, v in value["dict"].items()) + "}"
     if "float" in value and value["float"] in ("inf", "-inf", "nan"):
         return f"float({value['float']!r})"
-    if "dtype" in value and isinstance(value["dtype"], str) and identifier(value["dtype"]):
+    if "dtype" in value and value["dtype"] in NUMPY:  # a canonical dtype name, never another attribute
         return f"{ROOT[framework]}.{value['dtype']}"
     raise OpaqueError(f"a {value.get('type', '?')} ({str(value.get('repr', '?'))[:60]})")
 
