@@ -11,6 +11,7 @@ float16 underflow, gradient trend): no module hook is installed, only parameter 
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import sys
 import time
@@ -46,8 +47,7 @@ def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int, sync
     loops: dict[str, tuple[Callable[[], None], Any]] = {}
     waits: dict[str, Callable[[], Any] | None] = {}
     for mode in MODES:
-        tnet, mnet = make_twins(kind)
-        model = tnet if framework == "torch" else mnet
+        model = _model(framework, kind)
         watcher = None if mode == "none" else watch(model, rules=rules_for(mode), every=every).__enter__()
         loops[mode] = (make(model, x), watcher)
         waits[mode] = _synchronizer(model) if sync and framework == "mindspore" else None
@@ -69,6 +69,24 @@ def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int, sync
     return {mode: statistics.median(t[2:]) for mode, t in times.items()}
 
 
+def _model(framework: str, kind: str) -> Any:
+    """A fresh model: a twin of tests/twin_models.py, or resnet18 (timm for torch, mindcv for MindSpore; random init):
+    the issue's realistic workload, batch 8 at 224x224."""
+    if kind != "resnet18":
+        tnet, mnet = make_twins(kind)
+        return tnet if framework == "torch" else mnet
+    if framework == "torch":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        importlib.import_module("tests.zoo.torch_compat")  # torchvision's op schemas, before timm imports it
+        timm = importlib.import_module("timm")
+        return timm.create_model("resnet18", pretrained=False, num_classes=10).train()
+    import mindcv
+
+    net = mindcv.create_model("resnet18", pretrained=False, num_classes=10)
+    net.set_train(True)
+    return net
+
+
 def _synchronizer(model: Any) -> Callable[[], Any]:
     """What waits for a MindSpore model's queued step (PyNative runs ops asynchronously): reading a parameter the
     optimizer updated, its last op (mindspore.runtime.synchronize refuses the CPU target)."""
@@ -82,7 +100,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--every", type=int, default=1, help="watch every Nth step")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--model", choices=("cnn", "block"), default="cnn", help="twin CNN or transformer block")
+    parser.add_argument("--model", choices=("cnn", "block", "resnet18"), default="cnn",
+                        help="twin CNN or transformer block, or resnet18 (timm / mindcv; use --batch 8)")
     parser.add_argument("--frameworks", default="torch,mindspore")
     parser.add_argument("--sync", action="store_true", help="end every timed step (all modes) by waiting for "
                         "MindSpore's queued ops: otherwise an unwatched step's pending work is timed in the next mode")
@@ -95,9 +114,9 @@ def main() -> None:
     logging.getLogger("aligner").setLevel(logging.CRITICAL)  # the benchmark times the check, not the log lines
     torch.set_num_threads(args.threads)
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    shape = (3, 16, 16) if args.model == "cnn" else (4, 16)
+    shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, 224, 224)}[args.model]
     x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
-    print(f"twin {args.model}, batch {args.batch}, every {args.every}, median of {args.steps} interleaved steps, "
+    print(f"{args.model}, batch {args.batch}, every {args.every}, median of {args.steps} interleaved steps, "
           f"torch threads {args.threads}{', synchronised' if args.sync else ''}")
     print(f"{'framework':<10} {'no watch':>10} {'all rules':>20} {'grad rules':>20}")
     for name in args.frameworks.split(","):
