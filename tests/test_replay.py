@@ -30,6 +30,7 @@ def test_clean_twins_match_forward_and_backward(kind):
     tnet, mnet = make_twins(kind, train=False)
     result = aligner.replay(tnet, mnet, example_input(kind), backward=True)
     assert result.verdict is ReplayVerdict.MATCH and result.passed
+    assert all(p.grad is None for p in tnet.parameters())  # the user's model is left as found
     assert {r.phase for r in result.rows} == {"forward", "backward"}
     assert not result.skipped, [(r.module, r.reason) for r in result.rows if r.reason]
     # every leaf call of the twin is replayed (cnn: 10 leaves; block: 11)

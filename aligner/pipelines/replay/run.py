@@ -385,10 +385,16 @@ def _run_live(model: Any, directory: Path, args: list[np.ndarray], kwargs: dict[
     framework = model_framework(model)
     run = runner(framework)
     saved = run.state(model)
+    # torch accumulates into .grad: the user's gradients are put back as they were (MindSpore returns its own)
+    grads = [(p, p.grad) for p in model.parameters()] if framework == Framework.PYTORCH and backward else []
+    for p, _ in grads:
+        p.grad = None
     try:
         _forward_live(model, framework, run, directory, args, kwargs, backward)
     finally:
         put_back(run, saved)
+        for p, grad in grads:
+            p.grad = grad
 
 
 def _forward_live(model: Any, framework: Framework, run: Runner, directory: Path, args: list[np.ndarray],
