@@ -16,7 +16,16 @@ import numpy as np
 
 from aligner.core.dtypes import to_numpy, torch_to_numpy
 from aligner.core.errors import AlignerError
-from aligner.metrics.stats import NEAR_ONE, NEAR_ZERO, TINY, empty_stats, fractions, tensor_stats
+from aligner.metrics.stats import (
+    NEAR_ONE,
+    NEAR_ZERO,
+    SAMPLE,
+    TINY,
+    empty_stats,
+    fractions,
+    sampled_fractions,
+    tensor_stats,
+)
 
 
 def on_host(tensor: Any) -> bool:
@@ -144,11 +153,6 @@ def _ms_view(tensor: Any) -> np.ndarray:
     return array.view(np.uint16).view(to_numpy("bfloat16")) if array.dtype.name == "bfloat16" else array
 
 
-# Fractions (zeros, near 0/1, tiny) of a larger tensor are estimated on an evenly strided sample of this many elements:
-# the standard error of a fraction is at most 0.5/sqrt(65536) = 0.2%, against rule thresholds of 50% and 90%.
-SAMPLE = 1 << 16
-
-
 def torch_watch_stats(tensor: Any, full: bool) -> dict[str, Any]:
     """What `aligner.watch` reads of a CPU torch tensor, in as few passes as the rules allow, at once (no copy, so a
     later in-place op cannot change it): exact extrema and NaN/Inf counts (one `aminmax` pass); with `full`, mean and
@@ -173,8 +177,6 @@ def torch_watch_stats(tensor: Any, full: bool) -> dict[str, Any]:
     out["mean"] = float(flat.sum()) / n
     out["l2"] = float(torch.linalg.vector_norm(flat))
     sample = torch_to_numpy((flat[:: n // SAMPLE] if n > SAMPLE else flat).contiguous())
-    mag = np.abs(sample)
-    out.update(fractions(sample.size, int(np.count_nonzero(sample == 0)), int(np.count_nonzero(mag <= NEAR_ZERO)),
-                         int(np.count_nonzero(mag >= NEAR_ONE)), int(np.count_nonzero(mag < TINY))))
+    out.update(sampled_fractions(sample, sample.size))
     out["numel"] = n
     return out

@@ -29,12 +29,12 @@ from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
-from aligner.dumping.fstats import SAMPLE, stats_of, torch_watch_stats
+from aligner.dumping.fstats import stats_of, torch_watch_stats
 from aligner.dumping.manifest import Record
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session, activate
 from aligner.dumping.tensors import model_framework, shape_of
-from aligner.metrics.stats import batch_extrema, batch_stats
+from aligner.metrics.stats import SAMPLE, batch_extrema, batch_stats, watch_stats
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.rules import Evaluation, evaluate
 
@@ -165,8 +165,12 @@ class _Deferred(Session):
     def flush(self) -> None:
         """Compute the statistics of every kept tensor in one batch and hand the records to the sink, in order."""
         pending, self.pending = self.pending, []
+        for record, tensor in pending:  # a large one: its own few passes beat copying it into the batch
+            if tensor is not None and _numel(record) >= SAMPLE:
+                record.stats = watch_stats(_host_view(tensor), full=not self._light(record))
+        pending_small = [(r, None if _numel(r) >= SAMPLE else t) for r, t in pending]
         for light, compute in ((False, batch_stats), (True, batch_extrema)):
-            held = [(r, t) for r, t in pending if t is not None and self._light(r) == light]
+            held = [(r, t) for r, t in pending_small if t is not None and self._light(r) == light]
             if held:
                 for (record, _), stats in zip(held, compute([_host_view(t) for _, t in held])):
                     record.stats = stats
@@ -180,6 +184,13 @@ class _Deferred(Session):
         """Whether the rules read only a record's extrema and NaN/Inf counts: module gradients (nonfinite,
         fp16-overflow) and forward outputs but those of the activations dead-relu/saturated-activations judge."""
         return kind == "backward" or (kind == "forward" and type_ not in self.counted)
+
+
+def _numel(record: Record) -> int:
+    n = 1
+    for d in record.shape:
+        n *= d
+    return n
 
 
 def _host_view(tensor: Any) -> np.ndarray:
