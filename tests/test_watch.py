@@ -182,3 +182,54 @@ def test_watch_finds_what_align_check_finds_in_a_dump_of_the_same_steps(tmp_path
     found = {(f.rule, f.where, f.step) for f in report.evaluation.findings if f.severity != Severity.INFO}
     assert {"frozen-weights", "dead-relu", "saturated-activations"} <= {rule for rule, _, _ in seen}, seen
     assert seen == found
+
+
+def _sqrt_loop(framework: str):
+    """fc -> sqrt(v - v.detach()) -> fc, stepped forward and backward WITHOUT an update (the weights stay finite, so
+    every step repeats): the forward is finite (all zeros), but d sqrt(u)/du at u = 0 is infinite, so the backward
+    turns non-finite inside module "1", which has no parameter."""
+    x = data()[0]
+    if framework == "pytorch":
+        class Root(torch.nn.Module):
+            def forward(self, v: torch.Tensor) -> torch.Tensor:
+                return torch.sqrt(v - v.detach())  # 0 forward; d sqrt(u)/du at u = 0 is infinite
+
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), Root(), torch.nn.Linear(WIDTH, WIDTH))
+        tx = torch.from_numpy(x)
+
+        def step() -> None:
+            model.zero_grad()
+            model(tx).sum().backward()
+        return model, step
+
+    class MsRoot(ms.nn.Cell):
+        def construct(self, v: ms.Tensor) -> ms.Tensor:
+            return ms.ops.sqrt(v - ms.ops.stop_gradient(v))
+
+    model = ms.nn.SequentialCell([ms.nn.Dense(WIDTH, WIDTH), MsRoot(), ms.nn.Dense(WIDTH, WIDTH)])
+    grad_fn = ms.value_and_grad(lambda a: model(a).sum(), None, model.trainable_params())
+    mx = ms.Tensor(x)
+
+    def step() -> None:
+        grad_fn(mx)
+    return model, step
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "mindspore"])
+def test_module_gradients_recorded_from_the_step_after_a_non_finite_value(framework):
+    """Module gradients cost a hook per module (MindSpore: a cell backward hook each) and only locate a backward
+    non-finite producer: the watch records them once a non-finite value has been seen. Step 0 flags the first
+    non-finite parameter gradient; step 1 (escalated) names the parameter-less module whose backward produced it."""
+    model, step = _sqrt_loop(framework)
+    with watch(model, rules={"fp16-overflow.enabled": False, "frozen-weights.enabled": False,
+                             "constant-activations.enabled": False}) as w:
+        assert not w.options.module_backward  # no module gradient hooks to start with
+        step()
+        first = [f for f in w.step() if f.rule == "nonfinite"]
+        assert first, w.findings
+        assert w.options.module_backward  # escalated
+        step()
+        w.step()
+    named = [f for f in w.findings if f.rule == "nonfinite"]
+    assert any("1" in [p for p in f.where if p] and f.step == 1 for f in named), named

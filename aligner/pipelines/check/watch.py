@@ -18,6 +18,7 @@ Steps that are not watched (`every`) run with no hook installed at all.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from types import TracebackType
@@ -186,6 +187,11 @@ class _Deferred(Session):
         return kind == "backward" or (kind == "forward" and type_ not in self.counted)
 
 
+def _nonfinite(records: list[Record], step: int) -> bool:
+    """Whether a record of `step` holds NaN or Inf."""
+    return any(r.step == step and r.stats and (r.stats.get("nan") or r.stats.get("inf")) for r in records)
+
+
 def _numel(record: Record) -> int:
     n = 1
     for d in record.shape:
@@ -219,9 +225,15 @@ class Watch:
         self.model, self.every, self.on_finding = model, every, on_finding
         enabled = [name for name in self.config.names if self.config.enabled(name)]
         self.needs: frozenset[str] = frozenset().union(*(NEEDS.get(n, _EVERYTHING) for n in enabled))
+        # Module gradients (every module's grad_input/grad_output: as many tensors as the forward, and in MindSpore a
+        # cell backward hook each, measured 1.78x of a resnet18 step against 0.85-1.0x without them) feed only the
+        # backward half of nonfinite/fp16-overflow: they are recorded from the step after the first non-finite value
+        # (an escalation: the watch then names the module that first produced it in backward).
         self.options = Options(leaves_only=True, forward="forward" in self.needs,
                                backward=bool({"backward", "param_grad"} & self.needs), inputs=False,
-                               module_backward="backward" in self.needs)
+                               module_backward=False)
+        self._detailed = dataclasses.replace(self.options, module_backward=True) if "backward" in self.needs \
+            else None
         # the steps a trend rule compares, plus the one being judged
         trend = {rule for rule in self.config.names if {"min_steps", "growth_steps"} & set(self.config.rules[rule])}
         longest = [int(v) for rule in trend for key, v in self.config.rules[rule].items()
@@ -297,6 +309,9 @@ class Watch:
             self._params(following)  # the values after this update: where the next step starts
         session.flush()
         self.step_number = following
+        if self._detailed is not None and _nonfinite(self._sink.records, current):
+            self.options, self._detailed = self._detailed, None  # from now on, with module gradients
+            self._remove()
         if self.watched(following):
             self._install()
         else:
