@@ -81,6 +81,17 @@ def torch_to_numpy(tensor: Any) -> np.ndarray:
     return tensor.numpy()
 
 
+def numpy_to_torch(array: np.ndarray, copy: bool = False) -> Any:
+    """A numpy array (bfloat16 as ml_dtypes') as a CPU torch tensor: sharing its memory, or with `copy` its own."""
+    import torch
+
+    data = contiguous(array)
+    if data.dtype == NUMPY["bfloat16"]:
+        bits = data.view(np.int16)
+        return torch.from_numpy(bits.copy() if copy else bits).view(torch.bfloat16)
+    return torch.from_numpy(data.copy() if copy else data)
+
+
 def to_numpy(name: str) -> np.dtype:
     """The numpy dtype that stores a canonical dtype losslessly."""
     return NUMPY[canonical(name)]

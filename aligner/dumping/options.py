@@ -7,13 +7,14 @@ import re
 from aligner.core.errors import AlignerError
 
 
-def _compile(pattern: str | None, what: str) -> re.Pattern[str] | None:
+def compile_pattern(pattern: str | None, what: str) -> re.Pattern[str] | None:
+    """A user's regex (None stays None); a bad one is one line naming the option (`what`) it came from."""
     if pattern is None:
         return None
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise AlignerError(f"aligner.dump {what}={pattern!r} is not a valid regular expression: {exc}") from exc
+        raise AlignerError(f"{what}={pattern!r} is not a valid regular expression: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +49,9 @@ class Options:
             raise AlignerError(f"aligner.dump scope must be a module path string, got {type(scope).__name__}")
         if scope is not None and not ops:
             raise AlignerError("aligner.dump scope= names the module whose operations ops=True records; pass ops=True")
-        return cls(_compile(include, "include"), _compile(exclude, "exclude"), leaves_only, forward, backward, inputs,
-                   bool(ops), "" if ops and scope is None else scope, bool(params))
+        return cls(compile_pattern(include, "aligner.dump include"), compile_pattern(exclude, "aligner.dump exclude"),
+                   leaves_only, forward, backward, inputs, bool(ops), "" if ops and scope is None else scope,
+                   bool(params))
 
     def selects_name(self, name: str) -> bool:
         """Whether a module path or parameter name passes include (re.search) and exclude."""

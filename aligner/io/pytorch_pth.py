@@ -10,7 +10,7 @@ from typing import IO, Any, Iterable
 
 import numpy as np
 
-from aligner.core.dtypes import canonical, contiguous, to_numpy, torch_to_numpy
+from aligner.core.dtypes import canonical, numpy_to_torch, torch_to_numpy
 from aligner.core.errors import AlignerError
 from aligner.io.base import TensorInfo, TensorSource
 
@@ -217,11 +217,7 @@ def write_pth(path: str | IO[bytes], items: Iterable[tuple[str, np.ndarray]]) ->
         for name, array in items:
             if id(array) not in by_id:
                 keep.append(array)
-                if array.dtype == to_numpy("bfloat16"):
-                    tensor = torch.from_numpy(contiguous(array).view(np.int16)).view(torch.bfloat16)
-                else:
-                    tensor = torch.from_numpy(contiguous(array))
-                by_id[id(array)] = tensor
+                by_id[id(array)] = numpy_to_torch(array)
             state[name] = by_id[id(array)]
         torch.save(state, path)
 
@@ -233,9 +229,7 @@ def write_training_pth(path: str | IO[bytes], model: Iterable[tuple[str, np.ndar
     import torch
 
     def tensor(array: np.ndarray) -> Any:
-        if array.dtype == to_numpy("bfloat16"):
-            return torch.from_numpy(contiguous(array).view(np.int16).copy()).view(torch.bfloat16)
-        return torch.from_numpy(np.array(array, copy=True))
+        return numpy_to_torch(array, copy=True)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sys
 from types import TracebackType
 from typing import Any, Mapping
@@ -167,9 +168,9 @@ class _Deferred(Session):
         """Compute the statistics of every kept tensor in one batch and hand the records to the sink, in order."""
         pending, self.pending = self.pending, []
         for record, tensor in pending:  # a large one: its own few passes beat copying it into the batch
-            if tensor is not None and _numel(record) >= SAMPLE:
+            if tensor is not None and math.prod(record.shape) >= SAMPLE:
                 record.stats = watch_stats(_host_view(tensor), full=not self._light(record))
-        pending_small = [(r, None if _numel(r) >= SAMPLE else t) for r, t in pending]
+        pending_small = [(r, None if math.prod(r.shape) >= SAMPLE else t) for r, t in pending]
         for light, compute in ((False, batch_stats), (True, batch_extrema)):
             held = [(r, t) for r, t in pending_small if t is not None and self._light(r) == light]
             if held:
@@ -190,13 +191,6 @@ class _Deferred(Session):
 def _nonfinite(records: list[Record], step: int) -> bool:
     """Whether a record of `step` holds NaN or Inf."""
     return any(r.step == step and r.stats and (r.stats.get("nan") or r.stats.get("inf")) for r in records)
-
-
-def _numel(record: Record) -> int:
-    n = 1
-    for d in record.shape:
-        n *= d
-    return n
 
 
 def _host_view(tensor: Any) -> np.ndarray:

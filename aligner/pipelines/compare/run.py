@@ -19,7 +19,7 @@ from aligner.mapping import load_user_map
 from aligner.pipelines.compare.calibrate import K_DEFAULT, Calibration
 from aligner.pipelines.compare.calibrate import calibrate as calibrate_pairs
 from aligner.pipelines.compare.evaluate import Row, evaluate, evaluate_all
-from aligner.pipelines.compare.matching import match, namers, same_layer
+from aligner.pipelines.compare.matching import Pair, match, namers, same_layer
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.sources import Source, read_source
 from aligner.pipelines.compare.verdict import bisect as bisect_rows
@@ -165,6 +165,36 @@ def _check_same_model(pairs: list, side_a: Source, side_b: Source) -> None:
             f"needed); dump the same model in both frameworks, or pass --map with the renames between them")
 
 
+@dataclasses.dataclass
+class Paired:
+    """Two dump directories read, the reference side chosen and their records matched (what compare and replay
+    start from)."""
+
+    other: Source             # the compared side
+    reference: Source
+    pairs: list[Pair]         # records of `other` (Pair.a) matched with the reference's (Pair.b)
+    tolerance: ToleranceSpec  # the caller's, with the training-mode floor when the reference ran BatchNorm training
+
+
+def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = None, map_file: str | None = None,
+              tolerance: ToleranceSpec | None = None) -> Paired:
+    """Read both dumps, choose the reference (PyTorch by default) and match their records; AlignerError for a
+    missing directory, a bad --map or both arguments naming the same directory."""
+    tolerance = tolerance or ToleranceSpec()
+    rename = load_user_map(map_file).rename_path if map_file is not None else None
+    sources = (read_source(dumps_a), read_source(dumps_b))
+    if Path(dumps_a).resolve() == Path(dumps_b).resolve():
+        raise AlignerError(f"both arguments name the same directory {dumps_a}")
+    r = choose_reference(ref, (sources[0].framework, sources[1].framework))
+    other, reference = sources[1 - r], sources[r]
+    if any(it.record.kind == "buffer" for it in reference.items) and tolerance.floor is None:
+        tolerance = dataclasses.replace(tolerance, floor=TRAINING_FLOOR, floor_reason=_TRAINING_REASON)
+    first, second = sources
+    name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
+    pairs = match(other.items, reference.items, *((name_first, name_second) if r == 1 else (name_second, name_first)))
+    return Paired(other, reference, pairs, tolerance)
+
+
 def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str | None = None,
             tolerance: ToleranceSpec | None = None, bisect: bool = False, workers: int | None = None,
             strict: bool = False, calibrate: str | None = None, calibrate_k: float = K_DEFAULT,
@@ -176,18 +206,8 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
     Raises AlignerError for unusable input (missing directory, bad --map, both arguments the same directory, a
     float64 dump that cannot calibrate this comparison).
     """
-    tolerance = tolerance or ToleranceSpec()
-    rename = load_user_map(map_file).rename_path if map_file is not None else None
-    sources = (read_source(dumps_a), read_source(dumps_b))
-    if Path(dumps_a).resolve() == Path(dumps_b).resolve():
-        raise AlignerError(f"both arguments name the same directory {dumps_a}")
-    r = choose_reference(ref, (sources[0].framework, sources[1].framework))
-    side_a, side_b = sources[1 - r], sources[r]
-    if any(it.record.kind == "buffer" for it in side_b.items) and tolerance.floor is None:
-        tolerance = dataclasses.replace(tolerance, floor=TRAINING_FLOOR, floor_reason=_TRAINING_REASON)
-    first, second = sources
-    name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
-    pairs = match(side_a.items, side_b.items, *((name_first, name_second) if r == 1 else (name_second, name_first)))
+    paired = read_pair(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance)
+    side_a, side_b, pairs, tolerance = paired.other, paired.reference, paired.pairs, paired.tolerance
     _check_same_model(pairs, side_a, side_b)
     calibration: Calibration | None = None
     if calibrate is not None:

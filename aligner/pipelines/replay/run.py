@@ -20,17 +20,14 @@ from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.dumping import dump
+from aligner.dumping.options import compile_pattern
 from aligner.dumping.signature import MalformedCallError, restore
 from aligner.dumping.tensors import model_framework, tensors_in, to_host
-from aligner.mapping import load_user_map
 from aligner.metrics.measure import Metrics, compare_arrays
-from aligner.pipelines.compare.matching import match, namers
-from aligner.pipelines.compare.run import TRAINING_FLOOR, choose_reference
-from aligner.pipelines.compare.sources import Item, Source, TensorError, load_tensor, read_source
+from aligner.pipelines.compare.run import choose_reference, read_pair
+from aligner.pipelines.compare.sources import Item, Source, TensorError, load_tensor
 from aligner.pipelines.replay.result import ReplayResult, ReplayRow
 from aligner.pipelines.replay.runner import Runner, put_back, runner
-
-_TRAINING_REASON = "the reference dump ran BatchNorm in training mode: batch statistics amplify rounding"
 
 
 @dataclasses.dataclass
@@ -194,26 +191,15 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
     step started from. Each module runs in the training/eval mode its own side recorded. `modules` is a regex
     searched in either side's module paths. Raises AlignerError when the dumps cannot feed a replay or the model is
     not the one the other dump recorded."""
-    tolerance = tolerance or ToleranceSpec()
-    pattern = _regex(modules)
-    rename = load_user_map(map_file).rename_path if map_file is not None else None
-    sources = (read_source(dumps_a), read_source(dumps_b))
-    if Path(dumps_a).resolve() == Path(dumps_b).resolve():
-        raise AlignerError(f"both arguments name the same directory {dumps_a}")
-    r = choose_reference(ref, (sources[0].framework, sources[1].framework))
-    reference, other = sources[r], sources[1 - r]
+    pattern = compile_pattern(modules, "modules")
+    paired = read_pair(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance)
+    reference, other, pairs, tolerance = paired.reference, paired.other, paired.pairs, paired.tolerance
     framework = model_framework(model)
     if framework != other.framework:
         raise AlignerError(f"the model to re-run is a {framework.value} model, but the side to re-run "
                            f"({other.root}) was dumped by {other.framework}; the reference is {reference.root} "
                            f"({reference.framework})")
     _check_inputs(reference)
-    if any(it.record.kind == "buffer" for it in reference.items) and tolerance.floor is None:
-        tolerance = dataclasses.replace(tolerance, floor=TRAINING_FLOOR, floor_reason=_TRAINING_REASON)
-    first, second = sources
-    name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
-    name_other, name_ref = (name_first, name_second) if r == 1 else (name_second, name_first)
-    pairs = match(other.items, reference.items, name_other, name_ref)
     ref_calls, other_calls = _calls(reference), _calls(other)
     steps = sorted({c.step for c in ref_calls.values()})
     if step is None:
@@ -256,15 +242,6 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
     return ReplayResult(f"{reference.root} ({reference.framework})",
                         label or f"{other.root} ({other.framework}), re-run live", rows, tolerance, step, steps,
                         reference.problems + other.problems)
-
-
-def _regex(modules: str | None) -> re.Pattern[str] | None:
-    if modules is None:
-        return None
-    try:
-        return re.compile(modules)
-    except re.error as exc:
-        raise AlignerError(f"modules={modules!r} is not a valid regular expression: {exc}") from None
 
 
 def _state_names(model: Any, framework: Framework) -> set[str]:

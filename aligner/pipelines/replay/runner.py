@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from aligner.core.dtypes import FLOATING, canonical, contiguous, to_numpy
+from aligner.core.dtypes import FLOATING, canonical, contiguous, numpy_to_torch, to_numpy
 from aligner.core.frameworks import Framework
 from aligner.dumping.calls import BUFFERS
 from aligner.dumping.tensors import tensors_in, to_host
@@ -52,12 +52,7 @@ class TorchRunner:
     framework = Framework.PYTORCH
 
     def tensor(self, array: np.ndarray, dtype: str) -> Any:
-        import torch
-
-        name = canonical(dtype)
-        if name == "bfloat16":
-            return torch.from_numpy(contiguous(np.asarray(array, to_numpy(name))).view(np.int16)).view(torch.bfloat16)
-        return torch.from_numpy(contiguous(np.asarray(array, to_numpy(name))))
+        return numpy_to_torch(np.asarray(array, to_numpy(dtype)))
 
     def dtype(self, name: str) -> Any:
         import torch

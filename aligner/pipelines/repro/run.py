@@ -24,13 +24,12 @@ from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.dumping.manifest import Record
 from aligner.pipelines.compare.evaluate import RowStatus
 from aligner.pipelines.compare.run import choose_reference, compare
-from aligner.pipelines.compare.sources import Item, Source, TensorError, open_tensor, read_source
+from aligner.pipelines.compare.sources import Item, Source, TensorError, load_tensor, read_source
 from aligner.pipelines.repro.layers import Build, Planned, Recorded, buildable, plan
 from aligner.pipelines.repro.script import FOLDER, SideCode, readme, repro_py
 
 MARKER = "repro.json"  # what a repro directory holds; --force replaces only a directory that has it
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
-_CHUNK = 1 << 20
 
 
 @dataclasses.dataclass
@@ -135,13 +134,10 @@ def _unknown(module: str, sources: tuple[Source, Source]) -> AlignerError:
 def _array(item: Item) -> np.ndarray:
     """The item's tensor, read through the hardened reader (bfloat16 widened to float32, losslessly)."""
     try:
-        stream = open_tensor(item)
-        chunks = list(stream.chunks(_CHUNK))
+        data = load_tensor(item)
     except TensorError as exc:
         raise AlignerError(f"{item.record.module}: {exc}") from None
-    data = np.concatenate(chunks) if chunks else np.empty(0, dtype=stream.header.dtype)
-    data = data.reshape(stream.shape)
-    return data.astype(np.float32) if item.record.dtype == "bfloat16" else np.ascontiguousarray(data)
+    return data.astype(np.float32) if item.record.dtype == "bfloat16" else data
 
 
 def _count(structure: Any) -> int:
