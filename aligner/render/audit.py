@@ -6,13 +6,11 @@ from typing import Any, Sequence
 
 from rich.console import Console
 
-from aligner.core.findings import Finding, Severity
+from aligner.core.findings import Finding
 from aligner.pipelines.audit.optimizers import OptimizerAudit
 from aligner.pipelines.audit.report import AuditReport
+from aligner.render.console import SEVERITY_ORDER, SEVERITY_STYLE
 from aligner.render.jsonout import write_json
-
-_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
-_ORDER = (Severity.ERROR, Severity.WARNING, Severity.INFO)
 
 
 def finding_line(f: Finding) -> str:
@@ -32,11 +30,11 @@ def audit_lines(report: AuditReport) -> list[tuple[str, str | None]]:
     if report.optimizer is not None:
         lines.append((optimizer_line(report.optimizer), None))
     lines += [(f"note: {n}", "dim") for n in report.notes]
-    for severity in _ORDER:
+    for severity in SEVERITY_ORDER:
         group = [f for f in report.findings if f.severity == severity]
         if group:
-            lines.append((f"{severity.value.upper()} ({len(group)})", f"bold {_STYLE[severity]}"))
-            lines += [(f"  {finding_line(f)}", _STYLE[severity]) for f in group]
+            lines.append((f"{severity.value.upper()} ({len(group)})", f"bold {SEVERITY_STYLE[severity]}"))
+            lines += [(f"  {finding_line(f)}", SEVERITY_STYLE[severity]) for f in group]
     if report.accepted:
         lines.append((f"accepted by the baseline ({len(report.accepted)}): "
                       + ", ".join(sorted(Counter(f.rule for f in report.accepted))), "dim"))
@@ -48,7 +46,7 @@ def audit_lines(report: AuditReport) -> list[tuple[str, str | None]]:
             lines.append((f"unpaired {'torch' if framework == 'pytorch' else 'MindSpore'} layers ({len(lone)}): "
                           f"{names}", "dim"))
     counts = Counter(f.severity for f in report.findings)
-    verdict = ", ".join(f"{counts[s]} {s.value}{'s' if counts[s] != 1 else ''}" for s in _ORDER)
+    verdict = ", ".join(f"{counts[s]} {s.value}{'s' if counts[s] != 1 else ''}" for s in SEVERITY_ORDER)
     lines.append((f"{'FAILED' if report.errors else 'PASSED'}: {verdict}",
                   "bold red" if report.errors else "bold green"))
     return lines
@@ -76,9 +74,9 @@ def write_audit_json(report: AuditReport, path: str) -> None:
 def source_lines(findings: Sequence[Finding], skipped: Sequence[str]) -> list[tuple[str, str | None]]:
     """The source audit's findings (file:line in `where`), one line each with its fix, then the skipped files."""
     lines: list[tuple[str, str | None]] = []
-    for severity in _ORDER:
+    for severity in SEVERITY_ORDER:
         lines += [(f"  {f.where[0] + ': ' if f.where and f.where[0] else ''}{f.severity.value}: {finding_line(f)}",
-                   _STYLE[severity]) for f in findings if f.severity == severity]
+                   SEVERITY_STYLE[severity]) for f in findings if f.severity == severity]
     lines += [(f"skipped: {s}", "dim") for s in skipped]
     return lines
 

@@ -11,15 +11,13 @@ from rich.table import Table
 
 from aligner.core.findings import Severity
 from aligner.pipelines.check import CheckReport, Verdict
+from aligner.render.console import SEVERITY_ORDER, SEVERITY_STYLE
 from aligner.render.jsonout import dumps
-
-_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
-_ORDER = (Severity.ERROR, Severity.WARNING, Severity.INFO)
 
 
 def verdict_line(report: CheckReport) -> str:
     """The last line: the verdict, counts, and how many rules were checked and skipped."""
-    counts = {s: sum(f.severity == s for f in report.findings) for s in _ORDER}
+    counts = {s: sum(f.severity == s for f in report.findings) for s in SEVERITY_ORDER}
     ran = f"{len(report.evaluation.checked)} rules checked, {len(report.skipped)} skipped"
     head = {Verdict.ERRORS: "FAILED", Verdict.WARNINGS: "WARNINGS", Verdict.CLEAN: "NO FINDINGS"}[report.verdict]
     tail = "" if report.verdict != Verdict.CLEAN else " (from the rules checked; skipped rules are not known healthy)"
@@ -33,17 +31,17 @@ def print_check(report: CheckReport, console: Console) -> None:
     span = f"steps {steps[0]}..{steps[-1]}" if len(steps) > 1 else f"step {steps[0]}" if steps else "no steps"
     console.print(f"check: {report.directory} ({report.framework}, {report.mode} dump, {report.records} records, "
                   f"{span})", style="bold", markup=False, highlight=False)
-    for severity in _ORDER:
+    for severity in SEVERITY_ORDER:
         group = [f for f in report.findings if f.severity == severity]
         if not group:
             continue
-        table = Table(title=f"{severity.value.upper()} ({len(group)})", title_style=f"bold {_STYLE[severity]}",
+        table = Table(title=f"{severity.value.upper()} ({len(group)})", title_style=f"bold {SEVERITY_STYLE[severity]}",
                       title_justify="left", show_lines=False)
         for col in ("rule", "where", "step", "finding", "next thing to try"):
             table.add_column(col, overflow="fold")
         for f in group:
             table.add_row(f.rule, f.where[0] if f.where and f.where[0] else "-",
-                          "-" if f.step is None else str(f.step), f.message, f.fix, style=_STYLE[severity])
+                          "-" if f.step is None else str(f.step), f.message, f.fix, style=SEVERITY_STYLE[severity])
         console.print(table)
     for rule, why in report.skipped.items():
         console.print(f"skipped {rule}: {why}", style="dim", markup=False, highlight=False)

@@ -8,9 +8,15 @@ from typing import IO, Any
 from rich.console import Console
 from rich.text import Text
 
+from aligner.core.findings import Severity
 from aligner.core.text import printable
 
+# findings listed most severe first, each severity in one colour (audit, check)
+SEVERITY_ORDER = (Severity.ERROR, Severity.WARNING, Severity.INFO)
+SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 PIPE_WIDTH = 240  # columns when output is a pipe or a file: wide enough that rows are never folded at 80
+
+
 class SafeConsole(Console):
     """A Console that escapes control characters in every string it renders (printed text and table cells alike);
     rich's own styling is emitted after this, so colours still work."""
