@@ -9,7 +9,6 @@ from aligner.cli.options import tolerance_options, tolerance_spec
 from aligner.core.errors import AlignerError
 from aligner.pipelines.repro import repro
 from aligner.render.console import make_console
-from aligner.render.progress import terminal_progress
 from aligner.render.repro import print_repro
 
 REFERENCES = ("first", "second", "pytorch", "mindspore")
@@ -55,6 +54,6 @@ def command(dumps_a: str, dumps_b: str, module: str, output: str, ref: str | Non
         raise AlignerError("--module needs a module path (e.g. blocks.0.attn)")
     spec = tolerance_spec(rtol, atol)
     result = repro(dumps_a, dumps_b, module, Path(output), ref=ref, factory_a=factory_a, factory_b=factory_b,
-                   tolerance=spec, force=force, progress=terminal_progress())
+                   tolerance=spec, force=force)
     print_repro(result, make_console())
     return 0

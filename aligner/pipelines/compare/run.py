@@ -153,7 +153,7 @@ _SAME_MODEL_MIN_RECORDS = 8  # below this many records per side, too little to t
 _SAME_MODEL_MIN_PAIRED = 0.2
 
 
-def _check_same_model(pairs: list, side_a: Source, side_b: Source) -> None:
+def check_same_model(pairs: list, side_a: Source, side_b: Source) -> None:
     """Refuse to compare dumps of two different models: almost nothing pairs up, so any verdict would be noise."""
     alike = sum(1 for p in pairs if p.a is not None and p.b is not None and same_layer(p.a, p.b))
     smaller = min(sum(1 for p in pairs if getattr(p, side) is not None and p.matched_by != "folded")
@@ -172,6 +172,7 @@ class Paired:
 
     other: Source             # the compared side
     reference: Source
+    reference_index: int      # 0: the reference is the first argument, 1: the second
     pairs: list[Pair]         # records of `other` (Pair.a) matched with the reference's (Pair.b)
     tolerance: ToleranceSpec  # the caller's, with the training-mode floor when the reference ran BatchNorm training
 
@@ -192,7 +193,7 @@ def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = Non
     first, second = sources
     name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
     pairs = match(other.items, reference.items, *((name_first, name_second) if r == 1 else (name_second, name_first)))
-    return Paired(other, reference, pairs, tolerance)
+    return Paired(other, reference, r, pairs, tolerance)
 
 
 def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str | None = None,
@@ -208,7 +209,7 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
     """
     paired = read_pair(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance)
     side_a, side_b, pairs, tolerance = paired.other, paired.reference, paired.pairs, paired.tolerance
-    _check_same_model(pairs, side_a, side_b)
+    check_same_model(pairs, side_a, side_b)
     calibration: Calibration | None = None
     if calibrate is not None:
         calibration = calibrate_pairs(calibrate, pairs, side_b, side_a, tolerance, calibrate_k, workers)

@@ -19,12 +19,12 @@ import numpy as np
 
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
-from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.dumping.manifest import Record
-from aligner.pipelines.compare.evaluate import RowStatus
-from aligner.pipelines.compare.run import choose_reference, compare
-from aligner.pipelines.compare.sources import Item, Source, TensorError, load_tensor, read_source
+from aligner.pipelines.compare.evaluate import RowStatus, evaluate
+from aligner.pipelines.compare.matching import Pair
+from aligner.pipelines.compare.run import check_same_model, read_pair
+from aligner.pipelines.compare.sources import Item, Source, TensorError, load_tensor
 from aligner.pipelines.repro.layers import Build, Planned, Recorded, buildable, plan
 from aligner.pipelines.repro.script import FOLDER, SideCode, readme, repro_py
 
@@ -101,20 +101,21 @@ def _not_ours(out: Path) -> str | None:
     return None
 
 
-def _pick(result: Any, module: str) -> tuple[Item, Item, bool] | None:
+def _pick(pairs: list[Pair], module: str, tolerance: ToleranceSpec) -> tuple[Item, Item, bool] | None:
     """(non-reference item, reference item, diverged) of the module's first paired forward-output call (its first
-    divergent call where there is one), the module named on the reference side or else on the other."""
+    divergent call where there is one), the module named on the reference side or else on the other; only these
+    pairs are compared."""
     for side in ("b", "a"):
         calls: dict[tuple[int, int | None], tuple[Item, Item, bool]] = {}
-        for row in result.rows:
-            a, b = row.pair.a, row.pair.b
+        for pair in pairs:
+            a, b = pair.a, pair.b
             if a is None or b is None or not all(it.record.kind == "forward" and it.record.io == "output"
                                                  for it in (a, b)):
                 continue
-            if getattr(row.pair, side).record.module != module:
+            if getattr(pair, side).record.module != module:
                 continue
             key = (b.record.step, b.record.call)
-            bad = row.status is RowStatus.DIVERGED
+            bad = evaluate(pair, tolerance).status is RowStatus.DIVERGED
             first = calls.get(key)
             calls[key] = (a, b, bad or (first is not None and first[2])) if first is None or not first[2] else first
         if calls:
@@ -246,12 +247,14 @@ def _commit(tmp: Path, out: Path) -> None:
 
 def repro(dump_a: str | os.PathLike, dump_b: str | os.PathLike, module: str, out: str | os.PathLike, *,
           ref: str | None = None, factory_a: str | None = None, factory_b: str | None = None,
-          tolerance: ToleranceSpec | None = None, force: bool = False, progress: Progress = SILENT) -> ReproResult:
+          tolerance: ToleranceSpec | None = None, force: bool = False) -> ReproResult:
     """Write a standalone directory reproducing `module` of two dumps (`python DIR/repro.py` exits 1 when the two
     frameworks' layers differ on the reference side's recorded inputs, 0 when they agree)."""
     out = Path(out)
     _check_target(out, force)
-    sources = (read_source(Path(dump_a)), read_source(Path(dump_b)))
+    paired = read_pair(Path(dump_a), Path(dump_b), ref=ref, tolerance=tolerance)
+    ref_index = paired.reference_index
+    sources = (paired.reference, paired.other) if ref_index == 0 else (paired.other, paired.reference)
     frameworks = tuple(Framework.parse(s.framework) for s in sources)
     if set(frameworks) != {Framework.PYTORCH, Framework.MINDSPORE}:
         raise AlignerError(f"align repro needs one PyTorch and one MindSpore dump (manifests say "
@@ -260,12 +263,11 @@ def repro(dump_a: str | os.PathLike, dump_b: str | os.PathLike, module: str, out
         if s.mode != "full":
             raise AlignerError(f"{s.root} is a statistics-only dump: record tensors with "
                                "aligner.dump(model, DIR, params=True) (without stats_only=True)")
-    result = compare(str(dump_a), str(dump_b), ref=ref, tolerance=tolerance, progress=progress)
-    picked = _pick(result, module)
+    check_same_model(paired.pairs, paired.other, paired.reference)
+    picked = _pick(paired.pairs, module, paired.tolerance)
     if picked is None:
         raise _unknown(module, sources)
     item_other, item_ref, diverged = picked
-    ref_index = choose_reference(ref, (sources[0].framework, sources[1].framework))  # as compare chose it
     options = ("--factory-a", "--factory-b")
     factories = (factory_a, factory_b)
     sides = {"ref": _Side(sources[ref_index], frameworks[ref_index], options[ref_index], item_ref),  # type: ignore[arg-type]
