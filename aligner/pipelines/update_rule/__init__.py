@@ -19,7 +19,7 @@ from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.findings import Finding, Severity
 from aligner.io import TensorSource, open_checkpoint
 from aligner.mapping.plan import EntryStatus
-from aligner.pipelines.compare.sources import read_source
+from aligner.pipelines.compare.sources import Item, TensorError, load_tensor, read_source
 from aligner.pipelines.convert import plan_conversion
 from aligner.pipelines.update_rule.explain import compare_sides, loss_scale
 from aligner.pipelines.update_rule.fit import FIT_RTOL, ParamFit
@@ -69,8 +69,7 @@ def read_dump(path: str) -> DumpedSteps:
     source = read_source(path)
     grads: dict[str, dict[int, Any]] = {}
     values: dict[str, dict[int, Any]] = {}
-    # per-step parameter values sit in Source.params (keyed by step and name) where the reader has that field
-    for item in [*source.items, *getattr(source, "params", {}).values()]:
+    for item in [*source.items, *source.params.values()]:  # per-step values: Source.params (dump(params=True))
         rec = item.record
         if rec.kind == "param_grad":
             target = grads
@@ -84,7 +83,7 @@ def read_dump(path: str) -> DumpedSteps:
         if rec.step in target.setdefault(rec.module, {}):
             raise AlignerError(f"{path}: two {rec.kind} records of {rec.module} at step {rec.step} (gradient "
                                f"accumulation? dump one backward per step)")
-        target[rec.module][rec.step] = item.path
+        target[rec.module][rec.step] = item
     if not grads:
         raise AlignerError(f"{path}: no parameter gradients (records of kind param_grad) in this dump")
     steps = sorted({s for per in grads.values() for s in per})
@@ -93,8 +92,12 @@ def read_dump(path: str) -> DumpedSteps:
         if missing:
             raise AlignerError(f"{path}: no gradient of {name} at step(s) {', '.join(map(str, missing))}")
 
-    def load(p: Any) -> np.ndarray:
-        return np.load(p, allow_pickle=False)
+    def load(item: Item) -> np.ndarray:  # the hardened reader: header checked against the manifest, no pickle
+        try:
+            return load_tensor(item)
+        except (TensorError, OSError) as exc:
+            raise AlignerError(f"{path}: {item.record.kind} record of {item.record.module} at step "
+                               f"{item.record.step}: {exc}") from None
 
     out_values = {n: [load(per[s]) for s in steps] for n, per in values.items() if all(s in per for s in steps)}
     return DumpedSteps(source.framework, steps, {n: [load(per[s]) for s in steps] for n, per in grads.items()},
