@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import math
 from typing import Hashable, Iterable, Mapping, Sequence
 
@@ -37,6 +38,7 @@ class Tolerance:
                 raise AlignerError(f"{name} must be a finite number >= 0, got {value!r}")
 
     @classmethod
+    @functools.lru_cache(maxsize=256)  # asked per record by compare; a Tolerance is frozen, so one is shared
     def for_dtype(cls, *dtypes: str) -> "Tolerance":
         """torch.testing's default for these dtypes: the loosest of them; (0, 0) for integers, bool and unknowns."""
         tols = [DTYPE_DEFAULTS.get(canonical(d), (0.0, 0.0)) for d in dtypes] or [(0.0, 0.0)]

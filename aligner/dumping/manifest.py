@@ -4,7 +4,9 @@ A dump directory holds `manifest.jsonl` and `tensors/*.npy`:
 
 * line 1, the header: ``{"format": "aligner-dump", "version": 2, "framework": "pytorch" | "mindspore" | "numpy",
   "framework_version": ..., "aligner_version": ..., "mode": "full" | "stats", "seed": {...} | null,
-  "rank": null, "world_size": null}`` (rank layout: room for multi-rank dumps);
+  "rank": null, "world_size": null, "groups": null, "comm": null}`` (a multi-rank dump, `rank{N}/` folders: this rank,
+  the number of ranks, name -> lists of ranks such as ``{"world": [[0, 1]], "dp": [[0, 1]]}``, and where the rank came
+  from, ``"torch.distributed:gloo"``; `aligner/dumping/ranks.py`);
 * one line per record, in execution order: ``{"seq", "step", "module", "type", "kind", "io", "index", "dtype",
   "shape", "stats", "file"}`` and, from version 2, ``"call", "parent", "same_as", "source"`` and, where they apply,
   ``"arg", "args", "attrs"`` (see `Record`).
@@ -16,11 +18,12 @@ stored as their uint16 bit patterns (lossless) and the record's canonical `dtype
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Annotated, Any, Iterator
+
+import msgspec
 
 from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
@@ -38,8 +41,7 @@ READABLE_VERSIONS = (1, 2)
 KINDS = ("forward", "backward", "param_grad", "probe", "op", "buffer", "param", "call")
 
 
-@dataclasses.dataclass
-class Record:
+class Record(msgspec.Struct, kw_only=True):
     """One dumped tensor.
 
     kind/io: forward -> io "input"|"output"; backward -> io "grad_input" (gradient w.r.t. the module's inputs, i.e.
@@ -66,14 +68,14 @@ class Record:
 
     seq: int
     module: str
-    type: str
+    type: str = ""
     kind: str
-    io: str
-    index: int
+    io: str = "output"
+    index: int = 0
     dtype: str
-    shape: list[int]
+    shape: list[Annotated[int, msgspec.Meta(ge=0)]]
     step: int = 0
-    stats: dict[str, Any] | None = None
+    stats: dict[str, int | float | None] | None = None
     file: str | None = None
     call: int | None = None
     parent: str | None = None
@@ -84,67 +86,57 @@ class Record:
     attrs: dict[str, Any] | None = None
 
     def to_json(self) -> str:
-        data = dict(vars(self))  # shallow: dataclasses.asdict deep-copies stats/args/attrs (10x slower per record)
+        data = msgspec.structs.asdict(self)
         for name in _OPTIONAL:  # only call and input records carry these: no null on every other line
             if data[name] is None:
                 del data[name]
-        return json.dumps(data, separators=(",", ":"))
+        return json.dumps(data, separators=(",", ":"))  # not msgspec: it writes a -inf in `args` as null
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Record":
-        """A record from one parsed manifest line; a missing field or a field of the wrong type is a ValueError
-        (the reader skips that line and reports it)."""
-        missing = {"seq", "module", "kind", "dtype", "shape"} - data.keys()
-        if missing:
-            raise ValueError(f"missing field(s) {', '.join(sorted(missing))}")
-        values: dict[str, Any] = {"type": "", "io": "output", "index": 0} | {
-            k: v for k, v in data.items() if k in _FIELD_TYPES}
-        for name, value in values.items():
-            allowed = _FIELD_TYPES[name]
-            if isinstance(value, bool) or not isinstance(value, allowed):
-                if not (value is None and type(None) in allowed):
-                    raise ValueError(f"field {name!r} is {type(value).__name__}, expected "
-                                     f"{' or '.join(t.__name__ for t in allowed if t is not type(None))}")
-        shape = values["shape"]
-        if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape):
-            raise ValueError(f"field 'shape' must list non-negative integers, got {shape!r}"[:200])
-        stats = values.get("stats")
-        if stats is not None and any(not isinstance(v, (int, float, type(None))) or isinstance(v, bool)
-                                     for v in stats.values()):
-            raise ValueError("field 'stats' must map names to numbers")
-        rec = cls(**values)
-        rec.dtype = canonical(rec.dtype) if rec.kind != "call" else ""
-        return rec
 
 
 _OPTIONAL = ("arg", "args", "attrs")
-_FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "seq": (int,), "module": (str,), "type": (str,), "kind": (str,), "io": (str,), "index": (int,), "dtype": (str,),
-    "shape": (list,), "step": (int,), "stats": (dict, type(None)), "file": (str, type(None)),
-    "call": (int, type(None)), "parent": (str, type(None)), "same_as": (int, type(None)),
-    "source": (str, type(None)), "arg": (str, type(None)), "args": (dict, type(None)),
-    "attrs": (dict, type(None))}
+# Manifest lines are decoded and type-checked in one pass by msgspec (100,000 records: ~0.5 s instead of ~7 s for
+# json.loads and a field-by-field check): a missing field, a bool where a number belongs or a negative dimension is
+# a ValueError naming the field.
+_DECODER = msgspec.json.Decoder(Record)
+
+
+def _decode(line: bytes) -> Record:
+    """One record line; json.dumps writes a non-finite float in `args` (a fill value of -inf) as -Infinity, which
+    is not JSON: such a line is parsed by the json module and then checked the same way."""
+    try:
+        rec = _DECODER.decode(line)
+    except msgspec.ValidationError:
+        raise
+    except msgspec.DecodeError:
+        rec = msgspec.convert(json.loads(line), Record)
+    rec.dtype = canonical(rec.dtype) if rec.kind != "call" else ""  # AlignerError for a dtype no reader supports
+    return rec
 
 
 def write_header(path: str | os.PathLike, framework: str, framework_version: str, mode: str,
-                 seed: dict[str, Any] | None = None) -> None:
-    """Start a manifest with its header line (the dump writer appends records after it)."""
+                 seed: dict[str, Any] | None = None, ranks: dict[str, Any] | None = None) -> None:
+    """Start a manifest with its header line (the dump writer appends records after it); `ranks`: the rank, world
+    size, groups and comm of a multi-rank run."""
     header = {"format": FORMAT, "version": VERSION, "framework": framework, "framework_version": framework_version,
-              "aligner_version": __version__, "mode": mode, "seed": seed, "rank": None, "world_size": None}
+              "aligner_version": __version__, "mode": mode, "seed": seed, "rank": None, "world_size": None,
+              "groups": None, "comm": None} | (ranks or {})
     with open(Path(path) / MANIFEST, "w", encoding="utf-8") as fh:
         fh.write(json.dumps(header) + "\n")
 
 
 def iter_manifest(directory: str | os.PathLike) -> Iterator[tuple[int, Record | dict[str, Any] | ValueError]]:
     """Yield (line number, header dict | Record | ValueError) per line; a bad line yields its error, never raises."""
-    with open(Path(directory) / MANIFEST, encoding="utf-8") as fh:
+    with open(Path(directory) / MANIFEST, "rb") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
-                if not isinstance(data, dict):
-                    raise ValueError("not a JSON object")
-                yield lineno, (data if lineno == 1 and data.get("format") == FORMAT else Record.from_dict(data))
+                if lineno == 1:
+                    data = json.loads(line)
+                    if isinstance(data, dict) and data.get("format") == FORMAT:
+                        yield lineno, data
+                        continue
+                yield lineno, _decode(line)
             except (ValueError, TypeError, AlignerError) as exc:
                 yield lineno, ValueError(f"{MANIFEST} line {lineno}: {exc}")

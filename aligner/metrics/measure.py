@@ -234,31 +234,31 @@ def compare_stats(stats_a: dict[str, Any], stats_b: dict[str, Any], shape_a: tup
     tol = tolerance or Tolerance.for_dtype(dtype_a, dtype_b)
     m = Metrics(tuple(shape_a), tuple(shape_b), dtype_a, dtype_b, tol.rtol, tol.atol, method=Method.STATS,
                 numel=math.prod(shape_b))
-    if _squeezed(m.shape_a) != _squeezed(m.shape_b):
+    if m.shape_a != m.shape_b and _squeezed(m.shape_a) != _squeezed(m.shape_b):
         m.method = Method.NONE
         return m
-    m.nan_a, m.nan_b = int(stats_a.get("nan") or 0), int(stats_b.get("nan") or 0)
-    m.inf_a, m.inf_b = int(stats_a.get("inf") or 0), int(stats_b.get("inf") or 0)
-    m.norm_a, m.norm_b = stats_a.get("l2"), stats_b.get("l2")
+    get_a, get_b = stats_a.get, stats_b.get
+    m.nan_a, m.nan_b = int(get_a("nan") or 0), int(get_b("nan") or 0)
+    m.inf_a, m.inf_b = int(get_a("inf") or 0), int(get_b("inf") or 0)
+    m.norm_a, m.norm_b = norm_a, norm_b = get_a("l2"), get_b("l2")
     failed = int(m.nan_a != m.nan_b) + int(m.inf_a != m.inf_b)
     n = max(m.numel - m.nan_b - m.inf_b, 1)
-    rms_b = (m.norm_b or 0.0) / math.sqrt(n)
-    bound = max(abs(stats_b.get("min") or 0.0), abs(stats_b.get("max") or 0.0))
-    checks = [("max", m.atol + m.rtol * bound), ("min", m.atol + m.rtol * bound), ("mean", m.atol + m.rtol * rms_b),
-              ("l2", m.atol * math.sqrt(n) + m.rtol * (m.norm_b or 0.0))]
+    rtol, atol = m.rtol, m.atol
+    extreme = atol + rtol * max(abs(get_b("min") or 0.0), abs(get_b("max") or 0.0))
     worst = 0.0
-    for key, allowed in checks:
-        va, vb = stats_a.get(key), stats_b.get(key)
+    for key, allowed in (("max", extreme), ("min", extreme), ("mean", atol + rtol * (norm_b or 0.0) / math.sqrt(n)),
+                         ("l2", atol * math.sqrt(n) + rtol * (norm_b or 0.0))):
+        va, vb = get_a(key), get_b(key)
         if va is None or vb is None:
-            failed += int((va is None) != (vb is None))
+            failed += (va is None) != (vb is None)
             continue
-        err = abs(float(va) - float(vb))
-        failed += int(err > allowed)
-        if key in ("max", "min"):
-            worst = max(worst, err)
+        err = abs(va - vb)
+        failed += err > allowed
+        if key != "mean" and key != "l2" and err > worst:
+            worst = err
     m.mismatched = failed
-    m.max_abs_err = worst  # a lower bound on the elementwise max abs error
-    if m.norm_a is not None and m.norm_b is not None:
-        diff = abs(m.norm_a - m.norm_b)
-        m.rel_l2_err = 0.0 if diff == 0 else (diff / m.norm_b if m.norm_b else math.inf)
+    m.max_abs_err = float(worst)  # a lower bound on the elementwise max abs error
+    if norm_a is not None and norm_b is not None:
+        diff = abs(norm_a - norm_b)
+        m.rel_l2_err = 0.0 if diff == 0 else (diff / norm_b if norm_b else math.inf)
     return m

@@ -23,7 +23,7 @@ from aligner.dumping.manifest import Record
 from aligner.io.base import TensorInfo
 from aligner.mapping import build_plan
 from aligner.pipelines.compare import ops as op_records  # aligner.dump(ops=True) records: see compare/ops.py
-from aligner.pipelines.compare.sources import Item
+from aligner.pipelines.compare.sources import Item, stats_identity
 
 Namer = Callable[[Record], "str | None"]  # the name a record is matched under (None: match by order only)
 _MAX_DP_CELLS = 250_000
@@ -105,17 +105,21 @@ def _spelling(path: str) -> str:
     return path.replace("_", "").lower()
 
 
-def _keys(items: Sequence[Item], namer: Namer | None) -> list[Hashable | None]:
-    """Name keys in order; the nth call of the same module/io/index gets occurrence n. None when renamed away."""
+def _keys(items: Sequence[Item], names: Sequence[str | None]) -> list[Hashable | None]:
+    """Name keys in order (`names`: each record's name under its side's namer); the nth call of the same
+    module/io/index gets occurrence n. None when renamed away."""
     seen: dict[tuple, int] = defaultdict(int)
+    spelled: dict[str, str] = {}
     keys: list[Hashable | None] = []
-    for item in items:
+    for item, module in zip(items, names):
         r = item.record
-        module = r.module if namer is None else namer(r)
         if module is None or op_records.is_op(r):  # op records never pair by name (compare/ops.py)
             keys.append(None)
             continue
-        base = (r.kind, _spelling(module), r.io, r.index, r.step)
+        spelling = spelled.get(module)
+        if spelling is None:
+            spelling = spelled[module] = _spelling(module)
+        base = (r.kind, spelling, r.io, r.index, r.step)
         keys.append(base + (seen[base],))
         seen[base] += 1
     return keys
@@ -237,8 +241,7 @@ def _same(item: Item) -> Hashable | None:
     [1, C, 1, 1] into [1, C] passes the tensor through; the digest, which covers the shape, differs)."""
     r = item.record
     if r.stats and r.shape is not None:
-        return ("stats", r.dtype, tuple(s for s in r.shape if s != 1),
-                tuple(sorted((k, v) for k, v in r.stats.items() if isinstance(v, (int, float)))))
+        return "stats", r.dtype, tuple(s for s in r.shape if s != 1), stats_identity(r.stats)
     return item.link
 
 
@@ -251,23 +254,33 @@ def passthrough(items: Sequence[Item]) -> dict[int, int]:
     Parameter gradients and probes never fold.
     """
     folded: dict[int, int] = {}
+    records = [it.record for it in items]
+    same: list[Hashable | None] = [None] * len(items)  # _same of each record, computed when a call needs it
     i = 0
     while i < len(items):
-        rec = items[i].record
+        rec = records[i]
         j = i
-        while j + 1 < len(items) and items[j + 1].record.module == rec.module and \
-                items[j + 1].record.kind == rec.kind:
+        while j + 1 < len(items) and records[j + 1].module == rec.module and records[j + 1].kind == rec.kind:
             j += 1
-        if rec.kind in ("forward", "backward") and i > 0:
-            sources = {_same(items[k]): k for k in range(i, j + 1) if items[k].record.io in _INPUTS}
-            before = _same(items[i - 1])
-            if before is not None:
-                sources.setdefault(before, i - 1)
-            outputs = [k for k in range(i, j + 1) if items[k].record.io not in _INPUTS]
-            links = [_same(items[k]) for k in outputs]
-            if outputs and all(link is not None and link in sources for link in links):
+        if rec.kind in ("forward", "backward") and i > 0 and i == j:  # one record: an output equal to the one before
+            before = records[i - 1].stats
+            if rec.io not in _INPUTS and not (rec.stats and before and rec.stats.get("l2") != before.get("l2")):
+                for k in (i - 1, i):  # (a different L2 norm already tells most records from the one before)
+                    if same[k] is None:
+                        same[k] = _same(items[k])
+                if same[i] is not None and same[i] == same[i - 1]:
+                    folded[i] = i - 1
+        elif rec.kind in ("forward", "backward") and i > 0:
+            for k in range(i - 1, j + 1):
+                if same[k] is None:
+                    same[k] = _same(items[k])
+            sources = {same[k]: k for k in range(i, j + 1) if records[k].io in _INPUTS}
+            if same[i - 1] is not None:
+                sources.setdefault(same[i - 1], i - 1)
+            outputs = [k for k in range(i, j + 1) if records[k].io not in _INPUTS]
+            if outputs and all(same[k] is not None and same[k] in sources for k in outputs):
                 for k in range(i, j + 1):
-                    folded[k] = sources[_same(items[k])] if k in outputs else i - 1
+                    folded[k] = sources[same[k]] if k in outputs else i - 1
         i = j + 1
     return folded
 
@@ -277,13 +290,13 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     """All records of both sides as pairs, in the reference side's (`b`) execution order, unmatched and folded ones
     included."""
     fold_a, fold_b = passthrough(items_a), passthrough(items_b)
-    keys_a, keys_b = _keys(items_a, name_a), _keys(items_b, name_b)
+    names_a = [name_a(it.record) if name_a else it.record.module for it in items_a]
+    names_b = [name_b(it.record) if name_b else it.record.module for it in items_b]
+    keys_a, keys_b = _keys(items_a, names_a), _keys(items_b, names_b)
     where_b = {k: i for i, k in enumerate(keys_b) if k is not None}
     named = sorted((i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b)
     partner: dict[int, tuple[int, str]] = {ia: (ib, "name") for ia, ib in named}
     used_b = {ib for _, ib in named}
-    names_a = [name_a(it.record) if name_a else it.record.module for it in items_a]
-    names_b = [name_b(it.record) if name_b else it.record.module for it in items_b]
 
     def score(ia: int, ib: int) -> float:
         return _score(items_a[ia], items_b[ib], names_a[ia], names_b[ib])

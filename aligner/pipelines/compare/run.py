@@ -11,6 +11,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable
 
+from aligner.core.collect import gc_paused
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.core.progress import SILENT, Progress
@@ -207,6 +208,14 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
     Raises AlignerError for unusable input (missing directory, bad --map, both arguments the same directory, a
     float64 dump that cannot calibrate this comparison).
     """
+    with gc_paused():
+        return _compare(dumps_a, dumps_b, ref, map_file, tolerance, bisect, workers, strict, calibrate, calibrate_k,
+                        progress)
+
+
+def _compare(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, tolerance: ToleranceSpec | None,
+             bisect: bool, workers: int | None, strict: bool, calibrate: str | None, calibrate_k: float,
+             progress: Progress) -> CompareResult:
     paired = read_pair(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance)
     side_a, side_b, pairs, tolerance = paired.other, paired.reference, paired.pairs, paired.tolerance
     check_same_model(pairs, side_a, side_b)

@@ -14,7 +14,7 @@ import dataclasses
 import enum
 import math
 from collections import defaultdict
-from typing import Callable, Sequence
+from typing import Callable, Hashable, Sequence
 
 from aligner.pipelines.compare.evaluate import Row
 
@@ -157,7 +157,7 @@ def dataflow(rows: Sequence[Row]) -> Flow:
     inputs = _call_flow(rows)
     open_calls: dict[str, list[list[int]]] = defaultdict(list)   # module -> stack of input groups
     closed: dict[str, list[int]] = {}                             # module -> inputs of its last finished call
-    producers: dict[tuple[Phase, str], int] = {}                  # (phase, content link) -> latest producing row
+    producers: dict[tuple[Phase, Hashable], int] = {}                  # (phase, content link) -> latest producing row
     last_bwd: dict[str, list[int]] = {}                           # module -> grad_output rows of its latest call
     prev_in_phase: dict[Phase, int] = {}
     prev: Row | None = None
