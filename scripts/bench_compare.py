@@ -1,4 +1,4 @@
-"""Benchmark `align compare` against a naive numpy loop on the same files, in the same run.
+"""Benchmark `align compare` against a naive numpy loop on the same files, in the same run, and end to end at scale.
 
 Writes PAIRS pairs of 1M-element float32 .npy files (the second half diverging) as two plain .npy directories, then
 times, in interleaved rounds: the naive loop (np.load both, np.allclose, max abs error, cosine), the `align compare`
@@ -16,6 +16,8 @@ import json
 import resource
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aligner.dumping.manifest import FORMAT, MANIFEST, VERSION
 from aligner.pipelines.compare.run import compare
 from aligner.render.compare import write_json
 
@@ -98,12 +101,83 @@ def peak_memory(root: Path, numel: int) -> float:
     return peak / 2**20
 
 
+def align_cli(*args: str) -> float:
+    """Wall seconds of one `align ...` process, start to exit (the user's view: interpreter start and imports
+    included); exit 0 or 1 (a verdict), anything else fails the benchmark."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "aligner.cli", *args], capture_output=True)
+    elapsed = time.perf_counter() - start
+    assert done.returncode in (0, 1), done.stderr.decode()[-500:]
+    return elapsed
+
+
+def import_numpy() -> float:
+    """Wall seconds of `python -c "import numpy"`: the floor any numpy tool starts from on this machine."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import numpy"], check=True)
+    return time.perf_counter() - start
+
+
+def write_stats_dumps(root: Path, records: int) -> None:
+    """Two stats-only aligner dumps of `records` module outputs each (MindSpore vs PyTorch names and types), the
+    last 10% diverging: the manifests a long stats-only run writes."""
+    for side, framework in (("a", "mindspore"), ("b", "pytorch")):
+        (root / side).mkdir(parents=True)
+        with open(root / side / MANIFEST, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps({"format": FORMAT, "version": VERSION, "framework": framework,
+                                 "framework_version": "x", "aligner_version": "x", "mode": "stats", "seed": None,
+                                 "rank": None, "world_size": None}) + "\n")
+            for i in range(records):
+                v = 1.0 + (i % 97) / 100 + (0.5 if side == "a" and i > records * 0.9 else 0.0)
+                stats = {"min": -v, "max": v, "mean": v / 10, "l2": v * 30, "nan": 0, "inf": 0, "zeros": 0.0,
+                         "near_zero": 0.01, "near_one": 0.2, "tiny": 0.0, "numel": 4096}
+                fh.write(json.dumps({"seq": i, "step": 0, "module": f"layers.{i // 10}.fc{i % 10}",
+                                     "type": "Dense" if side == "a" else "Linear", "kind": "forward", "io": "output",
+                                     "index": 0, "dtype": "float32", "shape": [4, 1024], "stats": stats,
+                                     "file": None, "call": i + 1, "parent": f"layers.{i // 10}"}) + "\n")
+
+
+def scale(root: Path, repeat: int, records: int) -> None:
+    """End-to-end figures: `align compare` processes against the naive loop (100 pairs), the fixed start cost
+    against `python -c "import numpy"`, and matching + verdicts of `records` stats-only records per side."""
+    write_pairs(root / "e2e", 100, 1 << 20)
+    tiny = root / "tiny"
+    for side in ("a", "b"):
+        (tiny / side).mkdir(parents=True)
+        np.save(tiny / side / "x.npy", np.ones(4, np.float32))
+    write_stats_dumps(root / "long", records)
+    runs = interleaved({"naive": lambda: naive(root / "e2e"),
+                        "cli": lambda: align_cli("compare", str(root / "e2e" / "a"), str(root / "e2e" / "b"),
+                                                 "--json", str(root / "e2e.json")),
+                        "start": lambda: align_cli("compare", str(tiny / "a"), str(tiny / "b")),
+                        "numpy": import_numpy,
+                        "long": lambda: align_cli("compare", str(root / "long" / "a"), str(root / "long" / "b"))},
+                       repeat)
+    median = {name: statistics.median(w for w, _, _ in r) for name, r in runs.items()}
+    print(f"\nend to end, {repeat} interleaved rounds (median wall s)")
+    print(f"100 pairs x 1M float32: naive loop in-process {median['naive']:.2f} s, `align compare` process "
+          f"{median['cli']:.2f} s -> {median['naive'] / median['cli']:.1f}x the naive loop (goal >= 5x)")
+    print(f"fixed start cost (`align compare` of one 4-element pair): {median['start']:.3f} s; "
+          f"`python -c \"import numpy\"`: {median['numpy']:.3f} s -> {median['start'] / median['numpy']:.2f}x "
+          f"(goal: 0.12 s where numpy's import takes 0.09 s, 1.33x)")
+    print(f"{records} stats-only records per side, `align compare` process: {median['long']:.2f} s (goal < 4 s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--numel", type=int, default=1 << 20)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--records", type=int, default=100_000, help="stats-only records per side (end to end)")
+    parser.add_argument("--only-scale", action="store_true", help="only the end-to-end figures")
     args = parser.parse_args()
+    if args.only_scale:
+        root = Path(tempfile.mkdtemp(prefix="bench_compare_"))
+        try:
+            scale(root, args.repeat, args.records)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     root = Path(tempfile.mkdtemp(prefix="bench_compare_"))
     try:
         nbytes = write_pairs(root, args.pairs, args.numel)
@@ -133,6 +207,7 @@ def main() -> None:
         print(f"align --bisect : {t_bisect:6.3f} s  read {bis['bisect_reads']} of {args.pairs} tensor pairs")
         print("peak traced memory, one worker: " + ", ".join(f"{mib:.1f} MiB for {n >> 20}M-element tensors"
                                                  for n, mib in mem.items()))
+        scale(root / "scale", args.repeat, args.records)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -14,12 +14,13 @@ writer thread), in the same run.
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -59,6 +60,24 @@ def ms_step(model, x) -> Callable[[], None]:
     return step
 
 
+def make_model(framework: str, kind: str) -> Any:
+    """A fresh model: a twin of tests/twin_models.py, or resnet18 (timm for torch, mindcv for MindSpore; random init):
+    the issue's realistic workload, batch 8 at 224x224."""
+    if kind != "resnet18":
+        tnet, mnet = make_twins(kind)
+        return tnet if framework == "torch" else mnet
+    if framework == "torch":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        importlib.import_module("tests.zoo.torch_compat")  # torchvision's op schemas, before timm imports it
+        timm = importlib.import_module("timm")
+        return timm.create_model("resnet18", pretrained=False, num_classes=10).train()
+    import mindcv
+
+    net = mindcv.create_model("resnet18", pretrained=False, num_classes=10)
+    net.set_train(True)
+    return net
+
+
 def timed(step: Callable[[], None], model, steps: int, root: Path) -> dict[str, float]:
     """Median seconds per step for each mode (see MODES), interleaved step by step so machine load
     hits every mode alike (two warm-up rounds are dropped)."""
@@ -86,30 +105,31 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the writer needs a core)")
-    parser.add_argument("--model", choices=("cnn", "block"), default="cnn", help="twin CNN or transformer block")
+    parser.add_argument("--model", choices=("cnn", "block", "resnet18"), default="cnn",
+                        help="twin CNN or transformer block, or resnet18 (timm / mindcv; use --batch 8)")
+    parser.add_argument("--frameworks", default="torch,mindspore")
     args = parser.parse_args()
     import mindspore as ms
     import torch
 
     torch.set_num_threads(args.threads)
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    shape = (3, 16, 16) if args.model == "cnn" else (4, 16)
+    shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, 224, 224)}[args.model]
     x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
-    print(f"twin {args.model}, batch {args.batch}, input {x.shape[1:]}, median of {args.steps} interleaved steps, "
+    print(f"{args.model}, batch {args.batch}, input {x.shape[1:]}, median of {args.steps} interleaved steps, "
           f"torch threads {args.threads}")
     print(f"{'framework':<10} {'no dump':>10} {'full dump':>18} {'stats only':>18} {'MB/step (full)':>15} "
           f"{'inputs':>8} {'stats (host)':>18} {'vs host':>8}")
-    for name, make in (("torch", torch_step), ("mindspore", ms_step)):
-        tnet, mnet = make_twins(args.model)
-        model = tnet if name == "torch" else mnet
-        step = make(model, x)
+    for name in args.frameworks.split(","):
+        model = make_model(name, args.model)
+        step = (torch_step if name == "torch" else ms_step)(model, x)
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             base, full, stats, no_inputs, host = timed(step, model, args.steps, root).values()
             mb = sum(f.stat().st_size for f in (root / "full").rglob("*.npy")) / 1e6 / (args.steps + 2)
-        print(f"{name:<10} {base * 1e3:>8.2f}ms {full * 1e3:>8.2f}ms ({full / base:4.1f}x) "
-              f"{stats * 1e3:>8.2f}ms ({stats / base:4.1f}x) {mb:>15.2f} {full / no_inputs:>7.2f}x "
-              f"{host * 1e3:>8.2f}ms ({host / base:4.1f}x) {stats / host:>7.2f}x")
+        print(f"{name:<10} {base * 1e3:>8.2f}ms {full * 1e3:>8.2f}ms ({full / base:4.2f}x) "
+              f"{stats * 1e3:>8.2f}ms ({stats / base:4.2f}x) {mb:>15.2f} {full / no_inputs:>7.2f}x "
+              f"{host * 1e3:>8.2f}ms ({host / base:4.2f}x) {stats / host:>7.2f}x")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ float16 underflow, gradient trend): no module hook is installed, only parameter 
 from __future__ import annotations
 
 import argparse
-import importlib
 import statistics
 import sys
 import time
@@ -23,8 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from bench_dump import ms_step, torch_step
-from twin_models import make_twins
+from bench_dump import make_model, ms_step, torch_step
 
 from aligner.pipelines.check import RuleConfig
 from aligner.pipelines.check.watch import watch
@@ -47,7 +45,7 @@ def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int, sync
     loops: dict[str, tuple[Callable[[], None], Any]] = {}
     waits: dict[str, Callable[[], Any] | None] = {}
     for mode in MODES:
-        model = _model(framework, kind)
+        model = make_model(framework, kind)
         watcher = None if mode == "none" else watch(model, rules=rules_for(mode), every=every).__enter__()
         loops[mode] = (make(model, x), watcher)
         waits[mode] = _synchronizer(model) if sync and framework == "mindspore" else None
@@ -67,24 +65,6 @@ def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int, sync
             if watcher is not None:
                 watcher.close()
     return {mode: statistics.median(t[2:]) for mode, t in times.items()}
-
-
-def _model(framework: str, kind: str) -> Any:
-    """A fresh model: a twin of tests/twin_models.py, or resnet18 (timm for torch, mindcv for MindSpore; random init):
-    the issue's realistic workload, batch 8 at 224x224."""
-    if kind != "resnet18":
-        tnet, mnet = make_twins(kind)
-        return tnet if framework == "torch" else mnet
-    if framework == "torch":
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        importlib.import_module("tests.zoo.torch_compat")  # torchvision's op schemas, before timm imports it
-        timm = importlib.import_module("timm")
-        return timm.create_model("resnet18", pretrained=False, num_classes=10).train()
-    import mindcv
-
-    net = mindcv.create_model("resnet18", pretrained=False, num_classes=10)
-    net.set_train(True)
-    return net
 
 
 def _synchronizer(model: Any) -> Callable[[], Any]:

@@ -188,8 +188,17 @@ def test_stats_only_writes_no_tensor_files(tmp_path):
     _, full = read(tmp_path / "full")
     assert header["mode"] == "stats" and os.listdir(tmp_path / "stats") == [MANIFEST]
     assert all(r.file is None for r in stats) and len(stats) == len(full)
+    # dumps accumulate mean and L2 in the tensor's own precision (float32 here; float64 is 6x slower on the training
+    # thread): within 1e-5 relative of the exact float64 statistics (float32 cascade sums of these few thousand
+    # elements are off by ~1e-7 relative: 100x margin); extrema, NaN/Inf counts and fractions (exact below 65536
+    # elements, all of this model's tensors) agree exactly
     for s, f in zip(stats, full):
-        assert s.stats == tensor_stats(load(tmp_path / "full", f)) == f.stats
+        exact = tensor_stats(load(tmp_path / "full", f))
+        for got in (s.stats, f.stats):
+            assert {k: v for k, v in got.items() if k not in ("mean", "l2")} == \
+                {k: v for k, v in exact.items() if k not in ("mean", "l2")}
+            assert got["mean"] == pytest.approx(exact["mean"], rel=1e-5, abs=1e-7)
+            assert got["l2"] == pytest.approx(exact["l2"], rel=1e-5)
 
 
 def test_steps_select_and_append(tmp_path):

@@ -22,6 +22,7 @@ from aligner.metrics.stats import (
     SAMPLE,
     TINY,
     empty_stats,
+    fast_stats,
     fractions,
     sampled_fractions,
     tensor_stats,
@@ -57,6 +58,20 @@ def stats_of(tensor: Any) -> dict[str, Any]:
         return mindspore_stats(tensor)
     raise AlignerError(f"aligner statistics need a torch or MindSpore tensor or a numpy array, "
                        f"got {type(tensor).__name__}")
+
+
+def fast_stats_of(tensor: Any) -> dict[str, Any]:
+    """The statistics a dump records of a tensor already in host memory, computed now without copying it:
+    `fast_stats` semantics (exact extrema and NaN/Inf counts, mean and L2 in the tensor's precision, fractions of a
+    strided sample) for float32/float64, the exact `stats_of` for other dtypes."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(tensor, torch.Tensor):
+        if tensor.dtype in (torch.float32, torch.float64) and tensor.numel():
+            return torch_watch_stats(tensor, full=True)
+        return stats_of(tensor)
+    if isinstance(tensor, np.ndarray):
+        return fast_stats(tensor)
+    return fast_stats(_ms_view(tensor))
 
 
 def _assemble(floating: bool, numel: int, head: list[float], counts: list[float]) -> dict[str, Any]:

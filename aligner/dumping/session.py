@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import threading
 import weakref
 from typing import Any, Protocol
@@ -11,9 +12,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from aligner.core.dtypes import canonical
-from aligner.dumping.fstats import on_host, stats_of
+from aligner.dumping.fstats import fast_stats_of, on_host, stats_of
 from aligner.dumping.manifest import Record
 from aligner.dumping.tensors import dtype_name, shape_of, to_host
+from aligner.metrics.stats import SAMPLE
 
 # False: stats-only captures copy every tensor to the host and the sink computes its statistics there (the path
 # before in-framework statistics; scripts/bench_dump.py switches it off for its "before" column)
@@ -102,16 +104,19 @@ class Session:
     def emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
              call: int | None = None, parent: str | None = None, source: str | None = None,
              arg: str | None = None) -> int:
-        """Queue `tensor`'s record with the next sequence number (returned): with a host copy of the tensor, or (a sink
-        without `host_arrays`, for a tensor on an accelerator) with its statistics computed now, where it lives. A
-        tensor already in host memory is copied either way: a memcpy, whose statistics the writer thread computes
-        off the training thread (measured on CPU: computing them here made stats-only dumps 1.07-1.12x slower)."""
+        """Queue `tensor`'s record with the next sequence number (returned): with a host copy of the tensor (full
+        dumps), or (a sink without `host_arrays`) with its statistics. Those of a tensor on an accelerator are
+        computed now, where it lives; of a large tensor in host memory, now, in a few passes and without a copy
+        (`fast_stats_of`); a small one in host memory is copied (cheaper than a few framework calls) and the writer
+        thread computes its statistics."""
         array: np.ndarray | None = None
-        if self.host_arrays or (self.offload and on_host(tensor)):
+        host_tensor = not self.host_arrays and on_host(tensor)
+        if self.host_arrays or (host_tensor and self.offload and math.prod(tensor.shape) < SAMPLE):
             array = host = to_host(tensor)
             dtype, shape, stats = canonical(host.dtype), list(host.shape), None
         else:
-            dtype, shape, stats = dtype_name(tensor), shape_of(tensor), stats_of(tensor)
+            dtype, shape = dtype_name(tensor), shape_of(tensor)
+            stats = fast_stats_of(tensor) if host_tensor else stats_of(tensor)
         with self._lock:
             seq = self.seq
             record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index, dtype=dtype,

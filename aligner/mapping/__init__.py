@@ -1,5 +1,24 @@
-"""Name mapping between PyTorch and MindSpore: data rules (mappings/), user maps, and target-guided matching."""
-from aligner.mapping.plan import FAILING, Entry, Plan, build_plan
-from aligner.mapping.usermap import UserMap, load_user_map
+"""Name mapping between PyTorch and MindSpore: data rules (mappings/), user maps, and target-guided matching.
+
+The names below are imported on first use: `align compare` reads the op table (aligner.mapping.ops) without paying
+for the conversion planner."""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aligner.mapping.plan import FAILING, Entry, Plan, build_plan
+    from aligner.mapping.usermap import UserMap, load_user_map
+
+_LAZY = {"FAILING": "aligner.mapping.plan", "Entry": "aligner.mapping.plan", "Plan": "aligner.mapping.plan",
+         "build_plan": "aligner.mapping.plan", "UserMap": "aligner.mapping.usermap",
+         "load_user_map": "aligner.mapping.usermap"}
 
 __all__ = ["FAILING", "Entry", "Plan", "UserMap", "build_plan", "load_user_map"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'aligner.mapping' has no attribute {name!r}")

@@ -6,8 +6,6 @@ import dataclasses
 import functools
 from importlib import resources
 
-import yaml
-
 from aligner.core.frameworks import Framework
 
 OPS_FILE = "ops_torch_mindspore.yaml"  # in the top-level mappings/, shipped inside the wheel as aligner.mappings
@@ -34,6 +32,8 @@ def load_op_table(name: str = OPS_FILE) -> OpTable:
     """Parse an op table of the installed `aligner.mappings` package once. A name listed under two canonical ops
     (within a framework, or across them: the compare side looks names up without knowing the framework) is a
     ValueError: the table would pair it both ways."""
+    import yaml  # only when an op record is looked up: plain compares never parse the table
+
     data = yaml.safe_load(resources.files("aligner.mappings").joinpath(name).read_text(encoding="utf-8"))
     by_framework: dict[str, dict[str, str]] = {fw: {} for fw in FRAMEWORKS}
     merged: dict[str, str] = {}

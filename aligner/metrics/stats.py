@@ -159,3 +159,12 @@ def watch_stats(array: np.ndarray, full: bool) -> dict[str, Any]:
         out["l2"] = float(np.sqrt(np.einsum("i,i->", flat, flat)))
         out.update(sampled_fractions(flat, n))
     return out
+
+
+def fast_stats(array: np.ndarray) -> dict[str, Any]:
+    """The statistics a dump records, in the fewest passes: `watch_stats` (exact extrema and NaN/Inf counts, mean
+    and L2 in the array's precision, sampled fractions) for float32/float64, `tensor_stats` for other dtypes."""
+    a = np.asarray(array)
+    if a.dtype in (np.float32, np.float64) and a.size:
+        return watch_stats(a, full=True)
+    return tensor_stats(a)

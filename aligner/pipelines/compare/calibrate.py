@@ -120,8 +120,8 @@ def measure(ref: Item, twin: Item) -> Noise | str:
     sr, st = ref.record.stats, twin.record.stats
     if not (sr and st):
         return "no tensor and no statistics to measure"
-    diffs = [abs(float(sr[k]) - float(st[k])) for k in ("max", "min", "mean")
-             if isinstance(sr.get(k), (int, float)) and isinstance(st.get(k), (int, float))]
+    diffs = [abs(float(a) - float(b)) for k in ("max", "min", "mean")
+             if isinstance(a := sr.get(k), (int, float)) and isinstance(b := st.get(k), (int, float))]
     l2r, l2t = sr.get("l2"), st.get("l2")
     if not diffs or not isinstance(l2r, (int, float)) or not isinstance(l2t, (int, float)):
         return "its statistics lack min/max/mean/l2"

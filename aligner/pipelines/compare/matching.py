@@ -20,8 +20,6 @@ from typing import Callable, Hashable, Sequence
 
 from aligner.core.frameworks import Framework
 from aligner.dumping.manifest import Record
-from aligner.io.base import TensorInfo
-from aligner.mapping import build_plan
 from aligner.pipelines.compare import ops as op_records  # aligner.dump(ops=True) records: see compare/ops.py
 from aligner.pipelines.compare.sources import Item, stats_identity
 
@@ -63,6 +61,9 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
     params: dict[str, str] = {}
     ms_first = framework_first == Framework.MINDSPORE
     if {framework_first, framework_second} == {Framework.PYTORCH, Framework.MINDSPORE}:
+        from aligner.io.base import TensorInfo  # the conversion's rules: imported only for a cross-framework pair
+        from aligner.mapping import build_plan
+
         ms_items = first if ms_first else second
         infos = {it.record.module: TensorInfo(tuple(it.record.shape), it.record.dtype or "float32")
                  for it in ms_items if it.record.kind == "param_grad"}
