@@ -20,7 +20,10 @@ _API = {
     "dump": "aligner.api",
     "compare": "aligner.api",
     "audit": "aligner.api",
-    "save": "aligner.dumping",
+    "save": "aligner.dumping.context",
+    "save_grads": "aligner.dumping.ranks",
+    "compare_ranks": "aligner.pipelines.compare.ranks",
+    "check_ranks": "aligner.pipelines.check.ranks",
     "replay": "aligner.pipelines.replay.run",
     "assert_close": "aligner.pipelines.replay.assertion",
     "noise_floor": "aligner.dumping.noise",
@@ -31,6 +34,7 @@ _API = {
     "convert_state_dicts": "aligner.pipelines.optim",
     "check": "aligner.pipelines.check",
     "watch": "aligner.pipelines.check.watch",
+    "native_dump_config": "aligner.dumping.foreign.native",
 }
 
 __all__ = sorted(_API)

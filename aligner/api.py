@@ -10,8 +10,8 @@ import os
 from typing import Any
 
 from aligner.core.progress import Progress
-from aligner.dumping import DumpContext
 from aligner.dumping import dump as _dump
+from aligner.dumping.context import DumpContext
 from aligner.pipelines.audit import audit as audit
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.run import compare as _compare

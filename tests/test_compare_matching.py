@@ -173,3 +173,24 @@ def test_a_squeeze_with_other_values_does_not_fold() -> None:
     assert passthrough([item(0, "p", "output", x), item(1, "flat", "output", x.reshape(1, 4))]) == {1: 0}
     assert passthrough([item(0, "p", "output", x), item(1, "flat", "output", x.reshape(1, 4) + 1)]) == {}
     assert passthrough([item(0, "p", "output", x), item(1, "flat", "output", x.reshape(2, 2))]) == {}
+
+
+@pytest.mark.parametrize("prefix", ["module.", "_backbone.", "network._backbone."])
+@pytest.mark.parametrize("wrapped_first", [True, False])
+def test_a_wrapper_prefix_on_one_side_still_pairs_by_name(prefix: str, wrapped_first: bool) -> None:
+    # DDP's `module.`, MindSpore's TrainOneStepCell `network._backbone.`: one side's paths carry the wrapper; every
+    # record still pairs by name (same shapes everywhere, so a content pairing could not tell the layers apart)
+    names = [f"layers.{i}.{part}" for i in range(6) for part in ("fc", "act")]
+    wrapped, plain = _items([prefix + n for n in names]), _items(names)
+    a, b = (wrapped, plain) if wrapped_first else (plain, wrapped)
+    pairs = match(a, b)
+    assert all(p.matched_by == "name" for p in pairs)
+    assert [p.b.record.module.removeprefix(prefix) for p in pairs] == names
+    assert [p.a.record.module.removeprefix(prefix) for p in pairs] == names
+
+
+def test_a_prefix_only_some_records_share_is_not_stripped() -> None:
+    # names that mostly agree already: nothing is stripped (the `block.` of two records is not a wrapper)
+    a = _items(["stem", "block.fc", "block.act", "head"])
+    b = _items(["stem", "fc", "act", "head"])
+    assert [p.matched_by for p in match(a, b)] == ["name", "content", "content", "name"]

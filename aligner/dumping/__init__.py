@@ -4,173 +4,27 @@
         loss = loss_fn(model(x), y)
         loss.backward()                 # MindSpore: grads = value_and_grad(...)(x, y) inside the context
 
-See README "Determinism and dumping" for the on-disk format (aligner/manifest.py) and the options.
+See README "Determinism and dumping" for the on-disk format (aligner/dumping/manifest.py) and the options. The
+capture itself lives in aligner.dumping.context; its names are imported from here on first use, so readers of the
+format (`align compare` imports aligner.dumping.manifest) do not load the hooks and the writer.
 """
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
-from types import TracebackType
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from aligner.core.errors import AlignerError
-from aligner.core.frameworks import Framework
-from aligner.core.progress import SILENT, Progress
-from aligner.dumping.directory import DumpDir, claim
-from aligner.dumping.options import Options
-from aligner.dumping.randomness import pinned
-from aligner.dumping.session import Session, activate, active
-from aligner.dumping.tensors import framework_version, model_framework
-from aligner.dumping.writer import BackgroundWriter, MemorySink
+if TYPE_CHECKING:
+    from aligner.dumping.context import DumpContext, MemoryCapture, dump, save
+    from aligner.dumping.ranks import save_grads
 
-__all__ = ["dump", "save", "DumpContext", "MemoryCapture"]
+_LAZY = {"dump": "aligner.dumping.context", "save": "aligner.dumping.context",
+         "DumpContext": "aligner.dumping.context", "MemoryCapture": "aligner.dumping.context",
+         "save_grads": "aligner.dumping.ranks"}
+
+__all__ = ["dump", "save", "save_grads", "DumpContext", "MemoryCapture"]
 
 
-def _install(framework: str, model: Any, session: Session, opts: Options, handles: list[Any]) -> None:
-    """Register the hooks into `handles` as they are made, so a failure part-way removes the ones already there."""
-    if framework == Framework.MINDSPORE:
-        from aligner.dumping import mindspore_hooks as hooks
-        from aligner.dumping import ops_mindspore as op_hooks
-    else:
-        from aligner.dumping import ops_torch as op_hooks  # type: ignore[no-redef]
-        from aligner.dumping import torch_hooks as hooks  # type: ignore[no-redef]
-    # ops=True: op hooks first, so that a bad scope raises before any module hook exists
-    if opts.ops:
-        handles.extend(op_hooks.install(model, session, opts))
-    hooks.install(model, session, opts, handles)
-    if opts.params:
-        for name, type_, value in hooks.state(model):
-            if opts.selects_name(name):
-                session.emit(name, type_, "param", "value", 0, value)
-
-
-class DumpContext:
-    """Hooks `model` on entry, removes them and flushes the background writer on exit."""
-
-    def __init__(self, model: Any, framework: str | None, opts: Options, step: int) -> None:
-        self.framework = framework
-        if framework == Framework.MINDSPORE:
-            from aligner.dumping.mindspore_hooks import check_pynative
-
-            check_pynative()
-        self.model, self.opts, self.step = model, opts, step
-        self.session: Session | None = None
-        self._handles: list[Any] = []
-        self._previous: Session | None = None
-
-    def _open(self) -> tuple[Any, int] | None:
-        """The sink and first sequence number for this entry, or None when this step is not recorded."""
-        raise NotImplementedError
-
-    def _closed(self, session: Session) -> None:
-        """Called after the sink is flushed."""
-
-    def __enter__(self) -> "DumpContext":
-        opened = self._open()
-        if opened is None:
-            return self
-        sink, first_seq = opened
-        self.session = Session(sink, self.step, first_seq)
-        try:
-            if self.framework is not None:
-                _install(self.framework, self.model, self.session, self.opts, self._handles)
-        except BaseException:
-            self._remove_hooks()
-            sink.close()
-            raise
-        self._previous = activate(self.session)
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if self.session is None:
-            return
-        session, self.session = self.session, None
-        self._remove_hooks()
-        session.open = False
-        activate(self._previous)
-        try:
-            session.sink.close()
-        except AlignerError:
-            if exc is None:  # never hide the user's own exception behind a write error
-                raise
-        finally:
-            self._closed(session)
-
-    def _remove_hooks(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-
-
-class _DirectoryDump(DumpContext):
-    """A DumpContext that writes a dump directory for the selected steps."""
-
-    def __init__(self, model: Any, directory: str | os.PathLike, opts: Options, step: int,
-                 steps: Iterable[int] | None, stats_only: bool, overwrite: bool, progress: Progress) -> None:
-        framework = model_framework(model)
-        super().__init__(model, framework, opts, step)
-        self.model_framework = framework  # a directory dump always has a model, so always a framework
-        self.directory, self.stats_only, self.overwrite = directory, stats_only, overwrite
-        self.progress = progress
-        self.steps = None if steps is None else frozenset(int(s) for s in steps)
-        self._dir: DumpDir | None = None
-
-    def _open(self) -> tuple[Any, int] | None:
-        self._dir = claim(self.directory, self.model_framework, framework_version(self.model_framework),
-                          self.stats_only, self.overwrite, pinned())
-        if self.steps is not None and self.step not in self.steps:
-            return None
-        writer = BackgroundWriter(self._dir.path, self.stats_only, self._dir.written, progress=self.progress)
-        return writer, self._dir.next_seq
-
-    def _closed(self, session: Session) -> None:
-        if self._dir is not None:
-            self._dir.next_seq = session.seq
-
-
-class MemoryCapture(DumpContext):
-    """A DumpContext that keeps (record, array) pairs in `self.items` instead of writing files (model None: probes)."""
-
-    def __init__(self, model: Any, opts: Options | None = None, step: int = 0) -> None:
-        framework = None if model is None else model_framework(model)
-        super().__init__(model, framework, opts or Options(leaves_only=False), step)
-        self.sink = MemorySink()
-        self.items = self.sink.items
-
-    def _open(self) -> tuple[Any, int]:
-        return self.sink, len(self.items)
-
-
-def dump(model: Any, directory: str | os.PathLike, *, step: int = 0, steps: Iterable[int] | None = None,
-         include: str | None = None, exclude: str | None = None, leaves_only: bool = True, forward: bool = True,
-         backward: bool = True, inputs: bool | None = None, ops: bool = False, scope: str | None = None,
-         params: bool = False, stats_only: bool = False, overwrite: bool = False,
-         progress: Progress = SILENT) -> DumpContext:
-    """Context manager recording `model`'s forward outputs, backward gradients and parameter gradients to `directory`.
-
-    The first `dump` on a directory in a process checks it is empty (or clears a previous dump with overwrite=True)
-    and writes the header; later contexts on the same directory (one per training step) append to it. Only steps in
-    `steps` (all when None) are recorded; `include`/`exclude` are regexes searched in module paths and parameter names.
-    `progress` shows the writes still queued when the context exits (`aligner.dump` passes a terminal bar).
-
-    inputs: None (default) records each call's inputs as links to the record that returned them, and stores those
-    that code between module calls computed (what tells a module's own error from its parent's glue code); True
-    stores every input; False none. ops=True also records every tensor operation called inside the forward of the
-    module at `scope` (a path; the whole model when None), with the source line of each call: the zoom-in that
-    names the op where the numbers part. params=True also records every parameter's and buffer's value as each
-    step starts (what `align repro` packs with a layer, and what `align diff --grads` fits update rules on).
-    """
-    if not isinstance(step, int):
-        raise AlignerError(f"aligner.dump step must be an int, got {type(step).__name__}")
-    opts = Options.build(include, exclude, leaves_only, forward, backward, inputs, ops, scope, params)
-    return _DirectoryDump(model, directory, opts, step, steps, stats_only, overwrite, progress)
-
-
-def save(name: str, tensor: Any) -> None:
-    """Record a hand-placed probe in the active dump (a no-op outside one, so probes can stay in the code)."""
-    if not isinstance(name, str) or not name:
-        raise AlignerError(f"aligner.save needs a non-empty name string, got {name!r}")
-    session = active()
-    if session is not None and session.open:
-        session.probe(name, tensor)
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'aligner.dumping' has no attribute {name!r}")

@@ -14,7 +14,7 @@ import numpy as np
 
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
-from aligner.dumping import MemoryCapture
+from aligner.dumping.context import MemoryCapture
 from aligner.dumping.randomness import fix_random
 from aligner.dumping.tensors import is_tensor, model_framework, to_host
 

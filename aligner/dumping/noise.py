@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
-from aligner.dumping import dump
+from aligner.dumping.context import dump
 from aligner.dumping.tensors import model_framework
 
 _INPUTS_HELP = ("inputs must be a tensor (the model's one argument), a tuple or list of positional arguments, or a "

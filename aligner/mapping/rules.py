@@ -7,8 +7,6 @@ import re
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from aligner.core.frameworks import Framework
 from aligner.io.base import TensorInfo
 from aligner.mapping.transforms import AxisOp, Create, parse_axis_op
@@ -73,6 +71,8 @@ class LayerRule:
 @functools.cache
 def load_rules(name: str = RULES_FILE) -> tuple[LayerRule, ...]:
     """Parse a rules file of the installed `aligner.mappings` package once (a checkout and a wheel alike)."""
+    import yaml  # here, not at import: reading a dump never parses the rules (`align compare`'s start time)
+
     data = yaml.safe_load(resources.files("aligner.mappings").joinpath(name).read_text(encoding="utf-8"))
     rules = []
     for item in data["rules"]:

@@ -31,8 +31,6 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
-
 from aligner.core.errors import AlignerError
 from aligner.mapping.transforms import Concat, Op, OpKind, Reshape, Split, Transpose
 
@@ -195,6 +193,8 @@ def module_renames(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 def load_user_map(path: str) -> UserMap:
     """Read and validate a mapping file; every problem is one clear AlignerError naming the file."""
+    import yaml  # here, not at import: `align compare` without --map never parses YAML (its start time)
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:

@@ -20,6 +20,8 @@ from typing import Callable, Hashable, Sequence
 
 from aligner.core.frameworks import Framework
 from aligner.dumping.manifest import Record
+from aligner.io.base import TensorInfo
+from aligner.mapping.plan import build_plan
 from aligner.pipelines.compare import ops as op_records  # aligner.dump(ops=True) records: see compare/ops.py
 from aligner.pipelines.compare.sources import Item, stats_identity
 
@@ -61,9 +63,6 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
     params: dict[str, str] = {}
     ms_first = framework_first == Framework.MINDSPORE
     if {framework_first, framework_second} == {Framework.PYTORCH, Framework.MINDSPORE}:
-        from aligner.io.base import TensorInfo  # the conversion's rules: imported only for a cross-framework pair
-        from aligner.mapping import build_plan
-
         ms_items = first if ms_first else second
         infos = {it.record.module: TensorInfo(tuple(it.record.shape), it.record.dtype or "float32")
                  for it in ms_items if it.record.kind == "param_grad"}
@@ -104,6 +103,39 @@ def _spelling(path: str) -> str:
     """A module path up to case and underscores: the same layer spelled by another zoo (`maxpool` / `max_pool`,
     `downsample` / `down_sample`)."""
     return path.replace("_", "").lower()
+
+
+def _wrapper_prefixes(names_a: Sequence[str | None], names_b: Sequence[str | None]) -> tuple[str, str]:
+    """The prefix one side's module paths carry and the other's lack, when it wraps most of that side and stripping
+    it pairs more names (DDP's `module.`, MindSpore's `_backbone.`, a user's `net.`): ("", "") when nothing does.
+    Without it no record would pair by name, and aligning every record by content costs ~200x more."""
+    spelled = [{_spelling(n) for n in names if n} for names in (names_a, names_b)]
+    best = ("", "", len(spelled[0] & spelled[1]))
+    if best[2] >= 0.5 * min(len(spelled[0]), len(spelled[1])):
+        return "", ""
+    for side in (0, 1):
+        mine, other = spelled[side], spelled[1 - side]
+        counts: dict[str, int] = defaultdict(int)
+        for name in mine:
+            parts = name.split(".")
+            for depth in range(1, min(len(parts), 4)):
+                counts[".".join(parts[:depth]) + "."] += 1
+        for prefix, count in sorted(counts.items(), key=lambda kv: -kv[1])[:8]:
+            if count < 0.5 * len(mine):
+                break
+            hits = sum(1 for n in mine if n.startswith(prefix) and n[len(prefix):] in other)
+            if hits > best[2]:
+                best = (prefix, "", hits) if side == 0 else ("", prefix, hits)
+    return best[0], best[1]
+
+
+def _unwrapped(names: list[str | None], prefix: str) -> list[str | None]:
+    """Names with a wrapper prefix (as `_spelling` writes it) removed where they carry it."""
+    if not prefix:
+        return names
+    depth = prefix.count(".")  # the prefix's path components, as the original (unspelled) name writes them
+    return [n.split(".", depth)[depth] if n is not None and n.count(".") >= depth and
+            _spelling(n).startswith(prefix) else n for n in names]
 
 
 def _keys(items: Sequence[Item], names: Sequence[str | None]) -> list[Hashable | None]:
@@ -293,6 +325,8 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     fold_a, fold_b = passthrough(items_a), passthrough(items_b)
     names_a = [name_a(it.record) if name_a else it.record.module for it in items_a]
     names_b = [name_b(it.record) if name_b else it.record.module for it in items_b]
+    strip_a, strip_b = _wrapper_prefixes(names_a, names_b)
+    names_a, names_b = _unwrapped(names_a, strip_a), _unwrapped(names_b, strip_b)
     keys_a, keys_b = _keys(items_a, names_a), _keys(items_b, names_b)
     where_b = {k: i for i, k in enumerate(keys_b) if k is not None}
     named = sorted((i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b)

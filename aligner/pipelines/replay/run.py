@@ -19,7 +19,7 @@ import numpy as np
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.core.tolerance import Tolerance, ToleranceSpec
-from aligner.dumping import dump
+from aligner.dumping.context import dump
 from aligner.dumping.options import compile_pattern
 from aligner.dumping.signature import MalformedCallError, restore
 from aligner.dumping.tensors import model_framework, tensors_in, to_host
