@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import click
 
+from aligner.cli import ranks
 from aligner.cli.options import check_outputs, json_option
 from aligner.core.atomic import atomic_files
 from aligner.core.errors import AlignerError
 from aligner.pipelines.check import RuleConfig, check
+from aligner.pipelines.compare.ranks import holds_ranks
 from aligner.render.check import print_check, write_check_html, write_check_json
 from aligner.render.console import make_console
 from aligner.render.jsonout import write_json as write_output
@@ -16,8 +18,12 @@ Rules and their thresholds: mappings/check_rules.yaml (README "align check"). A 
 no trends or updates; an old stats-only dump lacking a statistic; no probes) is listed as skipped with its reason.
 Probes read (aligner.save inside the dump): loss, loss_scale, grad_norm, grad_norm_clipped.
 \b
-Exit codes: 0 no error-severity finding; 1 an error-severity finding; 2 bad input, a bad --rule, or every rule
-skipped (nothing could be checked)."""
+Multi-rank dumps (DUMP/rank0/, rank1/, ...): each rank is checked, then the ranks of each data-parallel group against
+each other: rank-weights (the same weights at every dumped step: seed consistency), rank-grads (the same gradients
+after the all-reduce), rank-nonfinite (the first NaN/Inf over all ranks, with its rank and step).
+\b
+Exit codes: 0 no error-severity finding; 1 an error-severity finding (or a rank folder missing); 2 bad input, a bad
+--rule, or every rule skipped (nothing could be checked)."""
 
 
 @click.command("check", epilog=_HELP_EPILOG)
@@ -45,6 +51,8 @@ def command(dump: str, json_out: str | None, html_out: str | None, rules: tuple[
     overrides = RuleConfig.parse(rules)
     RuleConfig.load(overrides)  # a bad --rule fails before the dump is read
     check_outputs(force, json=json_out, html=html_out)
+    if holds_ranks(dump):  # a multi-rank dump (rank{N}/ folders): each rank, and the ranks against each other
+        return ranks.check_command(dump, overrides, json_out, html_out)
     report = check(dump, overrides)
     files = [(p, w) for p, w in ((json_out, write_check_json), (html_out, write_check_html)) if p and p != "-"]
     with atomic_files([p for p, _ in files], "w") as handles:

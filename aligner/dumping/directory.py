@@ -30,14 +30,15 @@ _WRITTEN = re.compile(r"(\.)?[0-9a-f]{32}\.npy(\.tmp)?")  # what the writer name
 
 
 def claim(directory: str | os.PathLike, framework: str, version: str, stats_only: bool, overwrite: bool,
-          seed: dict[str, Any] | None) -> DumpDir:
-    """The DumpDir for `directory`: created (empty, or cleared with overwrite) on first use in this process."""
+          seed: dict[str, Any] | None, ranks: dict[str, Any] | None = None) -> DumpDir:
+    """The DumpDir for `directory`: created (empty, or cleared with overwrite) on first use in this process; `ranks`
+    goes into the header (a multi-rank run's layout)."""
     with _lock:
-        return _claim(directory, framework, version, stats_only, overwrite, seed)
+        return _claim(directory, framework, version, stats_only, overwrite, seed, ranks)
 
 
 def _claim(directory: str | os.PathLike, framework: str, version: str, stats_only: bool, overwrite: bool,
-           seed: dict[str, Any] | None) -> DumpDir:
+           seed: dict[str, Any] | None, ranks: dict[str, Any] | None) -> DumpDir:
     path = Path(directory).resolve()
     known = _claimed.get(path)
     if known is not None and not (path / MANIFEST).is_file():  # removed since (e.g. shutil.rmtree): start afresh
@@ -51,7 +52,7 @@ def _claim(directory: str | os.PathLike, framework: str, version: str, stats_onl
         return known
     _prepare(path, directory, overwrite)
     try:
-        write_header(path, framework, version, "stats" if stats_only else "full", seed)
+        write_header(path, framework, version, "stats" if stats_only else "full", seed, ranks)
     except OSError as exc:
         raise AlignerError(f"cannot write dump directory {directory}: {exc.strerror or exc}") from exc
     _claimed[path] = DumpDir(path, framework, stats_only)

@@ -18,17 +18,22 @@ from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.report import CheckReport, Verdict
 from aligner.pipelines.check.rules import RULES, Evaluation, evaluate
 from aligner.pipelines.check.view import GRAD_NORM, GRAD_NORM_CLIPPED, LOSS, LOSS_SCALE
-from aligner.pipelines.compare.sources import Item, load_tensor, read_source
+from aligner.pipelines.compare.sources import Item, Source, load_tensor, read_source
 
-__all__ = ["check", "CheckReport", "Verdict", "RuleConfig", "Evaluation", "evaluate", "RULES", "LOSS", "LOSS_SCALE",
-           "GRAD_NORM", "GRAD_NORM_CLIPPED"]
+__all__ = ["check", "check_source", "CheckReport", "Verdict", "RuleConfig", "Evaluation", "evaluate", "RULES", "LOSS",
+           "LOSS_SCALE", "GRAD_NORM", "GRAD_NORM_CLIPPED"]
 
 
 def check(directory: str | os.PathLike, rules: Mapping[str, Any] | None = None) -> CheckReport:
     """Check one dump directory with the rules of check_rules.yaml (`rules` overrides thresholds: {"rule.key": value}
     or {"rule": {"key": value}}); AlignerError when the directory cannot be read or no rule could be evaluated."""
     config = RuleConfig.load(rules)
-    source = read_source(os.fspath(directory))
+    return check_source(read_source(os.fspath(directory)), config, str(directory))
+
+
+def check_source(source: Source, config: RuleConfig, directory: str) -> CheckReport:
+    """`check` of a dump already read, named `directory` in the report (a multi-rank check reads each rank once,
+    for its own rules and the cross-rank ones)."""
     if source.mode == "npy":
         raise AlignerError(f"{directory}: a directory of plain .npy files; align check reads aligner dumps "
                            "(aligner.dump writes manifest.jsonl)")
@@ -47,5 +52,5 @@ def check(directory: str | os.PathLike, rules: Mapping[str, Any] | None = None) 
     if not evaluation.checked:
         reasons = "; ".join(f"{rule}: {why}" for rule, why in evaluation.skipped.items())
         raise AlignerError(f"{directory}: every rule was skipped, nothing was checked ({reasons})")
-    return CheckReport(str(directory), source.framework, source.mode, len(records), evaluation,
+    return CheckReport(directory, source.framework, source.mode, len(records), evaluation,
                        {k: dict(v) for k, v in config.rules.items()}, source.problems)

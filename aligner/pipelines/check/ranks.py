@@ -1,0 +1,325 @@
+"""`align check DUMP` of a multi-rank dump (DUMP holds rank{N}/ folders): each rank's own health check, and what the
+migration guides ask of multi-card runs, compared across the ranks of each data-parallel group:
+
+* rank-weights: parameter values (dump params=True) identical at every dumped step; at the first, the initial weights
+  (seed consistency), later the updates kept in sync (buffers and normalisation statistics, which each rank's
+  batches update, are not compared);
+* rank-grads: gradients after the all-reduce identical (`param_grad` records with io "reduced": torch reads `.grad`
+  when the dump context exits, MindSpore records what `DistributedGradReducer` returned with `save_grads`). The io
+  "grad" records are each rank's own gradient, seen by a hook before the all-reduce (measured with DDP on gloo), so
+  they differ across ranks by design and are not compared;
+* rank-nonfinite: the first NaN/Inf over all ranks, by step then execution order, and on which rank.
+
+Full dumps compare tensors (bit-exact at max_abs 0: content-addressed files with the same name are the same bytes),
+stats-only dumps compare the recorded statistics.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.findings import Finding, Severity
+from aligner.dumping.manifest import Record
+from aligner.dumping.ranks import REDUCED
+from aligner.pipelines.check import check_source
+from aligner.pipelines.check.config import RuleConfig
+from aligner.pipelines.check.report import CheckReport
+from aligner.pipelines.check.rules import Evaluation
+from aligner.pipelines.check.view import SkipError, nonfinite
+from aligner.pipelines.compare.ranks import read_header, read_ranks
+from aligner.pipelines.compare.sources import Item, Source, load_tensor, read_source
+
+_STATS = ("min", "max", "mean", "l2")
+_COUNTS = ("nan", "inf")
+# normalisation statistics: each rank's own batches update them (DDP's broadcast_buffers copies rank 0's at the next
+# forward, after the step started; MindSpore keeps them as Parameters), so they differ across ranks without a bug
+_RUNNING = frozenset({"running_mean", "running_var", "num_batches_tracked", "moving_mean", "moving_variance"})
+
+
+@dataclasses.dataclass
+class RankedCheckReport:
+    """A multi-rank dump's check: per-rank reports, the cross-rank findings, and what could not be read."""
+
+    directory: str
+    world_size: int
+    dp_groups: list[list[int]]          # the data-parallel groups compared
+    dp_named: bool                      # True: from the headers' "dp" groups; False: the whole world, none was named
+    ranks: dict[int, CheckReport]       # each present rank's own check
+    evaluation: Evaluation              # the cross-rank rules: findings, skipped with reasons, notes
+    missing: list[int] = dataclasses.field(default_factory=list)           # rank folders absent
+    unreadable: dict[int, str] = dataclasses.field(default_factory=dict)   # rank -> the one-line error reading it
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The cross-rank findings (each rank's own are in `ranks`)."""
+        return self.evaluation.findings
+
+    @property
+    def errors(self) -> list[Finding]:
+        """Error-severity findings, cross-rank and per rank."""
+        own = [f for report in self.ranks.values() for f in report.errors]
+        return [f for f in self.findings if f.severity is Severity.ERROR] + own
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """1 for an error-severity finding or a missing rank (a rank that did not dump is a failed run); else 2 when
+        a rank could not be read; else 0."""
+        if self.errors or self.missing:
+            return ExitCode.FOUND
+        return ExitCode.USAGE if self.unreadable else ExitCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        ev = self.evaluation
+        return {"directory": self.directory, "world_size": self.world_size, "dp_groups": self.dp_groups,
+                "dp_named": self.dp_named, "exit_code": int(self.exit_code), "missing": self.missing,
+                "unreadable": self.unreadable, "findings": [f.to_dict() for f in self.findings],
+                "checked": ev.checked, "skipped": ev.skipped, "notes": ev.notes,
+                "ranks": {str(r): report.to_dict() for r, report in self.ranks.items()}}
+
+
+@dataclasses.dataclass
+class _Rank:
+    """One rank's dump as the cross-rank rules read it."""
+
+    rank: int
+    source: Source
+    params: dict[tuple[int, str], Item]   # (step, name) -> value at the step's start
+    reduced: dict[tuple[int, str], Item]  # (step, name) -> gradient after the all-reduce
+
+
+def _dp_groups(headers: list[dict[str, Any]], world: int) -> tuple[list[list[int]], bool]:
+    """The data-parallel groups the headers name (their union: a rank may write only its own group), else the world;
+    AlignerError when two headers put a rank in different groups."""
+    named: dict[int, tuple[int, ...]] = {}
+    for header in headers:
+        groups = header.get("groups")
+        dp = groups.get("dp") if isinstance(groups, dict) else None
+        for group in dp if isinstance(dp, list) else ():
+            if not isinstance(group, list) or not all(isinstance(r, int) and 0 <= r < world for r in group):
+                continue
+            for rank in group:
+                if named.setdefault(rank, tuple(sorted(group))) != tuple(sorted(group)):
+                    raise AlignerError(f"the rank folders' headers disagree on rank {rank}'s data-parallel group "
+                                       f"({list(named[rank])} and {sorted(group)})")
+    if not named:
+        return [list(range(world))], False
+    return [list(g) for g in sorted(set(named.values()))], True
+
+
+def _differ(a: Item, b: Item, limit: float) -> float | None:
+    """How far two records' values are apart (max |a - b|; from statistics when either has no tensor file), or None
+    when within `limit`. NaN and Inf in the same places agree; a different shape or placement is inf."""
+    if a.record.file is not None and a.record.file == b.record.file and not a.error and not b.error:
+        return None  # content-addressed: the same file name is the same dtype, shape and bytes
+    if a.record.shape != b.record.shape:
+        return math.inf
+    if a.path is not None and b.path is not None and not a.error and not b.error:
+        x, y = load_tensor(a), load_tensor(b)
+        if x.dtype != y.dtype:
+            return math.inf
+        if limit == 0:
+            return None if x.tobytes() == y.tobytes() else _max_abs(x, y)
+        diff = _max_abs(x, y)
+        return None if diff <= limit else diff
+    sa, sb = a.record.stats or {}, b.record.stats or {}
+    if any(sa.get(k) != sb.get(k) for k in _COUNTS):
+        return math.inf
+    if any((sa.get(k) is None) != (sb.get(k) is None) for k in _STATS):
+        return math.inf
+    diff = max((abs(float(sa[k] or 0) - float(sb[k] or 0)) for k in _STATS if sa.get(k) is not None), default=0.0)
+    return None if diff <= limit else diff
+
+
+def _max_abs(x: np.ndarray, y: np.ndarray) -> float:
+    """max |x - y| in float64, NaN/Inf in the same places agreeing (inf where they do not)."""
+    a, b = x.astype(np.float64, copy=False).ravel(), y.astype(np.float64, copy=False).ravel()
+    finite = np.isfinite(a) & np.isfinite(b)
+    same_special = ~finite & ((a == b) | (np.isnan(a) & np.isnan(b)))
+    if not np.all(finite | same_special):
+        return math.inf
+    # equal bytes differ only by the sign of a zero or a NaN payload: report the smallest nonzero, not 0
+    return float(np.max(np.abs(a[finite] - b[finite]), initial=0.0)) or float(np.finfo(np.float64).tiny)
+
+
+def _mismatches(ranks: dict[int, _Rank], groups: list[list[int]], pick: str, limit: float
+                ) -> tuple[list[tuple[int, int, int, str, float]], int]:
+    """(step, rank, reference rank, name, max |diff|) of every record `pick` ("params" | "reduced") that differs
+    from its group's lowest present rank, and how many records were compared."""
+    out, compared = [], 0
+    for group in groups:
+        present = [r for r in group if r in ranks]
+        if len(present) < 2:
+            continue
+        base = getattr(ranks[present[0]], pick)
+        for other in present[1:]:
+            mine = getattr(ranks[other], pick)
+            steps = {s for s, _ in base} & {s for s, _ in mine}
+            for key in sorted(k for k in base.keys() | mine.keys() if k[0] in steps):
+                compared += 1
+                if key not in base or key not in mine:
+                    out.append((key[0], other, present[0], key[1], math.inf))
+                    continue
+                diff = _differ(base[key], mine[key], limit)
+                if diff is not None:
+                    out.append((key[0], other, present[0], key[1], diff))
+    return out, compared
+
+
+def _describe(found: list[tuple[int, int, int, str, float]], step: int) -> tuple[str, str, str, float]:
+    """(which ranks differ from which, the first parameter, it and its difference in words, the difference) at
+    `step`."""
+    at = [f for f in found if f[0] == step]
+    ranks = sorted({(r, ref) for _, r, ref, _, _ in at})
+    who = ", ".join(f"rank {r} from rank {ref}" for r, ref in ranks)
+    _, _, _, name, diff = at[0]
+    names = len({n for _, _, _, n, _ in at})
+    how = "not comparable: missing on a rank, another shape or dtype, or NaN/Inf elsewhere" if math.isinf(diff) \
+        else f"max |diff| {diff:.3g}"
+    return who, name, f"{name} ({how}; {names} parameter(s) differ)", diff
+
+
+@dataclasses.dataclass
+class _Ctx:
+    """What each cross-rank rule gets: the ranks read, the data-parallel groups, the thresholds, the output."""
+
+    directory: str
+    ranks: dict[int, _Rank]
+    groups: list[list[int]]
+    config: RuleConfig
+    out: Evaluation
+
+    def finding(self, rule: str, message: str, step: int, fix: str, value: float | None = None,
+                where: str | None = None) -> Finding:
+        return Finding(rule, self.config.severity(rule), message, (where,) if where else (), step, fix,
+                       values=(value,) if value is not None else ())
+
+
+def _rule_weights(ctx: _Ctx) -> list[Finding]:
+    limit = ctx.config("rank-weights", "max_abs")
+    if not any(r.params for r in ctx.ranks.values()):
+        raise SkipError("the dump has no parameter values (dump with aligner.dump(..., params=True))")
+    found, compared = _mismatches(ctx.ranks, ctx.groups, "params", limit)
+    if not compared:
+        raise SkipError("needs parameter values of 2+ ranks of one data-parallel group at a common step")
+    if not found:
+        return []
+    step = min(f[0] for f in found)
+    first_step = min(s for r in ctx.ranks.values() for s, _ in r.params)
+    who, name, what, diff = _describe(found, step)
+    if step == first_step:
+        message = (f"the weights at step {step}, the first dumped, differ across data-parallel ranks: {who} in "
+                   f"{what}: the ranks did not start from the same weights")
+        fix = ("seed every rank alike before building the model (aligner.fix_random(seed) with one seed on every "
+               "rank), or broadcast rank 0's weights (DistributedDataParallel does at construction; MindSpore's "
+               "DistributedGradReducer does not); checklist: seed consistency across cards")
+    else:
+        message = (f"the weights drift apart at step {step} (equal before it): {who} in {what}: the ranks applied "
+                   "different updates")
+        fix = "see rank-grads: gradients not all-reduced (no_sync, a rank-local optimizer state or learning rate)"
+    return [ctx.finding("rank-weights", message, step, fix, diff, name)]
+
+
+def _rule_grads(ctx: _Ctx) -> list[Finding]:
+    limit = ctx.config("rank-grads", "max_abs")
+    ctx.out.notes.append("rank-grads compares gradients after the all-reduce (param_grad io 'reduced'); the io 'grad' "
+                         "records are each rank's own gradient as autograd computed it, before the all-reduce, which "
+                         "differ across ranks by design")
+    if not any(r.reduced for r in ctx.ranks.values()):
+        raise SkipError("the dump has no gradients after the all-reduce (param_grad io 'reduced'): torch records .grad "
+                    "when a multi-rank dump context exits (run backward inside it); MindSpore: "
+                    "aligner.dumping.save_grads(...) with what DistributedGradReducer returned")
+    found, compared = _mismatches(ctx.ranks, ctx.groups, "reduced", limit)
+    if not compared:
+        raise SkipError("needs reduced gradients of 2+ ranks of one data-parallel group at a common step")
+    if not found:
+        return []
+    step = min(f[0] for f in found)
+    who, name, what, diff = _describe(found, step)
+    return [ctx.finding(
+        "rank-grads", f"the gradients after the all-reduce differ across data-parallel ranks at step {step}: {who} "
+        f"in {what}: the all-reduce did not run, or not over these ranks", step,
+        "all-reduce every gradient before the update: DDP's backward outside no_sync() (or sync at the last "
+        "accumulation step), MindSpore's DistributedGradReducer over the data-parallel group; check the groups",
+        diff, name)]
+
+
+def _first_nonfinite(rank: _Rank) -> Record | None:
+    records = sorted([it.record for it in rank.source.items] + [it.record for it in rank.source.params.values()],
+                     key=lambda r: (r.step, r.seq))
+    return next((r for r in records if nonfinite(r.stats)), None)
+
+
+def _words(rec: Record) -> str:
+    what = {"param": "the value of", "param_grad": "the gradient" + (" after the all-reduce" if rec.io == REDUCED
+                                                                     else "") + " of"}.get(rec.kind)
+    return f"{what} {rec.module}" if what else f"{rec.kind} {rec.io} of {rec.module or 'the model'}"
+
+
+def _rule_nonfinite(ctx: _Ctx) -> list[Finding]:
+    origins = {rank: rec for rank, r in ctx.ranks.items() if (rec := _first_nonfinite(r)) is not None}
+    if not origins:
+        return []
+    order = sorted(origins, key=lambda rank: (origins[rank].step, origins[rank].seq, rank))
+    rank, rec = order[0], origins[order[0]]
+    st = rec.stats or {}
+    message = (f"the first NaN/Inf over {len(ctx.ranks)} ranks is on rank {rank} at step {rec.step}: {_words(rec)} "
+               f"({rec.type or rec.kind}) holds {st.get('nan') or 0} NaN and {st.get('inf') or 0} Inf")
+    later = [f"rank {r} at step {origins[r].step} ({_words(origins[r])})" for r in order[1:]]
+    if later:
+        message += "; then " + ", ".join(later)
+    return [ctx.finding("rank-nonfinite", message, rec.step,
+                        f"look at rank {rank}'s own nonfinite finding (align check {ctx.directory}/rank{rank}): its "
+                        "data shard or its computation; NaN reaching other ranks through the all-reduce is inherited",
+                        where=rec.module)]
+
+
+_RULES = {"rank-weights": _rule_weights, "rank-grads": _rule_grads, "rank-nonfinite": _rule_nonfinite}
+
+
+def check_ranks(directory: str | os.PathLike, rules: Mapping[str, Any] | None = None) -> RankedCheckReport:
+    """Check a multi-rank dump: each rank with `check`'s rules, then the cross-rank rules within each data-parallel
+    group; AlignerError for mixed world sizes or a directory without rank folders."""
+    config = RuleConfig.load(rules)
+    dump = read_ranks(directory)
+    if not dump.folders:
+        raise AlignerError(f"{directory}: no rank{{N}}/ folders (not a multi-rank dump)")
+    world = dump.world_size if dump.world_size is not None else max(dump.folders) + 1
+    groups, named = _dp_groups([read_header(f) for f in dump.folders.values()], world)
+    ranks: dict[int, _Rank] = {}
+    reports: dict[int, CheckReport] = {}
+    unreadable: dict[int, str] = {}
+    for rank, folder in sorted(dump.folders.items()):
+        try:
+            source = read_source(folder)
+            reports[rank] = check_source(source, config, str(folder))
+        except AlignerError as exc:
+            unreadable[rank] = str(exc)
+            continue
+        reduced = {(it.record.step, it.record.module): it for it in source.items
+                   if it.record.kind == "param_grad" and it.record.io == REDUCED}
+        weights = {key: it for key, it in source.params.items()
+                   if it.record.type == "Parameter" and key[1].rsplit(".", 1)[-1] not in _RUNNING}
+        ranks[rank] = _Rank(rank, source, weights, reduced)
+    out = Evaluation(steps=sorted({it.record.step for r in ranks.values() for it in r.source.items}))
+    ctx = _Ctx(str(directory), ranks, groups, config, out)
+    for name, rule in _RULES.items():
+        if not config.enabled(name):
+            out.skipped[name] = f"disabled (--rule {name}.enabled=false)"
+            continue
+        try:
+            out.findings.extend(rule(ctx))
+            out.checked.append(name)
+        except SkipError as why:
+            out.skipped[name] = str(why)
+    severity = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+    out.findings.sort(key=lambda f: (severity[f.severity], f.step if f.step is not None else -1))
+    if not named:
+        out.notes.append(f"no header names data-parallel groups: all {world} ranks are compared as one (pure data "
+                         "parallelism); with tensor/pipeline parallelism pass aligner.dump(..., groups={'dp': ...})")
+    return RankedCheckReport(str(directory), world, groups, named, reports, out,
+                             [r for r in range(world) if r not in dump.folders], unreadable)

@@ -1,0 +1,315 @@
+"""`align compare` of two multi-rank dumps (the `rank{N}/` folders `aligner.dump` writes under torch.distributed or
+mindspore.communication): each rank compared as `compare` compares two dumps, the ranks in parallel, and which ranks
+part first.
+
+Local parallelism: one forked process per rank at a time (at most `workers`, default one per CPU), each comparing
+its rank with `workers // processes` workers of its own, so a rank with big tensors can still fork its pair batches
+and the two levels together never ask for more CPUs than given. Ranks are independent reads of separate folders, the
+coarsest split there is; threads would queue on the GIL in compare's per-pair Python work (`run._parallel_mode`).
+Forking pays only when tensor bytes dominate: each rank's CompareResult (a row per record) is pickled back to this
+process, which unpickles them one after another (1280 rows: 0.09-0.25 s against the compare's own 0.5 s).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import enum
+import json
+import multiprocessing
+import os
+import sys
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any, Callable
+
+from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.progress import SILENT, Progress
+from aligner.core.tolerance import ToleranceSpec
+from aligner.dumping.manifest import MANIFEST
+from aligner.dumping.ranks import RANK_DIR
+from aligner.pipelines.compare.engine import Engine, open_engine
+from aligner.pipelines.compare.result import CompareResult
+from aligner.pipelines.compare.run import compare
+
+
+@dataclasses.dataclass(frozen=True)
+class RankDump:
+    """One side: its rank folders and the world size their headers agree on (None: no header says)."""
+
+    root: Path
+    folders: dict[int, Path]
+    world_size: int | None
+
+
+def holds_ranks(path: str | os.PathLike) -> bool:
+    """Whether `path` is a directory with `rank{N}/` entries (a multi-rank dump)."""
+    root = Path(path)
+    try:
+        return root.is_dir() and any(RANK_DIR.fullmatch(name) for name in os.listdir(root))
+    except OSError:
+        return False
+
+
+def read_header(folder: Path) -> dict[str, Any]:
+    """The first manifest line of a rank folder as a dict ({} when there is none: compare reports the folder)."""
+    try:
+        with open(folder / MANIFEST, encoding="utf-8") as fh:
+            header = json.loads(fh.readline())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return header if isinstance(header, dict) else {}
+
+
+def read_ranks(path: str | os.PathLike) -> RankDump:
+    """The rank folders of `path`, each header's rank checked against its folder name and every header's world size
+    against the others'; AlignerError (one line) for a folder that is a link or a file, a dump that is also a
+    single-process dump, or headers that disagree (mixed world sizes)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise AlignerError(f"{root}: no such directory")
+    if (root / MANIFEST).exists():
+        raise AlignerError(f"{root} holds both a single-process dump ({MANIFEST}) and rank folders; give the "
+                           "directory of one run")
+    folders: dict[int, Path] = {}
+    for name in sorted(os.listdir(root)):
+        found = RANK_DIR.fullmatch(name)
+        if found is None:
+            continue
+        folder = root / name
+        if folder.is_symlink() or not folder.is_dir():
+            raise AlignerError(f"{folder} is {'a link' if folder.is_symlink() else 'not a directory'}; rank "
+                               f"folders must be directories inside {root}")
+        if int(found[1]) in folders:
+            raise AlignerError(f"{root} holds two folders for rank {int(found[1])} ({folders[int(found[1])].name} "
+                               f"and {name})")
+        folders[int(found[1])] = folder
+    worlds: dict[int, list[int]] = {}
+    for rank, folder in folders.items():
+        header = read_header(folder)
+        said, world = header.get("rank"), header.get("world_size")
+        if isinstance(said, int) and said != rank:
+            raise AlignerError(f"{folder} holds the dump of rank {said}, not rank {rank}: rank folders were moved "
+                               "or renamed")
+        if isinstance(world, int):
+            worlds.setdefault(world, []).append(rank)
+    if len(worlds) > 1:
+        says = "; ".join(f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}: {w}"
+                         for w, r in sorted(worlds.items()))
+        raise AlignerError(f"mixed world sizes in {root}: the rank folders' headers disagree ({says} ranks); a "
+                           "folder left over from an earlier run of another size?")
+    world = next(iter(worlds), None)
+    beyond = [r for r in folders if world is not None and r >= world]
+    if world is not None and beyond:
+        raise AlignerError(f"mixed world sizes in {root}: rank{beyond[0]}/ in a dump whose headers say "
+                           f"{world} ranks (0..{world - 1}); a folder left over from an earlier, larger run?")
+    return RankDump(root, folders, world)
+
+
+class RankStatus(enum.Enum):
+    """One rank's outcome: its folders agree, differ, are missing on a side, or could not be compared."""
+
+    MATCH = "match"
+    DIVERGED = "diverged"
+    MISSING = "missing"
+    ERROR = "error"
+
+
+@dataclasses.dataclass
+class RankOutcome:
+    """One rank's comparison (None when a folder is missing or could not be compared, with why)."""
+
+    rank: int
+    result: CompareResult | None = None
+    missing: tuple[str, ...] = ()   # the sides without this rank's folder: "first", "second"
+    error: str | None = None        # the one-line error comparing it raised (different models, unreadable, ...)
+
+    @property
+    def status(self) -> RankStatus:
+        if self.missing:
+            return RankStatus.MISSING
+        if self.result is None:
+            return RankStatus.ERROR
+        return RankStatus.MATCH if self.result.passed else RankStatus.DIVERGED
+
+    @property
+    def first(self) -> tuple[int, int] | None:
+        """(step, seq) of the reference record of this rank's earliest divergence (None: none)."""
+        if self.result is None or not self.result.verdict.findings:
+            return None
+        recs = [self.result.rows[f.first].pair.ref.record for f in self.result.verdict.findings]
+        return min((r.step, r.seq) for r in recs)
+
+
+@dataclasses.dataclass
+class RankedCompareResult:
+    """Two multi-rank dumps compared rank by rank; `bool(result)` is `passed`."""
+
+    side_a: str
+    side_b: str
+    world_size: int
+    world_known: bool          # False: no header named the world size; it is the highest rank folder + 1
+    ranks: list[RankOutcome]   # rank 0, 1, ... world_size - 1
+    engine: str = "local"
+    processes: int = 1         # local engine: the forked processes that compared ranks side by side (1: none)
+
+    @property
+    def diverged(self) -> list[int]:
+        """Ranks that diverge, earliest first: by the step, then the execution order, of their first divergence."""
+        hit = [(o.first, o.rank) for o in self.ranks if o.first is not None]
+        return [rank for _, rank in sorted(hit)]
+
+    @property
+    def first_divergent(self) -> list[int]:
+        """The rank(s) whose divergence comes first (several when they part at the same record)."""
+        hit = [o for o in self.ranks if o.first is not None]
+        if not hit:
+            return []
+        earliest = min(o.first for o in hit if o.first is not None)
+        return [o.rank for o in hit if o.first == earliest]
+
+    def missing(self, side: str) -> list[int]:
+        """Ranks whose folder `side` ("first" or "second") lacks."""
+        return [o.rank for o in self.ranks if side in o.missing]
+
+    @property
+    def passed(self) -> bool:
+        """Every rank present on both sides, and none diverged (per-rank `--strict` included)."""
+        return all(o.status is RankStatus.MATCH for o in self.ranks)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """1 for a divergence or a missing rank (a rank that did not dump is a failed run); else 2 if a rank could
+        not be compared or its inputs were unreadable; else 0."""
+        if any(o.status in (RankStatus.DIVERGED, RankStatus.MISSING) for o in self.ranks):
+            return ExitCode.FOUND
+        if any(o.status is RankStatus.ERROR or o.result is not None and o.result.exit_code == ExitCode.USAGE
+               for o in self.ranks):
+            return ExitCode.USAGE
+        return ExitCode.OK
+
+
+# Measured with scripts/bench_ranks.py, 4 ranks, 2 CPUs under load from other jobs, forked against one after
+# another: tensor bytes per record (one side, _dump_size) of 163 KB ran 0.68x (8 x Linear(512), 226 records per rank)
+# and of 2 KB 0.75x (64 x Linear(32), 1794 records); 617 KB ran 1.22-1.37x (12 x Linear(1024), 338 records). Fork
+# from 512 KB per record, and 64 MB per rank (both sides) so that no fork is started for a few large records.
+_FORK_MIN_BYTES_PER_RECORD = 512 << 10
+_FORK_MIN_BYTES_PER_RANK = 64 << 20
+
+
+def _dump_size(folder: Path) -> tuple[int, int]:
+    """(manifest lines, bytes of tensor files) of one rank folder, from the directory listing (nothing parsed)."""
+    if (folder / "tensors").is_symlink():  # never list a directory outside the dump
+        return 0, 0
+    try:
+        with open(folder / MANIFEST, "rb") as fh:
+            lines = fh.read().count(b"\n")
+        with os.scandir(folder / "tensors") as entries:
+            size = sum(e.stat(follow_symlinks=False).st_size for e in entries if e.is_file(follow_symlinks=False))
+    except OSError:
+        return 0, 0
+    return lines, size
+
+
+def _worth_forking(folders: list[Path], ranks: int) -> bool:
+    """Whether the ranks' tensors are big enough per record for forked processes to beat one after another."""
+    lines, size = map(sum, zip(*(_dump_size(f) for f in folders))) if folders else (0, 0)
+    return size >= _FORK_MIN_BYTES_PER_RANK * ranks and size >= _FORK_MIN_BYTES_PER_RECORD * max(lines, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Task:
+    """One rank's comparison, as handed to a worker (picklable)."""
+
+    rank: int
+    a: str
+    b: str
+    options: dict[str, Any]
+
+
+def _compare_rank(task: _Task) -> tuple[CompareResult | None, str | None]:
+    """Compare one rank's folders; a one-line input error is returned (that rank is reported, the others go on)."""
+    try:
+        return compare(task.a, task.b, **task.options), None
+    except AlignerError as exc:
+        return None, str(exc)
+
+
+def _run_local(tasks: list[_Task], processes: int, advance: Callable[[], None]) -> tuple[list[tuple], int]:
+    """The tasks' results in `processes` forked worker processes (Linux, outside a daemon), else one after another;
+    and how many processes ran them."""
+    if processes >= 2 and sys.platform.startswith("linux") and not multiprocessing.current_process().daemon:
+        try:
+            results: list[tuple | None] = [None] * len(tasks)
+            with concurrent.futures.ProcessPoolExecutor(
+                    processes, mp_context=multiprocessing.get_context("fork")) as pool:
+                futures = {pool.submit(_compare_rank, t): i for i, t in enumerate(tasks)}
+                for future in concurrent.futures.as_completed(futures):
+                    results[futures[future]] = future.result()
+                    advance()
+            return results, processes  # type: ignore[return-value]
+        except (BrokenProcessPool, OSError):  # a worker died or could not start: one after another instead
+            pass
+    out = []
+    for task in tasks:
+        out.append(_compare_rank(task))
+        advance()
+    return out, 1
+
+
+def compare_ranks(dumps_a: str | os.PathLike, dumps_b: str | os.PathLike, *, ref: str | None = None,
+                  map_file: str | None = None, tolerance: ToleranceSpec | None = None, bisect: bool = False,
+                  workers: int | None = None, strict: bool = False, engine: Engine | None = None,
+                  progress: Progress = SILENT) -> RankedCompareResult:
+    """Compare two multi-rank dumps rank by rank (each as `compare` does, with the same options) on `engine` (the
+    local one when None: ranks in forked processes when worth it; a cluster engine runs one task per rank, each on one
+    CPU). A rank folder missing on one side is reported and the others compared; AlignerError for mixed world sizes
+    or a side that is not a multi-rank dump."""
+    paths = (Path(dumps_a), Path(dumps_b))
+    if paths[0].resolve() == paths[1].resolve():
+        raise AlignerError(f"both arguments name the same directory {dumps_a}")
+    for mine, other in (paths, paths[::-1]):
+        if not holds_ranks(mine):
+            raise AlignerError(f"mixed world sizes: {other} holds rank folders (a multi-rank dump) but {mine} "
+                               f"{'does not' if mine.is_dir() else 'is not a directory'}; compare one rank's "
+                               f"folder with it (align compare {other / 'rank0'} {mine})")
+    sides = (read_ranks(paths[0]), read_ranks(paths[1]))
+    known = [s.world_size for s in sides if s.world_size is not None]
+    if len(set(known)) > 1:
+        raise AlignerError(f"mixed world sizes: {paths[0]} was dumped by {sides[0].world_size} ranks and "
+                           f"{paths[1]} by {sides[1].world_size}; compare runs of the same world size")
+    world = known[0] if known else max(max(s.folders) for s in sides) + 1
+    for side in sides:
+        beyond = [r for r in side.folders if r >= world]
+        if beyond:
+            raise AlignerError(f"mixed world sizes: {side.root} holds rank{beyond[0]}/ but the other side was "
+                               f"dumped by {world} ranks")
+    outcomes = [RankOutcome(r, missing=tuple(n for n, s in zip(("first", "second"), sides) if r not in s.folders))
+                for r in range(world)]
+    present = [o for o in outcomes if not o.missing]
+    owned = engine is None
+    runner = open_engine() if engine is None else engine
+    cpus = workers or os.cpu_count() or 1
+    processes = max(1, min(cpus, len(present)))
+    if runner.name == "local" and processes > 1 and not _worth_forking(
+            [side.folders[o.rank] for o in present for side in sides], len(present)):
+        processes = 1
+    per_rank = 1 if runner.name != "local" else max(1, cpus // processes)  # a cluster task holds one CPU
+    options = {"ref": ref, "map_file": map_file, "tolerance": tolerance, "bisect": bisect, "workers": per_rank,
+               "strict": strict}
+    tasks = [_Task(o.rank, str(sides[0].folders[o.rank]), str(sides[1].folders[o.rank]), options) for o in present]
+    try:
+        with progress.task("comparing ranks", total=len(tasks)) as bar:
+            if runner.name == "local":
+                results, processes = _run_local(tasks, processes, bar.advance)
+            else:
+                results = runner.map(_compare_rank, tasks, lambda _: bar.advance())
+    finally:
+        if owned:
+            runner.close()
+    for outcome, (result, error) in zip(present, results):
+        outcome.result, outcome.error = result, error
+    return RankedCompareResult(str(paths[0]), str(paths[1]), world, bool(known), outcomes, runner.name,
+                               processes if runner.name == "local" else 1)
