@@ -33,6 +33,7 @@ lint: install
 bench: install
 	$(PY) scripts/bench_convert.py
 	$(PY) scripts/bench_compare.py
+	$(PY) scripts/bench_cluster.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache aligner/metrics/_kernel*.so

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import click
 
-from aligner.cli import ranks
 from aligner.cli.options import check_outputs, json_option
 from aligner.core.atomic import atomic_files
 from aligner.core.errors import AlignerError
 from aligner.pipelines.check import RuleConfig, check
+from aligner.pipelines.check.ranks import check_ranks
 from aligner.pipelines.compare.ranks import holds_ranks
 from aligner.render.check import print_check, write_check_html, write_check_json
+from aligner.render.check_ranks import print_check_ranks, write_check_ranks_json
 from aligner.render.console import make_console
 from aligner.render.jsonout import write_json as write_output
 
@@ -52,7 +53,7 @@ def command(dump: str, json_out: str | None, html_out: str | None, rules: tuple[
     RuleConfig.load(overrides)  # a bad --rule fails before the dump is read
     check_outputs(force, json=json_out, html=html_out)
     if holds_ranks(dump):  # a multi-rank dump (rank{N}/ folders): each rank, and the ranks against each other
-        return ranks.check_command(dump, overrides, json_out, html_out)
+        return _check_ranks(dump, overrides, json_out, html_out)
     report = check(dump, overrides)
     files = [(p, w) for p, w in ((json_out, write_check_json), (html_out, write_check_html)) if p and p != "-"]
     with atomic_files([p for p, _ in files], "w") as handles:
@@ -62,4 +63,17 @@ def command(dump: str, json_out: str | None, html_out: str | None, rules: tuple[
         write_output(report, "-", write_check_json)
     else:
         print_check(report, make_console())
+    return int(report.exit_code)
+
+
+def _check_ranks(dump: str, overrides: dict[str, str], json_out: str | None, html_out: str | None) -> int:
+    """`align check DUMP` where DUMP holds rank folders: each rank's health check and the cross-rank rules."""
+    if html_out:
+        raise AlignerError(f"--html: not for multi-rank dumps; give one rank's folder, e.g. align check {dump}/rank0 "
+                           "--html PATH")
+    report = check_ranks(dump, overrides)
+    if json_out:
+        write_output(report, json_out, write_check_ranks_json)
+    if json_out != "-":
+        print_check_ranks(report, make_console())
     return int(report.exit_code)

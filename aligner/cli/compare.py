@@ -13,18 +13,27 @@ from aligner.cli.options import (
 )
 from aligner.core.atomic import atomic_files
 from aligner.core.errors import AlignerError
-from aligner.core.tolerance import parse_nonnegative
+from aligner.core.tolerance import ToleranceSpec, parse_nonnegative
 from aligner.pipelines.compare.calibrate import K_DEFAULT
+from aligner.pipelines.compare.engine import ENGINES, Engine, open_engine
+from aligner.pipelines.compare.ranks import compare_ranks, holds_ranks
 from aligner.pipelines.compare.run import compare
 from aligner.render.compare import print_table, summary, write_csv, write_json, zoom
 from aligner.render.console import make_console
 from aligner.render.html import write_html
 from aligner.render.jsonout import write_json as write_output
 from aligner.render.progress import terminal_progress
+from aligner.render.ranks import print_ranks
+from aligner.render.ranks import summary as ranks_summary
+from aligner.render.ranks import write_json as write_ranks_json
 
 _HELP_EPILOG = """\b
 Exit codes: 0 every matched record agrees (records on one side only are listed, and fail only with --strict);
-1 a numeric divergence; 2 usage or input errors, including tensor files that could not be read."""
+1 a numeric divergence; 2 usage or input errors, including tensor files that could not be read.
+\b
+Multi-rank dumps (DUMPS_A/rank0/, rank1/, ... as aligner.dump writes under torch.distributed or
+mindspore.communication) are compared rank by rank, in parallel: a table of the ranks, which diverge first (by step,
+then execution order), and exit 1 also when a rank's folder is missing on one side; mixed world sizes exit 2."""
 REFERENCES = ("first", "second", "pytorch", "mindspore")
 
 
@@ -53,11 +62,17 @@ REFERENCES = ("first", "second", "pytorch", "mindspore")
 @click.option("--all", "full", is_flag=True, help="Print every row, not just the context of each finding.")
 @click.option("--workers", metavar="N", help="At most N tensor pairs compared in parallel (default: one per CPU; "
               "short runs and small tensors use one).")
+@click.option("--engine", "engine_name", metavar="|".join(ENGINES), help="Where the tensor pairs are compared: "
+              "local (default, no cluster needed) or ray (tasks on an existing Ray cluster; both dumps must be on "
+              "storage its workers mount at the same paths).")
+@click.option("--address", metavar="ADDR", help="With --engine ray: the head node, host:port (default: $RAY_ADDRESS, "
+              "else the cluster `ray start --head` started on this machine); 'local' starts a throwaway one here.")
 @click.option("--force", is_flag=True, help="Overwrite existing report files.")
 def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, rtol: tuple[str, ...],
             atol: tuple[str, ...], calibrate: str | None, calibrate_k: str | None, bisect: bool,
             json_out: str | None, csv_out: str | None, html_out: str | None,
-            strict: bool, full: bool, workers: str | None, force: bool) -> int:
+            strict: bool, full: bool, workers: str | None, engine_name: str | None, address: str | None,
+            force: bool) -> int:
     """Compare two dump directories (aligner dumps or plain .npy directories) and find the first divergent record.
 
     \b
@@ -67,6 +82,7 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
       align compare dumps_ms/ dumps_pt/ --rtol 1e-4 --atol 1e-6 --rtol 'head.*:1e-3' --atol 'head.*:1e-5'
       align compare big_ms/ big_pt/ --bisect
       align compare dumps_ms/ dumps_pt/ --calibrate dumps_pt_f64/
+      align compare /shared/dumps_ms/ /shared/dumps_pt/ --engine ray --address head-node:6379
     """
     if ref is not None and ref not in REFERENCES:
         raise AlignerError(f"--ref must be one of {', '.join(REFERENCES)}, got {ref!r}")
@@ -79,9 +95,21 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
     if k <= 0:
         raise AlignerError(f"--calibrate-k must be a number > 0, got {calibrate_k!r}")
     check_outputs(force, json=json_out, csv=csv_out, html=html_out)
-    result = compare(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=spec, bisect=bisect,
-                     workers=n_workers, strict=strict, calibrate=calibrate, calibrate_k=k,
-                     progress=terminal_progress())
+    engine = open_engine(engine_name, address, n_workers)  # an unknown engine or an unreachable cluster: exit 2 here
+    if holds_ranks(dumps_a) or holds_ranks(dumps_b):  # multi-rank dumps (rank{N}/ folders): rank by rank
+        try:
+            return _compare_ranks(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=spec,
+                                         bisect=bisect, workers=n_workers, strict=strict, full=full,
+                                         json_out=json_out, engine=engine, per_rank_only={
+                                             "--calibrate": calibrate, "--csv": csv_out, "--html": html_out})
+        finally:
+            engine.close()
+    try:
+        result = compare(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=spec, bisect=bisect,
+                         workers=n_workers, strict=strict, calibrate=calibrate, calibrate_k=k,
+                         progress=terminal_progress(), engine=engine)
+    finally:
+        engine.close()
     reports = [(path, writer) for path, writer in ((json_out, write_json), (csv_out, write_csv),
                                                    (html_out, write_html)) if path]
     files = [(path, writer) for path, writer in reports if path != "-"]
@@ -98,4 +126,25 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
         code = zoom(result)
         if code is not None:
             console.print(code, markup=False, highlight=False)
+    return int(result.exit_code)
+
+
+def _compare_ranks(dumps_a: str, dumps_b: str, *, ref: str | None, map_file: str | None,
+                   tolerance: ToleranceSpec, bisect: bool, workers: int | None, strict: bool, full: bool,
+                   json_out: str | None, engine: Engine, per_rank_only: dict[str, str | None]) -> int:
+    """`align compare A B` where A or B holds rank folders, the ranks on `engine` (the caller closes it): the rank
+    table and paragraph (and --json); the options in `per_rank_only` (--calibrate, --csv, --html) are refused: they
+    describe one rank's comparison."""
+    given = [opt for opt, value in per_rank_only.items() if value]
+    if given:
+        raise AlignerError(f"{', '.join(given)}: not for multi-rank dumps; give one rank's folders, e.g. "
+                           f"align compare {dumps_a}/rank0 {dumps_b}/rank0 {given[0]} ...")
+    result = compare_ranks(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance, bisect=bisect,
+                           workers=workers, strict=strict, engine=engine, progress=terminal_progress())
+    if json_out:
+        write_output(result, json_out, write_ranks_json)
+    if json_out != "-":
+        console = make_console()
+        print_ranks(result, console, full)
+        console.print(ranks_summary(result), markup=False)
     return int(result.exit_code)

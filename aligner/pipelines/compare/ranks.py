@@ -297,9 +297,11 @@ def compare_ranks(dumps_a: str | os.PathLike, dumps_b: str | os.PathLike, *, ref
             [side.folders[o.rank] for o in present for side in sides], len(present)):
         processes = 1
     per_rank = 1 if runner.name != "local" else max(1, cpus // processes)  # a cluster task holds one CPU
-    options = {"ref": ref, "map_file": map_file, "tolerance": tolerance, "bisect": bisect, "workers": per_rank,
-               "strict": strict}
-    tasks = [_Task(o.rank, str(sides[0].folders[o.rank]), str(sides[1].folders[o.rank]), options) for o in present]
+    # absolute paths: a cluster worker runs in the directory its cluster was started from
+    options = {"ref": ref, "map_file": None if map_file is None else str(Path(map_file).absolute()),
+               "tolerance": tolerance, "bisect": bisect, "workers": per_rank, "strict": strict}
+    tasks = [_Task(o.rank, str(sides[0].folders[o.rank].absolute()), str(sides[1].folders[o.rank].absolute()),
+                   options) for o in present]
     try:
         with progress.task("comparing ranks", total=len(tasks)) as bar:
             if runner.name == "local":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from aligner.core.errors import ExitCode
@@ -45,12 +46,12 @@ class CompareResult:
                 out[r.pair.matched_by or "name"] += 1
         return out
 
-    @property
+    @functools.cached_property  # rows never change once compared; reports ask several times
     def errors(self) -> list[int]:
         """Rows whose tensor files could not be read."""
         return [i for i, r in enumerate(self.rows) if r.status is RowStatus.ERROR]
 
-    @property
+    @functools.cached_property
     def unmatched(self) -> list[int]:
         """Rows with a record on one side only."""
         return [i for i, r in enumerate(self.rows) if r.status is RowStatus.UNMATCHED]

@@ -16,9 +16,11 @@ from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import Tolerance, ToleranceSpec
-from aligner.mapping import load_user_map
+from aligner.mapping.usermap import load_user_map
 from aligner.pipelines.compare.calibrate import K_DEFAULT, Calibration
 from aligner.pipelines.compare.calibrate import calibrate as calibrate_pairs
+from aligner.pipelines.compare.distributed import evaluate_on
+from aligner.pipelines.compare.engine import Engine, LocalEngine
 from aligner.pipelines.compare.evaluate import Row, evaluate, evaluate_all
 from aligner.pipelines.compare.matching import Pair, match, namers, same_layer
 from aligner.pipelines.compare.result import CompareResult
@@ -116,7 +118,7 @@ def _evaluate_processes(pairs: list, tolerance: ToleranceSpec, workers: int,
 
 
 def _evaluate(pairs: list, tolerance: ToleranceSpec, workers: int | None,
-              progress: Callable[[], None] | None = None) -> list[Row]:
+              progress: Callable[[], None] | None = None, engine: Engine | None = None) -> list[Row]:
     """Evaluate each distinct pair of tensor files once (an input linked to the output that returned it is the same
     pair of files), then give every row its pair's result."""
     first: dict[tuple, int] = {}
@@ -126,7 +128,7 @@ def _evaluate(pairs: list, tolerance: ToleranceSpec, workers: int | None,
             if p.a is not None and p.b is not None and p.a.path and p.b.path else (i,)
         owner.append(first.setdefault(key, i))
     unique = sorted(set(owner))
-    done = dict(zip(unique, _evaluate_unique([pairs[i] for i in unique], tolerance, workers, progress)))
+    done = dict(zip(unique, _evaluate_unique([pairs[i] for i in unique], tolerance, workers, progress, engine)))
     if progress:
         for _ in range(len(pairs) - len(unique)):
             progress()
@@ -135,8 +137,11 @@ def _evaluate(pairs: list, tolerance: ToleranceSpec, workers: int | None,
 
 
 def _evaluate_unique(pairs: list, tolerance: ToleranceSpec, workers: int | None,
-                     progress: Callable[[], None] | None = None) -> list[Row]:
-    """One worker for short runs and small tensors; else forked worker processes, or evaluate_all's threads."""
+                     progress: Callable[[], None] | None = None, engine: Engine | None = None) -> list[Row]:
+    """Tasks of `engine` when one is given (a cluster, not the LocalEngine); else one worker for short runs and
+    small tensors, forked worker processes, or evaluate_all's threads."""
+    if engine is not None and engine.name != LocalEngine.name:
+        return evaluate_on(engine, pairs, tolerance, progress)
     n = workers or os.cpu_count() or 1
     mode = _parallel_mode(pairs, n)
     if mode == "processes":
@@ -200,22 +205,27 @@ def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = Non
 def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str | None = None,
             tolerance: ToleranceSpec | None = None, bisect: bool = False, workers: int | None = None,
             strict: bool = False, calibrate: str | None = None, calibrate_k: float = K_DEFAULT,
-            progress: Progress = SILENT) -> CompareResult:
+            progress: Progress = SILENT, engine: Engine | None = None) -> CompareResult:
     """Compare dump directory A against the reference B (PyTorch by default) and find where they part.
 
     calibrate: a float64 dump of the reference model on the same input (`aligner.noise_floor`); each reference
     record's tolerance becomes `calibrate_k` times its own error against float64 where that exceeds the default.
+    engine: where the metrics of the pairs are computed (`open_engine`; None or the local engine: here, as `workers`
+    says); the calibration pass stays here.
     Raises AlignerError for unusable input (missing directory, bad --map, both arguments the same directory, a
-    float64 dump that cannot calibrate this comparison).
+    float64 dump that cannot calibrate this comparison, --bisect with an engine).
     """
+    if bisect and engine is not None and engine.name != LocalEngine.name:
+        raise AlignerError(f"--bisect reads a few pairs one after another: nothing for --engine {engine.name} to "
+                           f"distribute")
     with gc_paused():
         return _compare(dumps_a, dumps_b, ref, map_file, tolerance, bisect, workers, strict, calibrate, calibrate_k,
-                        progress)
+                        progress, engine)
 
 
 def _compare(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, tolerance: ToleranceSpec | None,
              bisect: bool, workers: int | None, strict: bool, calibrate: str | None, calibrate_k: float,
-             progress: Progress) -> CompareResult:
+             progress: Progress, engine: Engine | None = None) -> CompareResult:
     paired = read_pair(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance)
     side_a, side_b, pairs, tolerance = paired.other, paired.reference, paired.pairs, paired.tolerance
     check_same_model(pairs, side_a, side_b)
@@ -235,7 +245,8 @@ def _compare(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, 
         verdict = bisect_rows(rows, lambda i: noted(i, evaluate(pairs[i], tolerance)))
     else:
         with progress.task("comparing", total=len(pairs)) as task:
-            rows = [noted(i, row) for i, row in enumerate(_evaluate(pairs, tolerance, workers, task.advance))]
+            rows = [noted(i, row) for i, row in enumerate(_evaluate(pairs, tolerance, workers, task.advance,
+                                                                    engine))]
         verdict = judge(rows)
     return CompareResult(_label(side_a), _label(side_b), rows, verdict, side_a.problems + side_b.problems,
                          tolerance, strict, calibration)
