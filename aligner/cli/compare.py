@@ -10,6 +10,7 @@ from aligner.cli.options import (
     strict_option,
     tolerance_options,
     tolerance_spec,
+    trust_pickle_option,
 )
 from aligner.core.atomic import atomic_files
 from aligner.core.errors import AlignerError
@@ -67,12 +68,13 @@ REFERENCES = ("first", "second", "pytorch", "mindspore")
               "storage its workers mount at the same paths).")
 @click.option("--address", metavar="ADDR", help="With --engine ray: the head node, host:port (default: $RAY_ADDRESS, "
               "else the cluster `ray start --head` started on this machine); 'local' starts a throwaway one here.")
+@trust_pickle_option
 @click.option("--force", is_flag=True, help="Overwrite existing report files.")
 def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, rtol: tuple[str, ...],
             atol: tuple[str, ...], calibrate: str | None, calibrate_k: str | None, bisect: bool,
             json_out: str | None, csv_out: str | None, html_out: str | None,
             strict: bool, full: bool, workers: str | None, engine_name: str | None, address: str | None,
-            force: bool) -> int:
+            trust_pickle: bool, trust_pickle_alias: bool, force: bool) -> int:
     """Compare two dump directories (aligner dumps or plain .npy directories) and find the first divergent record.
 
     \b
@@ -107,7 +109,8 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
     try:
         result = compare(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=spec, bisect=bisect,
                          workers=n_workers, strict=strict, calibrate=calibrate, calibrate_k=k,
-                         progress=terminal_progress(), engine=engine)
+                         progress=terminal_progress(), engine=engine,
+                         trust_pickle=trust_pickle or trust_pickle_alias)
     finally:
         engine.close()
     reports = [(path, writer) for path, writer in ((json_out, write_json), (csv_out, write_csv),

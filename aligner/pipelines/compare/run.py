@@ -184,12 +184,13 @@ class Paired:
 
 
 def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = None, map_file: str | None = None,
-              tolerance: ToleranceSpec | None = None) -> Paired:
+              tolerance: ToleranceSpec | None = None, trust_pickle: bool = False) -> Paired:
     """Read both dumps, choose the reference (PyTorch by default) and match their records; AlignerError for a
-    missing directory, a bad --map or both arguments naming the same directory."""
+    missing directory, a bad --map or both arguments naming the same directory. `trust_pickle`: msprobe's PyTorch
+    `.pt` tensors may be read (torch.load with weights_only)."""
     tolerance = tolerance or ToleranceSpec()
     rename = load_user_map(map_file).rename_path if map_file is not None else None
-    sources = (read_source(dumps_a), read_source(dumps_b))
+    sources = (read_source(dumps_a, trust_pickle=trust_pickle), read_source(dumps_b, trust_pickle=trust_pickle))
     if Path(dumps_a).resolve() == Path(dumps_b).resolve():
         raise AlignerError(f"both arguments name the same directory {dumps_a}")
     r = choose_reference(ref, (sources[0].framework, sources[1].framework))
@@ -202,31 +203,24 @@ def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = Non
     return Paired(other, reference, r, pairs, tolerance)
 
 
+@gc_paused()
 def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str | None = None,
             tolerance: ToleranceSpec | None = None, bisect: bool = False, workers: int | None = None,
             strict: bool = False, calibrate: str | None = None, calibrate_k: float = K_DEFAULT,
-            progress: Progress = SILENT, engine: Engine | None = None) -> CompareResult:
+            progress: Progress = SILENT, engine: Engine | None = None, trust_pickle: bool = False) -> CompareResult:
     """Compare dump directory A against the reference B (PyTorch by default) and find where they part.
 
     calibrate: a float64 dump of the reference model on the same input (`aligner.noise_floor`); each reference
     record's tolerance becomes `calibrate_k` times its own error against float64 where that exceeds the default.
     engine: where the metrics of the pairs are computed (`open_engine`; None or the local engine: here, as `workers`
-    says); the calibration pass stays here.
+    says); the calibration pass stays here. trust_pickle: msprobe's PyTorch `.pt` tensors may be read.
     Raises AlignerError for unusable input (missing directory, bad --map, both arguments the same directory, a
     float64 dump that cannot calibrate this comparison, --bisect with an engine).
     """
     if bisect and engine is not None and engine.name != LocalEngine.name:
         raise AlignerError(f"--bisect reads a few pairs one after another: nothing for --engine {engine.name} to "
                            f"distribute")
-    with gc_paused():
-        return _compare(dumps_a, dumps_b, ref, map_file, tolerance, bisect, workers, strict, calibrate, calibrate_k,
-                        progress, engine)
-
-
-def _compare(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, tolerance: ToleranceSpec | None,
-             bisect: bool, workers: int | None, strict: bool, calibrate: str | None, calibrate_k: float,
-             progress: Progress, engine: Engine | None = None) -> CompareResult:
-    paired = read_pair(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance)
+    paired = read_pair(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance, trust_pickle=trust_pickle)
     side_a, side_b, pairs, tolerance = paired.other, paired.reference, paired.pairs, paired.tolerance
     check_same_model(pairs, side_a, side_b)
     calibration: Calibration | None = None

@@ -10,7 +10,7 @@ import dataclasses
 import math
 import re
 from pathlib import Path
-from typing import Any, BinaryIO, Hashable, Iterator
+from typing import Any, BinaryIO, Callable, Hashable, Iterator
 
 import numpy as np
 
@@ -18,7 +18,8 @@ from aligner.core.dtypes import canonical, to_numpy, to_storable
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.dumping import manifest
-from aligner.metrics.measure import flat_chunks
+from aligner.dumping.foreign import ForeignDump, detect, read_foreign
+from aligner.metrics.measure import MemoryStream, flat_chunks
 
 _GRAD_TOKENS = {"backward", "grad", "grads", "gradient"}
 _READ_BLOCK = 1 << 20  # bytes: files up to this size are read in one call, larger ones a block at a time
@@ -46,6 +47,7 @@ class Item:
     path: Path | None = None
     error: str | None = None
     header: NpyHeader | None = None  # already parsed (plain .npy directories read it to learn shape and dtype)
+    load: Callable[[], np.ndarray] | None = None  # a foreign tensor not stored as .npy (msprobe .pt, trust_pickle)
 
     @property
     def link(self) -> Hashable | None:
@@ -178,10 +180,15 @@ class NpyStream:
                     yield self._view(part[start:start + size])
 
 
-def open_tensor(item: Item) -> NpyStream:
+def open_tensor(item: Item) -> NpyStream | MemoryStream:
     """The item's tensor as a stream, checked against its record (shape, dtype); a header read at listing is reused."""
     if item.error:
         raise TensorError(item.error)
+    if item.load is not None:  # its loader checks shape and dtype
+        try:
+            return MemoryStream(item.load())
+        except ValueError as exc:
+            raise TensorError(str(exc)) from exc
     if item.path is None:
         raise TensorError(f"record {item.record.module!r} has no tensor file (statistics-only dump)")
     if item.header is not None:
@@ -307,14 +314,25 @@ def _read_dump(root: Path) -> Source:
     return Source(root, framework, mode, items, problems, calls, params)
 
 
-def read_source(path: str | Path) -> Source:
-    """Read a dump directory (if it has a manifest) or a plain directory of .npy files; refuse one with no records."""
+def _foreign(dump: ForeignDump) -> Source:
+    """Another tool's dump (msprobe, MindSpore's native dump) as a Source."""
+    items = [Item(e.record, e.path, e.error, load=e.load) for e in dump.entries]
+    return Source(dump.root, dump.framework, dump.mode, items, dump.problems)
+
+
+def read_source(path: str | Path, *, trust_pickle: bool = False) -> Source:
+    """Read a dump directory (if it has a manifest), another tool's dump (msprobe, MindSpore's native dump; its
+    PyTorch `.pt` tensors only with `trust_pickle`) or a plain directory of .npy files; refuse one with no records."""
     root = Path(path)
     if not root.exists():
         raise AlignerError(f"{root}: no such directory")
     if not root.is_dir():
         raise AlignerError(f"{root}: not a directory (expected a dump directory or a directory of .npy files)")
-    source = _read_dump(root) if (root / manifest.MANIFEST).is_file() else _read_plain(root)
+    if (root / manifest.MANIFEST).is_file():
+        source = _read_dump(root)
+    else:
+        tool = detect(root)
+        source = _read_plain(root) if tool is None else _foreign(read_foreign(root, tool, trust_pickle=trust_pickle))
     if not source.items:
         why = f" ({len(source.problems)} unparsable manifest line(s): {source.problems[0]})" if source.problems else ""
         raise AlignerError(f"{root}: no records to compare{why}")
