@@ -148,7 +148,7 @@ def scale(root: Path, repeat: int, records: int) -> None:
     write_stats_dumps(root / "long", records)
     runs = interleaved({"naive": lambda: naive(root / "e2e"),
                         "cli": lambda: align_cli("compare", str(root / "e2e" / "a"), str(root / "e2e" / "b"),
-                                                 "--json", str(root / "e2e.json")),
+                                                 "--json", str(root / "e2e.json"), "--force"),
                         "start": lambda: align_cli("compare", str(tiny / "a"), str(tiny / "b")),
                         "numpy": import_numpy,
                         "long": lambda: align_cli("compare", str(root / "long" / "a"), str(root / "long" / "b"))},

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import statistics
 import sys
 import tempfile
@@ -78,12 +79,12 @@ def make_model(framework: str, kind: str) -> Any:
     return net
 
 
-def timed(step: Callable[[], None], model, steps: int, root: Path) -> dict[str, float]:
+def timed(step: Callable[[], None], model, steps: int, root: Path, modes: tuple[str, ...] = MODES) -> dict[str, float]:
     """Median seconds per step for each mode (see MODES), interleaved step by step so machine load
     hits every mode alike (two warm-up rounds are dropped)."""
-    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
     for i in range(steps + 2):
-        for mode in MODES:
+        for mode in modes:
             start = time.perf_counter()
             if mode == "none":
                 step()
@@ -108,7 +109,9 @@ def main() -> None:
     parser.add_argument("--model", choices=("cnn", "block", "resnet18"), default="cnn",
                         help="twin CNN or transformer block, or resnet18 (timm / mindcv; use --batch 8)")
     parser.add_argument("--frameworks", default="torch,mindspore")
+    parser.add_argument("--quick", action="store_true", help="time only no dump, full and stats-only (the goals)")
     args = parser.parse_args()
+    modes = ("none", "full", "stats") if args.quick else MODES
     import mindspore as ms
     import torch
 
@@ -125,7 +128,9 @@ def main() -> None:
         step = (torch_step if name == "torch" else ms_step)(model, x)
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
-            base, full, stats, no_inputs, host = timed(step, model, args.steps, root).values()
+            times = timed(step, model, args.steps, root, modes)
+            base, full, stats = times["none"], times["full"], times["stats"]
+            no_inputs, host = times.get("no_inputs", math.nan), times.get("stats_host", math.nan)
             mb = sum(f.stat().st_size for f in (root / "full").rglob("*.npy")) / 1e6 / (args.steps + 2)
         print(f"{name:<10} {base * 1e3:>8.2f}ms {full * 1e3:>8.2f}ms ({full / base:4.2f}x) "
               f"{stats * 1e3:>8.2f}ms ({stats / base:4.2f}x) {mb:>15.2f} {full / no_inputs:>7.2f}x "

@@ -9,6 +9,7 @@ the numbers of `aligner.metrics.stats.tensor_stats`: counts and min/max exactly,
 """
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -190,7 +191,7 @@ def torch_watch_stats(tensor: Any, full: bool) -> dict[str, Any]:
     # in the tensor's own precision: torch's CPU reductions sum in cascades (relative error ~1e-6 in float32, what
     # the rules' thresholds of 10x and more need); a float64 accumulation measured 6x slower (a conversion per element)
     out["mean"] = float(flat.sum()) / n
-    out["l2"] = float(torch.linalg.vector_norm(flat))
+    out["l2"] = math.sqrt(float(torch.dot(flat, flat)))  # BLAS dot: 1.1 ms where vector_norm takes 1.6 (6.4M floats)
     sample = torch_to_numpy((flat[:: n // SAMPLE] if n > SAMPLE else flat).contiguous())
     out.update(sampled_fractions(sample, sample.size))
     out["numel"] = n
