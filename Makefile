@@ -34,6 +34,9 @@ bench: install
 	$(PY) scripts/bench_convert.py
 	$(PY) scripts/bench_compare.py
 	$(PY) scripts/bench_cluster.py
+	$(PY) scripts/bench_dump.py --model resnet18 --batch 8 --threads 2 --steps 12 --quick
+	$(PY) scripts/bench_watch.py --model resnet18 --batch 8 --threads 2 --sync
+	$(PY) scripts/bench_memory.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache aligner/metrics/_kernel*.so

@@ -55,9 +55,10 @@ class CallHooks:
         parent = self.session.parent(frame)
         args, kwargs = inputs
         structure, places = describe(tuple(args), dict(kwargs))
-        self.session.emit_call(self.path, self.type, call=frame.call, parent=parent, args=structure,
-                               attrs=None if self.described else attributes(self.module))
-        self.described = True
+        if self.opts.calls:
+            self.session.emit_call(self.path, self.type, call=frame.call, parent=parent, args=structure,
+                                   attrs=None if self.described else attributes(self.module))
+            self.described = True
         for i, t in enumerate(tensors_in(inputs)):
             self.session.emit_input(self.path, self.type, "forward", i, t, call=frame.call, parent=parent,
                                     link=self.opts.inputs is None, arg=places[i])

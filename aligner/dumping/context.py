@@ -8,6 +8,7 @@ See README "Determinism and dumping" for the on-disk format (aligner/manifest.py
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -184,7 +185,9 @@ def dump(model: Any, directory: str | os.PathLike, *, step: int = 0, steps: Iter
     """
     if not isinstance(step, int):
         raise AlignerError(f"aligner.dump step must be an int, got {type(step).__name__}")
-    opts = Options.build(include, exclude, leaves_only, forward, backward, inputs, ops, scope, params)
+    # a stats-only dump cannot be replayed (no input data): no call signatures (4% of a resnet18 step)
+    opts = dataclasses.replace(Options.build(include, exclude, leaves_only, forward, backward, inputs, ops, scope,
+                                             params), calls=not stats_only)
     return _DirectoryDump(model, directory, opts, step, steps, stats_only, overwrite, progress, groups)
 
 

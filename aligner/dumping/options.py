@@ -31,6 +31,7 @@ class Options:
     scope: str | None = None    # the module path whose forward ops=True zooms into ("" the whole model)
     params: bool = False        # record every parameter's and buffer's value at the start of each step
     module_backward: bool = True  # with backward: modules' grad_output/grad_input too (False: parameter gradients only)
+    calls: bool = True  # each module call's signature (a `call` record): what replay and repro call it back with
 
     @property
     def module_hooks(self) -> bool:
