@@ -50,14 +50,14 @@ def inside(base: Path, name: str) -> tuple[Path | None, str | None]:
     name."""
     candidate = Path(name)
     if not name or candidate.is_absolute() or ".." in candidate.parts:
-        return None, f"names a file outside the dump folder ({name!r}): refused"
+        return None, f"names a file outside the dump directory ({name!r}): refused"
     path = base / candidate
     try:
         confined = path.resolve().is_relative_to(base.resolve())
     except (OSError, RuntimeError):  # a symlink loop
         confined = False
     if not confined:
-        return None, f"{name!r} is a link leading outside the dump folder: refused"
+        return None, f"{name!r} is a link leading outside the dump directory: refused"
     return path, None
 
 

@@ -199,18 +199,27 @@ class _Ctx:
                        values=(value,) if value is not None else ())
 
 
+def _first_mismatch(ctx: _Ctx, pick: str, limit: float, what: str) -> tuple[int, str, str, str, float] | None:
+    """(step, ranks, parameter, description, difference) of the first step where `pick` records differ across the
+    ranks of a group, None when they agree; SkipError when no two ranks of a group share a step of them."""
+    found, compared = _mismatches(ctx.ranks, ctx.groups, pick, limit)
+    if not compared:
+        raise SkipError(f"needs {what} of 2+ ranks of one data-parallel group at a common step")
+    if not found:
+        return None
+    step = min(f[0] for f in found)
+    return (step, *_describe(found, step))
+
+
 def _rule_weights(ctx: _Ctx) -> list[Finding]:
     limit = ctx.config("rank-weights", "max_abs")
     if not any(r.params for r in ctx.ranks.values()):
         raise SkipError("the dump has no parameter values (dump with aligner.dump(..., params=True))")
-    found, compared = _mismatches(ctx.ranks, ctx.groups, "params", limit)
-    if not compared:
-        raise SkipError("needs parameter values of 2+ ranks of one data-parallel group at a common step")
-    if not found:
+    first = _first_mismatch(ctx, "params", limit, "parameter values")
+    if first is None:
         return []
-    step = min(f[0] for f in found)
+    step, who, name, what, diff = first
     first_step = min(s for r in ctx.ranks.values() for s, _ in r.params)
-    who, name, what, diff = _describe(found, step)
     if step == first_step:
         message = (f"the weights at step {step}, the first dumped, differ across data-parallel ranks: {who} in "
                    f"{what}: the ranks did not start from the same weights")
@@ -233,13 +242,10 @@ def _rule_grads(ctx: _Ctx) -> list[Finding]:
         raise SkipError("the dump has no gradients after the all-reduce (param_grad io 'reduced'): torch records .grad "
                     "when a multi-rank dump context exits (run backward inside it); MindSpore: "
                     "aligner.dumping.save_grads(...) with what DistributedGradReducer returned")
-    found, compared = _mismatches(ctx.ranks, ctx.groups, "reduced", limit)
-    if not compared:
-        raise SkipError("needs reduced gradients of 2+ ranks of one data-parallel group at a common step")
-    if not found:
+    first = _first_mismatch(ctx, "reduced", limit, "reduced gradients")
+    if first is None:
         return []
-    step = min(f[0] for f in found)
-    who, name, what, diff = _describe(found, step)
+    step, who, name, what, diff = first
     return [ctx.finding(
         "rank-grads", f"the gradients after the all-reduce differ across data-parallel ranks at step {step}: {who} "
         f"in {what}: the all-reduce did not run, or not over these ranks", step,

@@ -19,6 +19,7 @@ from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.dumping import manifest
 from aligner.dumping.foreign import ForeignDump, detect, read_foreign
+from aligner.dumping.foreign.base import inside
 from aligner.metrics.measure import MemoryStream, flat_chunks
 
 _GRAD_TOKENS = {"backward", "grad", "grads", "gradient"}
@@ -238,7 +239,7 @@ def _read_plain(root: Path) -> Source:
     files = sorted((p for p in root.iterdir() if p.suffix == ".npy" and p.is_file()), key=lambda p: _number_key(p.name))
     items = []
     for i, p in enumerate(files):
-        confined, why = _confined(root, p.name)
+        confined, why = inside(root, p.name)
         if confined is None:
             items.append(Item(manifest.Record(seq=i, module=p.name[:-4], type="", kind="forward", io="output",
                                               index=0, dtype="", shape=[]), error=why))
@@ -247,21 +248,6 @@ def _read_plain(root: Path) -> Source:
     return Source(root, Framework.NUMPY, "npy", items, [])
 
 
-def _confined(root: Path, name: str) -> tuple[Path | None, str | None]:
-    """(path, None) for a manifest's tensor file inside the dump directory, else (None, why): a manifest names only
-    files under its own directory (no absolute path, no `..`, no symlink leading out), so a hostile one cannot make
-    compare read, and leak into its report, a file the user did not name."""
-    candidate = Path(name)
-    if candidate.is_absolute() or ".." in candidate.parts:
-        return None, f"manifest names a file outside the dump directory ({name!r}): refused"
-    path = root / candidate
-    try:
-        inside = path.resolve().is_relative_to(root.resolve())
-    except (OSError, RuntimeError):  # a symlink loop
-        inside = False
-    if not inside:
-        return None, f"{name!r} is a link leading outside the dump directory: refused"
-    return path, None
 
 
 def _resolve(item: Item, by_seq: dict[int, Item]) -> None:
@@ -300,7 +286,7 @@ def _read_dump(root: Path) -> Source:
             else:
                 item = Item(entry)
                 if entry.file:
-                    item.path, item.error = _confined(root, entry.file)
+                    item.path, item.error = inside(root, entry.file)
                 if entry.same_as is not None:
                     _resolve(item, by_seq)
                 by_seq[entry.seq] = item
