@@ -3,6 +3,7 @@ equals the local run's; a cluster that is not there is a one-line error (exit 2)
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -18,25 +19,28 @@ from aligner.pipelines.compare.engine import Engine, open_engine
 from aligner.pipelines.compare.run import compare
 from aligner.render.compare import to_json
 
+# Set when this module is collected, before any test imports Ray: Ray reads them once, at its first import in the
+# process (a test of this module that imports Ray without the cluster fixture, run first in a shuffled order, would
+# otherwise fix the driver's auth mode to "disabled" while the cluster the fixture starts wants a token). The first
+# keeps a new cluster (and the processes that join it, which inherit this environment) on the loopback interface
+# instead of this machine's outward address; the second is what Ray sets for a local cluster: joiners send the token.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_AUTH_MODE"] = "token"
+
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[Engine, str]]:
     """A throwaway local Ray cluster of 2 CPUs started through `--address local`'s code path, and its address."""
-    with pytest.MonkeyPatch.context() as env:
-        # Ray binds a new cluster to this machine's outward address unless told it is single-node: keep it (and the
-        # processes that join it, which inherit this environment) on the loopback interface
-        env.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        env.setenv("RAY_AUTH_MODE", "token")  # what Ray sets for a local cluster; joiners need it to send the token
-        engine = open_engine("ray", "local", workers=2)
-        try:
-            import ray
+    engine = open_engine("ray", "local", workers=2)
+    try:
+        import ray
 
-            address = ray.get_runtime_context().gcs_address
-            assert address.startswith("127.0.0.1:"), address
-            assert engine.workers == 2
-            yield engine, address
-        finally:
-            engine.close()
+        address = ray.get_runtime_context().gcs_address
+        assert address.startswith("127.0.0.1:"), address
+        assert engine.workers == 2
+        yield engine, address
+    finally:
+        engine.close()
 
 
 def _plain_pair(root: Path) -> None:
