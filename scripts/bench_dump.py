@@ -35,29 +35,34 @@ from aligner.dumping import session as dump_session
 MODES = ("none", "full", "stats", "no_inputs", "stats_host")
 
 
-def torch_step(model, x) -> Callable[[], None]:
+def torch_step(model, x) -> Callable[[], Any]:
+    """One SGD training step; it returns the parameters' gradients (what `aligner.watch(grads="step")` is handed)."""
     import torch
 
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=0.01)
     inp = torch.from_numpy(x)
 
-    def step() -> None:
+    def step() -> Any:
         opt.zero_grad()
         model(inp).square().mean().backward()
         opt.step()
+        return [p.grad for p in params]
     return step
 
 
-def ms_step(model, x) -> Callable[[], None]:
+def ms_step(model, x) -> Callable[[], Any]:
+    """One SGD training step; it returns the gradients value_and_grad gave (in the trainable parameters' order)."""
     import mindspore as ms
 
     opt = ms.nn.SGD(model.trainable_params(), learning_rate=0.01)
     grad_fn = ms.value_and_grad(lambda v: model(v).square().mean(), None, opt.parameters)
     inp = ms.Tensor(x)
 
-    def step() -> None:
+    def step() -> Any:
         _, grads = grad_fn(inp)
         opt(grads)
+        return grads
     return step
 
 

@@ -6,7 +6,8 @@ the weight-gradient rules only.
 Each mode trains its own copy of the same model (identical weights, the same input) so the three loops can run
 interleaved step by step: machine load hits every mode alike. A watched step is the user's step plus `w.step()` (the
 rules evaluated at its end). "grad rules" enables only the rules that read parameter gradients (vanishing, exploding,
-float16 underflow, gradient trend): no module hook is installed, only parameter gradient hooks.
+float16 underflow, gradient trend): no module hook is installed, only parameter gradient hooks; "grads handed over"
+is the same with `aligner.watch(..., grads="step")`: no hook at all, the step's gradients passed to `w.step(grads)`.
 """
 from __future__ import annotations
 
@@ -28,12 +29,12 @@ from aligner.pipelines.check import RuleConfig
 from aligner.pipelines.check.watch import watch
 
 GRAD_RULES = ("vanishing-gradients", "exploding-gradients", "fp16-underflow", "gradient-trend")
-MODES = ("none", "all", "grads")
+MODES = ("none", "all", "grads", "given")
 
 
 def rules_for(mode: str) -> dict[str, Any] | None:
     """The rules override of a mode: None (defaults: every rule) or only the weight-gradient rules enabled."""
-    if mode != "grads":
+    if mode not in ("grads", "given"):
         return None
     return {f"{name}.enabled": name in GRAD_RULES for name in RuleConfig.load().names}
 
@@ -46,7 +47,8 @@ def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int, sync
     waits: dict[str, Callable[[], Any] | None] = {}
     for mode in MODES:
         model = make_model(framework, kind)
-        watcher = None if mode == "none" else watch(model, rules=rules_for(mode), every=every).__enter__()
+        watcher = None if mode == "none" else watch(model, rules=rules_for(mode), every=every,
+                                                    grads="step" if mode == "given" else "hooks").__enter__()
         loops[mode] = (make(model, x), watcher)
         waits[mode] = _synchronizer(model) if sync and framework == "mindspore" else None
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
@@ -54,9 +56,9 @@ def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int, sync
         for _ in range(steps + 2):
             for mode, (step, watcher) in loops.items():
                 start = time.perf_counter()
-                step()
+                grads = step()
                 if watcher is not None:
-                    watcher.step()
+                    watcher.step(grads if mode == "given" else None)
                 if waits[mode] is not None:
                     waits[mode]()
                 times[mode].append(time.perf_counter() - start)
@@ -98,11 +100,11 @@ def main() -> None:
     x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
     print(f"{args.model}, batch {args.batch}, every {args.every}, median of {args.steps} interleaved steps, "
           f"torch threads {args.threads}{', synchronised' if args.sync else ''}")
-    print(f"{'framework':<10} {'no watch':>10} {'all rules':>20} {'grad rules':>20}")
+    print(f"{'framework':<10} {'no watch':>10} {'all rules':>20} {'grad rules':>20} {'grads handed over':>20}")
     for name in args.frameworks.split(","):
-        base, every_rule, grads = timed(name, args.model, x, args.steps, args.every, args.sync).values()
+        base, every_rule, grads, given = timed(name, args.model, x, args.steps, args.every, args.sync).values()
         print(f"{name:<10} {base * 1e3:>8.2f}ms {every_rule * 1e3:>9.2f}ms ({every_rule / base:5.3f}x) "
-              f"{grads * 1e3:>9.2f}ms ({grads / base:5.3f}x)")
+              f"{grads * 1e3:>9.2f}ms ({grads / base:5.3f}x) {given * 1e3:>9.2f}ms ({given / base:5.3f}x)")
 
 
 if __name__ == "__main__":

@@ -233,3 +233,39 @@ def test_module_gradients_recorded_from_the_step_after_a_non_finite_value(framew
         w.step()
     named = [f for f in w.findings if f.rule == "nonfinite"]
     assert any("1" in [p for p in f.where if p] and f.step == 1 for f in named), named
+
+
+@pytest.mark.parametrize("framework", sorted(LOOPS))
+def test_gradients_handed_to_step_replace_the_parameter_hooks(framework):
+    # grads="step": no hook on any parameter; the gradients the loop already has (torch: .grad, MindSpore: what
+    # value_and_grad returned) are passed to w.step and give the same finding, on the same layer, as the hooks do
+    model, step = LOOPS[framework]("Sigmoid", DEPTH, 1.0)
+    params = list(model.parameters()) if framework == "pytorch" else model.trainable_params()
+    with watch(model) as hooked:
+        with_hooks = len(hooked._handles)
+    with watch(model, grads="step") as w:
+        assert with_hooks - len(w._handles) == len(params)  # one hook per parameter fewer, the module hooks kept
+        step()
+        if framework == "pytorch":
+            grads = [p.grad for p in params]
+        else:
+            loss = ms.value_and_grad(lambda a, b: ((model(a) - b) ** 2).mean(), None, params)
+            grads = loss(*(ms.Tensor(v) for v in data()))[1]
+        new = w.step(grads)
+    vanishing = [f for f in new if f.rule == "vanishing-gradients"]
+    assert vanishing and vanishing[0].where == ("0.weight",) and vanishing[0].severity == Severity.ERROR
+    assert sum(r.kind == "param_grad" for r in w._sink.records) == len(params)
+
+
+def test_gradients_for_step_are_checked():
+    model, step = torch_loop("ReLU", 2, 1.0)
+    with watch(model, grads="step") as w:
+        step()
+        with pytest.raises(AlignerError, match="pass the step's gradients"):
+            w.step()
+    with watch(model) as w, pytest.raises(AlignerError, match="grads='step'"):
+        w.step([p.grad for p in model.parameters()])
+    with watch(model, grads="step") as w, pytest.raises(AlignerError, match="1 gradients for 4"):
+        w.step([torch.zeros(1)])
+    with pytest.raises(AlignerError, match="'hooks'"):
+        watch(model, grads="tape")

@@ -72,7 +72,7 @@ def install(model: ms.nn.Cell, session: Session, opts: Options, handles: list[An
         handles.append(cell.register_forward_hook(hooks.post, with_kwargs=True, always_call=True))
         if opts.backward and opts.module_backward and opts.selects_module(path, is_leaf):
             handles.append(cell.register_backward_hook(hooks.backward))
-    if opts.backward:
+    if opts.backward and opts.param_grads:
         for name, param in model.parameters_and_names():
             if param.requires_grad and opts.selects_name(name):
                 handles.append(param.register_hook(functools.partial(_param_grad, session, name)))

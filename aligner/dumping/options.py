@@ -32,6 +32,7 @@ class Options:
     params: bool = False        # record every parameter's and buffer's value at the start of each step
     module_backward: bool = True  # with backward: modules' grad_output/grad_input too (False: parameter gradients only)
     calls: bool = True  # each module call's signature (a `call` record): what replay and repro call it back with
+    param_grads: bool = True  # with backward: a hook on each parameter (False: the caller hands gradients over)
 
     @property
     def module_hooks(self) -> bool:

@@ -117,7 +117,7 @@ def install(model: torch.nn.Module, session: Session, opts: Options, handles: li
         hooks = _ModuleHooks(path, module, session, opts, next(module.children(), None) is None)
         handles.append(module.register_forward_pre_hook(hooks.pre, with_kwargs=True))
         handles.append(module.register_forward_hook(hooks.post, always_call=True))
-    if opts.backward:
+    if opts.backward and opts.param_grads:
         for name, param in model.named_parameters():
             if param.requires_grad and opts.selects_name(name):
                 handles.append(param.register_hook(functools.partial(_param_grad, session, name)))

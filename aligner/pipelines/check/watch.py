@@ -68,6 +68,7 @@ _EVERYTHING = frozenset({"forward", "backward", "param_grad", "param", "probe"})
 # and probes only; every other rule reads one step (and the parameter values where the next one starts).
 _TREND_KINDS = frozenset({"param_grad", "probe"})
 ON_FINDING = ("log", "raise")
+GRADS = ("hooks", "step")  # where parameter gradients come from: a hook on each parameter, or w.step(grads)
 
 
 class WatchError(AlignerError):
@@ -206,7 +207,7 @@ class Watch:
     """A live health check: a context manager around the training loop; call `step()` once at the end of each step."""
 
     def __init__(self, model: Any, rules: Mapping[str, Any] | None = None, every: int = 1,
-                 on_finding: str = "log") -> None:
+                 on_finding: str = "log", grads: str = "hooks") -> None:
         if rules is not None and not isinstance(rules, Mapping):
             raise AlignerError(f"aligner.watch rules must be a dict of {{'rule.key': value}}, got "
                                f"{type(rules).__name__}")
@@ -214,6 +215,10 @@ class Watch:
             raise AlignerError(f"aligner.watch every must be a whole number >= 1 (watch every Nth step), got {every!r}")
         if on_finding not in ON_FINDING:
             raise AlignerError(f"aligner.watch on_finding must be 'log' or 'raise', got {on_finding!r}")
+        if grads not in GRADS:
+            raise AlignerError(f"aligner.watch grads must be 'hooks' (a hook on each parameter) or 'step' (you pass "
+                               f"the gradients to w.step(grads)), got {grads!r}")
+        self.given = grads == "step"
         self.config = RuleConfig.load(rules)
         self.framework = model_framework(model)
         self.model, self.every, self.on_finding = model, every, on_finding
@@ -225,7 +230,7 @@ class Watch:
         # (an escalation: the watch then names the module that first produced it in backward).
         self.options = Options(leaves_only=True, forward="forward" in self.needs,
                                backward=bool({"backward", "param_grad"} & self.needs), inputs=False,
-                               module_backward=False)
+                               module_backward=False, param_grads=not self.given)
         self._detailed = dataclasses.replace(self.options, module_backward=True) if "backward" in self.needs \
             else None
         # the steps a trend rule compares, plus the one being judged
@@ -288,15 +293,28 @@ class Watch:
         return step % self.every == 0
 
     # -- one step ---------------------------------------------------------------------------------------------------
-    def step(self) -> list[Finding]:
+    def step(self, grads: Any = None) -> list[Finding]:
         """End of a training step (after the optimizer update): check it if it was watched, and return the findings
-        new at this step (each logged, or the first error raised as WatchError with on_finding="raise")."""
+        new at this step (each logged, or the first error raised as WatchError with on_finding="raise").
+
+        grads (a watch made with grads="step"): this step's parameter gradients as the training loop has them: a
+        sequence in the order of the model's trainable parameters (MindSpore's `value_and_grad(..., weights=
+        model.trainable_params())` or an optimizer's `parameters`), or a {name: gradient} mapping."""
         session = self._session
         if session is None:
             raise AlignerError("aligner.watch(...).step() outside its context: use `with aligner.watch(model) as w:` "
                                "around the training loop and call w.step() at the end of each step")
         current, following = self.step_number, self.step_number + 1
         checked = self.watched(current)
+        wanted = self.given and checked and "param_grad" in self.needs
+        if grads is not None and not self.given:
+            raise AlignerError("w.step(grads) needs aligner.watch(model, grads='step') (a watch with grads='hooks' "
+                               "records the gradients itself)")
+        if wanted and grads is None:
+            raise AlignerError("this aligner.watch was made with grads='step': pass the step's gradients, "
+                               "w.step(grads)")
+        if wanted:
+            self._given(grads)
         session.next_step(following)
         if checked or self.watched(following):
             session.open = True
@@ -370,6 +388,30 @@ class Watch:
             handle.remove()
         self._handles = []
 
+    def _given(self, grads: Any) -> None:
+        """Record the gradients handed to step(), in backward order (the reverse of the parameters'), as parameter
+        hooks would have: `align check`'s depth order reads it."""
+        session = self._session
+        names = [n for n, _, p in self._hooks().state(self.model)
+                 if getattr(p, "requires_grad", True) and self.options.selects_name(n)]
+        if isinstance(grads, Mapping):
+            pairs = [(n, g) for n, g in grads.items() if n in names]
+        else:
+            try:
+                given = list(grads)
+            except TypeError:
+                raise AlignerError(f"w.step(grads): expected a sequence or mapping of gradients, got "
+                                   f"{type(grads).__name__}") from None
+            trainable = [n for n, type_, p in self._hooks().state(self.model)
+                         if type_ == "Parameter" and getattr(p, "requires_grad", True)]
+            if len(given) != len(trainable):
+                raise AlignerError(f"w.step(grads): {len(given)} gradients for {len(trainable)} trainable parameters; "
+                                   "pass them in the order of the model's trainable parameters, or as {name: grad}")
+            pairs = [(n, g) for n, g in zip(trainable, given) if n in names]
+        for name, grad in reversed(pairs):
+            if grad is not None and session is not None:
+                session.emit(name, "Parameter", "param_grad", "grad", 0, grad)
+
     def _params(self, step: int) -> None:
         """Record every trainable parameter's value as `step` starts (what update ratios and frozen weights read)."""
         session = self._session
@@ -380,12 +422,15 @@ class Watch:
                 session.emit(name, type_, "param", "value", 0, value)
 
 
-def watch(model: Any, rules: Mapping[str, Any] | None = None, every: int = 1, on_finding: str = "log") -> Watch:
+def watch(model: Any, rules: Mapping[str, Any] | None = None, every: int = 1, on_finding: str = "log",
+          grads: str = "hooks") -> Watch:
     """Check `model`'s training live with `align check`'s rules (`rules` overrides thresholds as {"rule.key": value};
     {"rule.enabled": False} turns one off): enter it around the loop and call `.step()` after each optimizer update.
 
     Every `every`th step is recorded as in-memory statistics (no tensor copies, no files) and checked; at the first
     step where a rule fires at a layer the finding is logged (logger "aligner"), or raised as WatchError with
-    on_finding="raise" when its severity is error. `.findings` lists everything reported so far.
+    on_finding="raise" when its severity is error. `.findings` lists everything reported so far. grads="step": no
+    parameter hooks; the loop passes each step's gradients to `.step(grads)` (in MindSpore, hooks on Parameters slow
+    its backward down; the loop has the gradients anyway).
     """
-    return Watch(model, rules, every, on_finding)
+    return Watch(model, rules, every, on_finding, grads)
