@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import socket
 from pathlib import Path
 from typing import Callable
@@ -41,23 +40,12 @@ def _portable(item: Item | None) -> Item | None:
     return dataclasses.replace(item, path=item.path.absolute())
 
 
-def _elements(pair: Pair) -> int:
-    total = 0
-    for item in (pair.a, pair.b):
-        if item is not None and item.path is not None:
-            try:
-                total += math.prod(item.record.shape or ())
-            except TypeError:  # a manifest's malformed shape: that pair's row reports it
-                pass
-    return total
-
-
 def batches(pairs: list[Pair], workers: int) -> list[tuple[int, int]]:
     """Contiguous [start, stop) slices of `pairs` of about equal tensor elements: TASKS_PER_WORKER per worker, none
     under MIN_TASK_ELEMENTS unless that leaves a single one."""
     if not pairs:
         return []
-    sizes = [max(1, _elements(p)) for p in pairs]
+    sizes = [max(1, p.elements) for p in pairs]
     total = sum(sizes)
     count = max(1, min(len(pairs), workers * TASKS_PER_WORKER, total // MIN_TASK_ELEMENTS))
     out: list[tuple[int, int]] = []

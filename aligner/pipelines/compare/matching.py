@@ -48,6 +48,18 @@ class Pair:
         """The item that names the row (the reference side's when there is one)."""
         return self.b if self.b is not None else self.a  # type: ignore[return-value]
 
+    @property
+    def elements(self) -> int:
+        """Tensor elements stored in files on both sides (what reading the pair costs; 0 for statistics only)."""
+        total = 0
+        for item in (self.a, self.b):
+            if item is not None and item.path is not None:
+                try:
+                    total += math.prod(item.record.shape or ())
+                except TypeError:  # a malformed shape: the pair's row reports it
+                    pass
+        return total
+
 
 def namers(first: Sequence[Item], framework_first: str, framework_second: str, second: Sequence[Item],
            rename: Callable[[str], "str | None"] | None = None) -> tuple[Namer, Namer]:
