@@ -102,10 +102,9 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
     engine = open_engine(engine_name, address, n_workers)  # an unknown engine or an unreachable cluster: exit 2 here
     if holds_ranks(dumps_a) or holds_ranks(dumps_b):  # multi-rank dumps (rank{N}/ folders): rank by rank
         try:
-            return _compare_ranks(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=spec,
-                                         bisect=bisect, workers=n_workers, strict=strict, full=full,
-                                         json_out=json_out, engine=engine, per_rank_only={
-                                             "--calibrate": calibrate, "--csv": csv_out, "--html": html_out})
+            return _compare_ranks(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=spec, bisect=bisect,
+                                  workers=n_workers, strict=strict, full=full, json_out=json_out, engine=engine,
+                                  per_rank_only={"--calibrate": calibrate, "--csv": csv_out, "--html": html_out})
         finally:
             engine.close()
     try:

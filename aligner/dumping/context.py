@@ -4,7 +4,7 @@
         loss = loss_fn(model(x), y)
         loss.backward()                 # MindSpore: grads = value_and_grad(...)(x, y) inside the context
 
-See README "Determinism and dumping" for the on-disk format (aligner/manifest.py) and the options.
+See README "Determinism and dumping" for the on-disk format (aligner/dumping/manifest.py) and the options.
 """
 from __future__ import annotations
 

@@ -392,22 +392,21 @@ class Watch:
         """Record the gradients handed to step(), in backward order (the reverse of the parameters'), as parameter
         hooks would have: `align check`'s depth order reads it."""
         session = self._session
-        names = [n for n, _, p in self._hooks().state(self.model)
-                 if getattr(p, "requires_grad", True) and self.options.selects_name(n)]
+        trainable = [n for n, type_, p in self._hooks().state(self.model)
+                     if type_ == "Parameter" and getattr(p, "requires_grad", True)]
+        selected = {n for n in trainable if self.options.selects_name(n)}
         if isinstance(grads, Mapping):
-            pairs = [(n, g) for n, g in grads.items() if n in names]
+            pairs = [(n, g) for n, g in grads.items() if n in selected]
         else:
             try:
                 given = list(grads)
             except TypeError:
                 raise AlignerError(f"w.step(grads): expected a sequence or mapping of gradients, got "
                                    f"{type(grads).__name__}") from None
-            trainable = [n for n, type_, p in self._hooks().state(self.model)
-                         if type_ == "Parameter" and getattr(p, "requires_grad", True)]
             if len(given) != len(trainable):
                 raise AlignerError(f"w.step(grads): {len(given)} gradients for {len(trainable)} trainable parameters; "
                                    "pass them in the order of the model's trainable parameters, or as {name: grad}")
-            pairs = [(n, g) for n, g in zip(trainable, given) if n in names]
+            pairs = [(n, g) for n, g in zip(trainable, given) if n in selected]
         for name, grad in reversed(pairs):
             if grad is not None and session is not None:
                 session.emit(name, "Parameter", "param_grad", "grad", 0, grad)
