@@ -11,5 +11,6 @@ setup(
     packages=find_packages(include=["aligner", "aligner.*"]) + ["aligner.mappings"],
     package_dir={"aligner.mappings": "mappings"},
     package_data={"aligner.mappings": ["*.yaml"]},
-    ext_modules=[Extension("aligner.metrics._kernel", ["aligner/metrics/_kernel.c"], extra_compile_args=FLAGS)],
+    ext_modules=[Extension("aligner.metrics._kernel", ["aligner/metrics/_kernel.c"], extra_compile_args=FLAGS,
+                           extra_link_args=["-pthread"])],
 )

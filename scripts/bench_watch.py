@@ -39,9 +39,12 @@ def rules_for(mode: str) -> dict[str, Any] | None:
     return {f"{name}.enabled": name in GRAD_RULES for name in RuleConfig.load().names}
 
 
-def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int, sync: bool = False) -> dict[str, float]:
-    """Median seconds per step for each mode, interleaved step by step (two warm-up rounds dropped); `sync`: each timed
-    step ends by waiting for MindSpore's queued ops (its own work, not the previous mode's, lands in its time)."""
+def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int,
+          sync: bool = False) -> tuple[dict[str, float], dict[str, float]]:
+    """Median seconds per step for each mode, interleaved step by step (two warm-up rounds dropped), and the median
+    seconds of the `w.step()` call alone (aligner's own work at the step's end, timed directly: no run-to-run
+    spread of the framework's step in it); `sync`: each timed step ends by waiting for MindSpore's queued ops (its
+    own work, not the previous mode's, lands in its time)."""
     make = torch_step if framework == "torch" else ms_step
     loops: dict[str, tuple[Callable[[], None], Any]] = {}
     waits: dict[str, Callable[[], Any] | None] = {}
@@ -52,21 +55,26 @@ def timed(framework: str, kind: str, x: np.ndarray, steps: int, every: int, sync
         loops[mode] = (make(model, x), watcher)
         waits[mode] = _synchronizer(model) if sync and framework == "mindspore" else None
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    own: dict[str, list[float]] = {mode: [] for mode in MODES}
     try:
         for _ in range(steps + 2):
             for mode, (step, watcher) in loops.items():
                 start = time.perf_counter()
                 grads = step()
+                wait = waits[mode]
+                if wait is not None:
+                    wait()  # the framework's step is done before w.step() is timed alone
+                checked = time.perf_counter()
                 if watcher is not None:
                     watcher.step(grads if mode == "given" else None)
-                if waits[mode] is not None:
-                    waits[mode]()
+                own[mode].append(time.perf_counter() - checked)
                 times[mode].append(time.perf_counter() - start)
     finally:
         for _, watcher in loops.values():
             if watcher is not None:
                 watcher.close()
-    return {mode: statistics.median(t[2:]) for mode, t in times.items()}
+    return ({mode: statistics.median(t[2:]) for mode, t in times.items()},
+            {mode: statistics.median(t[2:]) for mode, t in own.items()})
 
 
 def _synchronizer(model: Any) -> Callable[[], Any]:
@@ -101,10 +109,17 @@ def main() -> None:
     print(f"{args.model}, batch {args.batch}, every {args.every}, median of {args.steps} interleaved steps, "
           f"torch threads {args.threads}{', synchronised' if args.sync else ''}")
     print(f"{'framework':<10} {'no watch':>10} {'all rules':>20} {'grad rules':>20} {'grads handed over':>20}")
+    shares = []
     for name in args.frameworks.split(","):
-        base, every_rule, grads, given = timed(name, args.model, x, args.steps, args.every, args.sync).values()
+        step_times, own = timed(name, args.model, x, args.steps, args.every, args.sync)
+        base, every_rule, grads, given = step_times.values()
         print(f"{name:<10} {base * 1e3:>8.2f}ms {every_rule * 1e3:>9.2f}ms ({every_rule / base:5.3f}x) "
               f"{grads * 1e3:>9.2f}ms ({grads / base:5.3f}x) {given * 1e3:>9.2f}ms ({given / base:5.3f}x)")
+        shares.append(f"{name:<10} " + "  ".join(f"{mode} {own[mode] * 1e3:.2f}ms ({1 + own[mode] / base:5.3f}x)"
+                                                 for mode in MODES if mode != "none"))
+    # with grads handed over no hook runs inside the framework's step: w.step() is all aligner adds to it
+    print("w.step() alone, median (1 + its share of the unwatched step):")
+    print("\n".join(shares))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from aligner.dumping.options import Options
 from aligner.dumping.randomness import pinned
 from aligner.dumping.session import Session, activate, active
 from aligner.dumping.tensors import framework_version, model_framework
-from aligner.dumping.writer import BackgroundWriter, MemorySink
+from aligner.dumping.writer import BackgroundWriter, MemorySink, StatsSink
 
 __all__ = ["dump", "save", "DumpContext", "MemoryCapture"]
 
@@ -130,8 +130,9 @@ class _DirectoryDump(DumpContext):
             return None
         if layout.distributed and self.model_framework == Framework.PYTORCH and self.opts.backward:
             self._reduced = ranks.ReducedGrads(self.model, self.opts)  # .grad after the all-reduce, at exit
-        writer = BackgroundWriter(self._dir.path, self.stats_only, self._dir.written, progress=self.progress)
-        return writer, self._dir.next_seq
+        sink = StatsSink(self._dir.path) if self.stats_only else \
+            BackgroundWriter(self._dir.path, self._dir.written, progress=self.progress)
+        return sink, self._dir.next_seq
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -9,7 +9,6 @@ the numbers of `aligner.metrics.stats.tensor_stats`: counts and min/max exactly,
 """
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any
 
@@ -17,17 +16,7 @@ import numpy as np
 
 from aligner.core.dtypes import to_numpy, torch_to_numpy
 from aligner.core.errors import AlignerError
-from aligner.metrics.stats import (
-    NEAR_ONE,
-    NEAR_ZERO,
-    SAMPLE,
-    TINY,
-    empty_stats,
-    fast_stats,
-    fractions,
-    sampled_fractions,
-    tensor_stats,
-)
+from aligner.metrics.stats import CORES, NEAR_ONE, NEAR_ZERO, TINY, empty_stats, fast_stats, fractions, tensor_stats
 
 
 def on_host(tensor: Any) -> bool:
@@ -62,17 +51,15 @@ def stats_of(tensor: Any) -> dict[str, Any]:
 
 
 def fast_stats_of(tensor: Any) -> dict[str, Any]:
-    """The statistics a dump records of a tensor already in host memory, computed now without copying it:
-    `fast_stats` semantics (exact extrema and NaN/Inf counts, mean and L2 in the tensor's precision, fractions of a
-    strided sample) for float32/float64, the exact `stats_of` for other dtypes."""
+    """The statistics a dump records of a tensor already in host memory, computed now without copying it: one pass of
+    the fused kernel (`fast_stats`) over a zero-copy view for float32/float64, on as many threads as the framework's
+    own pool (idle while a hook runs); the exact `stats_of` for other dtypes."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(tensor, torch.Tensor):
-        if tensor.dtype in (torch.float32, torch.float64) and tensor.numel():
-            return torch_watch_stats(tensor, full=True)
+        if tensor.dtype in (torch.float32, torch.float64):
+            return fast_stats(torch_to_numpy(tensor.detach()), torch.get_num_threads())
         return stats_of(tensor)
-    if isinstance(tensor, np.ndarray):
-        return fast_stats(tensor)
-    return fast_stats(_ms_view(tensor))
+    return fast_stats(tensor if isinstance(tensor, np.ndarray) else _ms_view(tensor), CORES)
 
 
 def _assemble(floating: bool, numel: int, head: list[float], counts: list[float]) -> dict[str, Any]:
@@ -170,29 +157,17 @@ def _ms_view(tensor: Any) -> np.ndarray:
 
 
 def torch_watch_stats(tensor: Any, full: bool) -> dict[str, Any]:
-    """What `aligner.watch` reads of a CPU torch tensor, in as few passes as the rules allow, at once (no copy, so a
-    later in-place op cannot change it): exact extrema and NaN/Inf counts (one `aminmax` pass); with `full`, mean and
-    L2 (two passes, accumulated in the tensor's precision) and the fractions on a strided sample of at most SAMPLE
-    elements (exact below that)."""
+    """What `aligner.watch` reads of a CPU float torch tensor, at once (no copy, so a later in-place op cannot change
+    it): with `full`, every statistic (`fast_stats_of`: one pass); without, the exact extrema and NaN/Inf counts in
+    one `aminmax` pass (every statistic when there is a NaN or Inf)."""
     import torch
 
     t = tensor.detach()
     n = t.numel()
-    if n == 0:
-        return empty_stats(True)
+    if full or n == 0:
+        return fast_stats_of(t)
     lo, hi = (float(v) for v in torch.aminmax(t))
     if not (np.isfinite(lo) and np.isfinite(hi)):  # NaN/Inf (rare): exact counts, extrema over the finite ones
-        return tensor_stats(torch_to_numpy(t.resolve_conj().resolve_neg()))
-    out: dict[str, Any] = {"min": lo, "max": hi, "mean": None, "l2": None, "nan": 0, "inf": 0, "zeros": None,
-                           "near_zero": None, "near_one": None, "tiny": None, "numel": n}
-    if not full:
-        return out
-    flat = t.reshape(-1)
-    # in the tensor's own precision: torch's CPU reductions sum in cascades (relative error ~1e-6 in float32, what
-    # the rules' thresholds of 10x and more need); a float64 accumulation measured 6x slower (a conversion per element)
-    out["mean"] = float(flat.sum()) / n
-    out["l2"] = math.sqrt(float(torch.dot(flat, flat)))  # BLAS dot: 1.1 ms where vector_norm takes 1.6 (6.4M floats)
-    sample = torch_to_numpy((flat[:: n // SAMPLE] if n > SAMPLE else flat).contiguous())
-    out.update(sampled_fractions(sample, sample.size))
-    out["numel"] = n
-    return out
+        return fast_stats_of(t)
+    return {"min": lo, "max": hi, "mean": None, "l2": None, "nan": 0, "inf": 0, "zeros": None, "near_zero": None,
+            "near_one": None, "tiny": None, "numel": n}

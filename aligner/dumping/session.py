@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import math
 import threading
 import weakref
 from typing import Any, Protocol
@@ -15,7 +14,6 @@ from aligner.core.dtypes import canonical
 from aligner.dumping.fstats import fast_stats_of, on_host, stats_of
 from aligner.dumping.manifest import Record
 from aligner.dumping.tensors import dtype_name, shape_of, to_host
-from aligner.metrics.stats import SAMPLE
 
 # False: stats-only captures copy every tensor to the host and the sink computes its statistics there (the path
 # before in-framework statistics; scripts/bench_dump.py switches it off for its "before" column)
@@ -24,8 +22,8 @@ FRAMEWORK_STATS = True
 
 class Sink(Protocol):
     """Receives each record with its host array (BackgroundWriter or MemorySink); None for a record without data (an
-    input that is an earlier record's tensor, `same_as`) and, when `host_arrays` is False, for every record: its
-    `stats` were computed where the tensor lives and no tensor is copied to the host."""
+    input that is an earlier record's tensor, `same_as`) and, when `host_arrays` is False (StatsSink), for every
+    record: its `stats` were computed where the tensor lives and no tensor is copied to the host."""
 
     host_arrays: bool
 
@@ -50,8 +48,6 @@ class Session:
     def __init__(self, sink: Sink, step: int, first_seq: int = 0) -> None:
         self.sink = sink
         self.host_arrays = sink.host_arrays or not FRAMEWORK_STATS
-        # a sink that computes statistics of the host copies it gets (the dump writer's thread) takes CPU tensors
-        self.offload = getattr(sink, "computes_stats", False)
         self.step = step
         self.seq = first_seq
         self.open = True  # False once the context has exited: late gradient hooks are ignored
@@ -105,18 +101,15 @@ class Session:
              call: int | None = None, parent: str | None = None, source: str | None = None,
              arg: str | None = None) -> int:
         """Queue `tensor`'s record with the next sequence number (returned): with a host copy of the tensor (full
-        dumps), or (a sink without `host_arrays`) with its statistics. Those of a tensor on an accelerator are
-        computed now, where it lives; of a large tensor in host memory, now, in a few passes and without a copy
-        (`fast_stats_of`); a small one in host memory is copied (cheaper than a few framework calls) and the writer
-        thread computes its statistics."""
+        dumps), or (a sink without `host_arrays`) with its statistics, computed now where the tensor lives: on its
+        accelerator (`stats_of`), or in host memory in one pass without a copy (`fast_stats_of`)."""
         array: np.ndarray | None = None
-        host_tensor = not self.host_arrays and on_host(tensor)
-        if self.host_arrays or (host_tensor and self.offload and math.prod(tensor.shape) < SAMPLE):
+        if self.host_arrays:
             array = host = to_host(tensor)
             dtype, shape, stats = canonical(host.dtype), list(host.shape), None
         else:
             dtype, shape = dtype_name(tensor), shape_of(tensor)
-            stats = fast_stats_of(tensor) if host_tensor else stats_of(tensor)
+            stats = fast_stats_of(tensor) if on_host(tensor) else stats_of(tensor)
         with self._lock:
             seq = self.seq
             record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index, dtype=dtype,

@@ -1,7 +1,8 @@
-"""ctypes binding of the fused metric kernel (_kernel.c): running totals of one tensor pair, fed chunk by chunk.
+"""ctypes binding of the fused kernels (_kernel.c): running totals of one tensor pair, fed chunk by chunk, and the
+summary statistics of one array in a single pass.
 
 ctypes releases the GIL for each call, so evaluate_all's threads compare pairs in parallel where worker processes
-cannot be forked.
+cannot be forked, and a dump's writer thread folds statistics while the training thread runs.
 """
 from __future__ import annotations
 
@@ -48,3 +49,33 @@ def accumulate(a: np.ndarray, b: np.ndarray, rtol: float, atol: float, totals: T
     if not (a.flags.c_contiguous and b.flags.c_contiguous):
         raise ValueError("kernel needs C-contiguous arrays")
     _FUNCTIONS[a.dtype](a.ctypes.data, b.ctypes.data, a.size, rtol, atol, ctypes.byref(totals))
+
+
+class StatsTotals(ctypes.Structure):
+    """One array's extrema and sums over its finite elements and its element counts (mirrors `Stats` in C)."""
+
+    _fields_ = [(name, ctypes.c_double) for name in ("lo", "hi", "sum", "squares")] + [
+        (name, ctypes.c_int64) for name in ("nan", "inf", "zeros", "near_zero", "near_one", "tiny")]
+
+    def __init__(self) -> None:
+        super().__init__(lo=float("inf"), hi=float("-inf"))  # no finite element: they stay there
+
+
+_STATS = {}
+for _dtype, _suffix in ((np.dtype(np.float32), "f32"), (np.dtype(np.float64), "f64")):
+    _fn = getattr(_LIB, f"aligner_stats_{_suffix}")
+    _fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_double, ctypes.c_double,
+                    ctypes.c_int, ctypes.POINTER(StatsTotals)]
+    _fn.restype = None
+    _STATS[_dtype] = _fn
+
+
+def summarize(array: np.ndarray, near_zero: float, near_one: float, tiny: float, threads: int = 1) -> StatsTotals:
+    """Statistics of a C-contiguous `KERNEL_DTYPES` array in one pass, on up to `threads` threads: extrema, sum and
+    sum of squares (in double) of its finite elements; counts of NaN, Inf, zeros, |v| <= near_zero, |v| >= near_one
+    and |v| < tiny (thresholds compared in the array's type)."""
+    if array.dtype not in _STATS or not array.flags.c_contiguous:
+        raise ValueError(f"kernel needs a C-contiguous array of one of {KERNEL_DTYPES}, got {array.dtype}")
+    totals = StatsTotals()
+    _STATS[array.dtype](array.ctypes.data, array.size, near_zero, near_one, tiny, threads, ctypes.byref(totals))
+    return totals

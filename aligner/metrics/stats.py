@@ -1,11 +1,14 @@
 """Summary statistics of one tensor (what stats-only dumps record and `align inspect --stats` shows)."""
 from __future__ import annotations
 
+import math
+import os
 from typing import Any, Sequence
 
 import numpy as np
 
 from aligner.core.dtypes import to_numpy
+from aligner.metrics.kernel import KERNEL_DTYPES, summarize
 
 # Thresholds of the fraction statistics (the health rules of `align check` and `aligner.watch` read them):
 NEAR_ZERO = 0.01              # |v| <= this: "near_zero" (dead ReLUs, vanished gradients)
@@ -125,48 +128,44 @@ def batch_extrema(arrays: Sequence[np.ndarray]) -> list[dict[str, Any]]:
     return [s if s is not None else tensor_stats(a) for s, a in zip(out, arrays)]
 
 
-# Fractions (zeros, near 0/1, tiny) of a larger tensor are estimated on an evenly strided sample of this many elements:
-# the standard error of a fraction is at most 0.5/sqrt(16384) = 0.4%, against rule thresholds of 50% and 90%. (65536
-# elements cost 0.37 ms per 25 MB tensor here, the strided gather missing cache on every element: 8% of a resnet18
-# training step under a stats-only dump.)
-SAMPLE = 1 << 14
-
-
-def sampled_fractions(flat: np.ndarray, numel: int) -> dict[str, Any]:
-    """The fraction statistics of a flat array, from an evenly strided sample of at most SAMPLE of its elements
-    (exact below that size); `numel` is the whole tensor's."""
-    sample = flat[:: numel // SAMPLE] if numel > SAMPLE else flat
-    mag = np.abs(sample)
-    out = fractions(sample.size, int(np.count_nonzero(sample == 0)), int(np.count_nonzero(mag <= NEAR_ZERO)),
-                    int(np.count_nonzero(mag >= NEAR_ONE)), int(np.count_nonzero(mag < TINY)))
-    out["numel"] = numel
-    return out
+# Tensors of fewer elements than this are copied where that is cheaper than reducing them in place (a dump's small
+# CPU tensors go to the writer thread; aligner.watch batches small ones).
+SMALL = 1 << 14
+# Elements per thread below which folding statistics on more threads costs more than it saves (starting a thread
+# costs ~30 us here; 256K float32 elements take ~0.15 ms on one core).
+PART = 1 << 18
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def watch_stats(array: np.ndarray, full: bool) -> dict[str, Any]:
-    """What `aligner.watch` reads of a large float32/float64 array in the fewest passes: exact extrema and NaN/Inf
-    (the full `tensor_stats` when there are any); with `full`, mean and L2 in the array's precision and the fractions
-    of a strided sample (`sampled_fractions`)."""
+    """What `aligner.watch` reads of a large float32/float64 array in the fewest passes: with `full`, every
+    statistic (`fast_stats`, one pass); without, the exact extrema and NaN/Inf counts (every statistic when there is a
+    NaN or Inf)."""
     flat = np.asarray(array).reshape(-1)
     n = int(flat.size)
     if n == 0:
         return empty_stats(True)
+    if full:
+        return fast_stats(flat)
     lo, hi = float(np.minimum.reduce(flat)), float(np.maximum.reduce(flat))
     if not (np.isfinite(lo) and np.isfinite(hi)):
-        return tensor_stats(flat)
-    out: dict[str, Any] = {"min": lo, "max": hi, "mean": None, "l2": None, "nan": 0, "inf": 0, "zeros": None,
-                           "near_zero": None, "near_one": None, "tiny": None, "numel": n}
-    if full:
-        out["mean"] = float(np.add.reduce(flat)) / n
-        out["l2"] = float(np.sqrt(np.einsum("i,i->", flat, flat)))
-        out.update(sampled_fractions(flat, n))
-    return out
+        return fast_stats(flat)
+    return {"min": lo, "max": hi, "mean": None, "l2": None, "nan": 0, "inf": 0, "zeros": None, "near_zero": None,
+            "near_one": None, "tiny": None, "numel": n}
 
 
-def fast_stats(array: np.ndarray) -> dict[str, Any]:
-    """The statistics a dump records, in the fewest passes: `watch_stats` (exact extrema and NaN/Inf counts, mean
-    and L2 in the array's precision, sampled fractions) for float32/float64, `tensor_stats` for other dtypes."""
+def fast_stats(array: np.ndarray, threads: int = 1) -> dict[str, Any]:
+    """`tensor_stats` in one pass of the fused kernel for float32/float64 (on up to `threads` threads for a large
+    array; sums in double, so mean and L2 agree with `tensor_stats` up to summation order), `tensor_stats` itself
+    for other dtypes."""
     a = np.asarray(array)
-    if a.dtype in (np.float32, np.float64) and a.size:
-        return watch_stats(a, full=True)
-    return tensor_stats(a)
+    if a.dtype not in KERNEL_DTYPES or not a.size:
+        return tensor_stats(a)
+    n = int(a.size)
+    t = summarize(np.ascontiguousarray(a).reshape(-1), NEAR_ZERO, NEAR_ONE, TINY, max(1, min(threads, n // PART)))
+    finite = n - t.nan - t.inf
+    out: dict[str, Any] = {"min": None, "max": None, "mean": None, "l2": None, "nan": t.nan, "inf": t.inf}
+    if finite:
+        out.update(min=t.lo, max=t.hi, mean=t.sum / finite, l2=math.sqrt(t.squares))
+    out.update(fractions(n, t.zeros, t.near_zero, t.near_one, t.tiny))
+    return out

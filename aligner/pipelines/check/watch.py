@@ -36,7 +36,7 @@ from aligner.dumping.manifest import Record
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session, activate
 from aligner.dumping.tensors import model_framework, shape_of
-from aligner.metrics.stats import SAMPLE, batch_extrema, batch_stats, watch_stats
+from aligner.metrics.stats import SMALL, batch_extrema, batch_stats, watch_stats
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.rules import Evaluation, evaluate
 
@@ -128,7 +128,7 @@ class _Deferred(Session):
         stats: dict[str, Any] | None
         # a large CPU torch tensor: at once, in the fewest passes, no copy (torch_watch_stats); small ones are cheaper
         # in the step's batch (per-tensor op dispatch outweighs their few elements)
-        if self._torch_cpu(tensor, dtype) and tensor.numel() >= SAMPLE:
+        if self._torch_cpu(tensor, dtype) and tensor.numel() >= SMALL:
             held, stats = None, torch_watch_stats(tensor, full=not self._light_kind(kind, type_))
         else:
             held = self._hold(tensor, kind, dtype)
@@ -169,9 +169,9 @@ class _Deferred(Session):
         """Compute the statistics of every kept tensor in one batch and hand the records to the sink, in order."""
         pending, self.pending = self.pending, []
         for record, tensor in pending:  # a large one: its own few passes beat copying it into the batch
-            if tensor is not None and math.prod(record.shape) >= SAMPLE:
+            if tensor is not None and math.prod(record.shape) >= SMALL:
                 record.stats = watch_stats(_host_view(tensor), full=not self._light(record))
-        pending_small = [(r, None if math.prod(r.shape) >= SAMPLE else t) for r, t in pending]
+        pending_small = [(r, None if math.prod(r.shape) >= SMALL else t) for r, t in pending]
         for light, compute in ((False, batch_stats), (True, batch_extrema)):
             held = [(r, t) for r, t in pending_small if t is not None and self._light(r) == light]
             if held:

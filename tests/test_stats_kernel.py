@@ -1,0 +1,83 @@
+"""The one-pass statistics kernel (`fast_stats`) against the numpy reference `tensor_stats`, with NaN/Inf/zeros,
+denormals and overflowing squares across block and lane edges, on one and several threads."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aligner.dumping.fstats import fast_stats_of, torch_watch_stats
+from aligner.metrics.kernel import summarize
+from aligner.metrics.stats import NEAR_ONE, NEAR_ZERO, PART, TINY, fast_stats, tensor_stats
+
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.01, 0.99, "tiny", "max", "-max"]  # max: squares overflow float
+
+
+def _assert_same(fast: dict, ref: dict, array: np.ndarray) -> None:
+    """Counts and extrema exactly; mean and L2 to 1e-12 of their scale: double sums in another order differ by a few
+    ulps of double (~1e-16 times n at worst) of the sum of |v| (the mean's scale: a sum that cancels, 3e38 - 3e38 +
+    1e-8, is exact in neither order) or of the sum of squares (L2: no cancellation); 1e-12 leaves a 1000x margin."""
+    assert fast.keys() == ref.keys()
+    values = array[np.isfinite(array)].astype(np.float64)
+    scale = {"mean": float(np.abs(values).mean()) if values.size else 0.0, "l2": ref["l2"] or 0.0}
+    for key, want in ref.items():
+        got = fast[key]
+        if key in scale and want is not None and got is not None and math.isfinite(want):
+            assert abs(got - want) <= 1e-12 * scale[key], key
+        else:
+            assert got == want, key
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), n=st.integers(1, 9000), dtype=st.sampled_from([np.float32, np.float64]),
+       threads=st.integers(1, 5))
+def test_one_pass_matches_the_reference_with_special_values(data: st.DataObject, n: int, dtype: type,
+                                                             threads: int) -> None:
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    a = (rng.standard_normal(n) * data.draw(st.sampled_from([1e-7, 1.0, 1e4]))).astype(dtype)
+    info = np.finfo(dtype)
+    named = {"tiny": info.smallest_subnormal, "max": info.max, "-max": -info.max}
+    for i in data.draw(st.lists(st.integers(0, n - 1), max_size=8)):
+        value = data.draw(st.sampled_from(SPECIALS))
+        a[i] = named.get(value, value)
+    _assert_same(fast_stats(a, threads), tensor_stats(a), a)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_large_arrays_split_across_threads_give_the_whole_answer(threads: int) -> None:
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(3 * PART + 12345).astype(np.float32)
+    a[[7, PART + 1, 3 * PART]] = [np.nan, np.inf, 0.0]  # one special value in each part
+    _assert_same(fast_stats(a, threads), tensor_stats(a), a)
+    raw = summarize(a, NEAR_ZERO, NEAR_ONE, TINY, threads)
+    assert (raw.nan, raw.inf) == (1, 1)
+
+
+def test_no_finite_element_leaves_extrema_unset() -> None:
+    stats = fast_stats(np.array([np.nan, np.inf, -np.inf] * 700, np.float32))
+    assert (stats["min"], stats["max"], stats["mean"], stats["l2"]) == (None, None, None, None)
+    assert (stats["nan"], stats["inf"], stats["near_one"]) == (700, 1400, pytest.approx(2 / 3))
+
+
+def test_non_contiguous_and_other_dtypes_fall_back_to_the_reference() -> None:
+    a = np.arange(40_000, dtype=np.float32).reshape(200, 200).T  # a transposed view: copied, then one pass
+    _assert_same(fast_stats(a), tensor_stats(a), a)
+    ints = np.arange(-5, 5, dtype=np.int64)
+    assert fast_stats(ints) == tensor_stats(ints)
+
+
+def test_torch_tensors_read_in_place_on_the_framework_threads() -> None:
+    t = torch.randn(64, 1000, requires_grad=True) * 3  # a graph tensor: read through detach, never copied
+    t.retain_grad()
+    ref = tensor_stats(t.detach().numpy())
+    _assert_same(fast_stats_of(t), ref, t.detach().numpy())
+    _assert_same(torch_watch_stats(t, full=True), ref, t.detach().numpy())
+    light = torch_watch_stats(t, full=False)
+    assert (light["min"], light["max"], light["mean"]) == (ref["min"], ref["max"], None)
+    t2 = torch.randn(20_000)
+    t2[5] = float("nan")
+    _assert_same(torch_watch_stats(t2, full=False), tensor_stats(t2.numpy()), t2.numpy())  # NaN: every statistic, exact
