@@ -16,6 +16,7 @@ from twin_models import NAME_MAPS, example_input, make_twins
 import aligner
 from aligner.core.dtypes import from_stored
 from aligner.core.errors import AlignerError
+from aligner.dumping import writer
 from aligner.dumping.manifest import MANIFEST, Record, iter_manifest
 from aligner.metrics.stats import tensor_stats
 
@@ -326,6 +327,30 @@ def test_write_errors_surface_on_exit(tmp_path):
         with aligner.dump(net, tmp_path / "d"):
             (tmp_path / "d" / "tensors").write_text("not a directory")  # the writer cannot create tensors/
             net(torch.ones(1, 2))
+
+
+def test_stats_only_write_errors_surface_in_one_line(tmp_path):
+    net = torch.nn.Linear(2, 2)
+    with pytest.raises(AlignerError, match="writing dump .* failed"):
+        with aligner.dump(net, tmp_path / "d", stats_only=True):
+            net(torch.ones(1, 2)).sum().backward()
+            (tmp_path / "d" / MANIFEST).unlink()
+            (tmp_path / "d" / MANIFEST).mkdir()  # the manifest cannot be appended to at exit
+
+
+def test_stats_only_records_appended_in_batches_read_back_whole(tmp_path, monkeypatch):
+    """A stats-only dump appends its records every FLUSH_RECORDS and at exit: flushing every 3 records writes the
+    same manifest as one batch (seq, stats and all), so where the batches fall changes nothing."""
+    tnet, _ = make_twins("cnn")
+    tnet.eval()  # running statistics stay put, so both passes compute the same numbers
+    x = torch.from_numpy(example_input("cnn"))
+    manifests = []
+    for flush in (writer.FLUSH_RECORDS, 3):
+        monkeypatch.setattr(writer, "FLUSH_RECORDS", flush)
+        with aligner.dump(tnet, tmp_path / str(flush), stats_only=True):
+            tnet(x).sum().backward()
+        manifests.append((tmp_path / str(flush) / MANIFEST).read_text().splitlines()[1:])
+    assert len(manifests[0]) > 9 and manifests[0] == manifests[1]
 
 
 def test_backward_after_the_context_is_not_recorded(tmp_path):
