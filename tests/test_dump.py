@@ -121,6 +121,47 @@ def test_dumped_values_are_the_models_values_in_both_frameworks(twin_dumps):
     assert np.array_equal(load(pt, rpt[0]), example_input(kind))  # first record: the model input
 
 
+class _Branchy(torch.nn.Module):
+    """A chain, an in-place ReLU, a residual add and an output read by two modules: the gradient a module hands
+    back is passed on unchanged (a chain), changed in place's stead (CopySlices), or summed over two consumers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = torch.nn.Linear(6, 6), torch.nn.Linear(6, 6), torch.nn.Linear(6, 6)
+        self.act = torch.nn.ReLU(inplace=True)
+        self.head1, self.head2 = torch.nn.Linear(6, 3), torch.nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.fc2(self.fc1(x)))
+        h = self.fc3(h) + h
+        return self.head1(h) * self.head2(h)
+
+
+def test_gradients_linked_to_the_record_holding_them_are_the_modules_own(tmp_path):
+    """A grad_output recorded as a link (the very memory of the previous grad_input record) reads back as exactly
+    the gradient with respect to that module's output, computed independently by torch.autograd.grad; a gradient
+    summed over two consumers is not linked."""
+    torch.manual_seed(0)
+    net, x = _Branchy(), torch.randn(4, 6)
+    with aligner.dump(net, tmp_path / "d"):
+        net(x).square().sum().backward()
+    _, recs = read(tmp_path / "d")
+    links = {r.module for r in recs if r.io == "grad_output" and r.same_as is not None}
+    assert {"fc1", "fc2"} <= links and "head1" not in links  # fc1 -> fc2 and fc2 -> act: chains
+    outputs: dict[str, torch.Tensor] = {}
+    handles = [m.register_forward_hook(lambda m, i, o, n=n: outputs.__setitem__(n, o))
+               for n, m in net.named_modules() if n]
+    net.act.inplace = False  # the reference: fc2's output its own tensor (a grad_output is w.r.t. the value returned)
+    loss = net(x).square().sum()
+    for h in handles:
+        h.remove()
+    names = list(outputs)
+    want = dict(zip(names, torch.autograd.grad(loss, [outputs[n] for n in names])))
+    got = {r.module: load(tmp_path / "d", r) for r in recs if r.io == "grad_output"}
+    for name in names:
+        np.testing.assert_array_equal(got[name], want[name].numpy(), err_msg=name)
+
+
 @pytest.mark.parametrize("kind", ["cnn", "block"])
 def test_dump_does_not_change_torch_numbers(kind, tmp_path):
     tnet, _ = make_twins(kind)

@@ -6,7 +6,7 @@ import collections
 import dataclasses
 import threading
 import weakref
-from typing import Any, Protocol
+from typing import Any, Hashable, Protocol
 
 import numpy as np
 
@@ -55,6 +55,9 @@ class Session:
         self._calls = 0
         self._probes: collections.Counter[str] = collections.Counter()
         self._outputs: dict[int, tuple[weakref.ref, int, int]] = {}  # id(tensor) -> (ref, seq, version)
+        # the last gradient recorded as a module's grad_input: (tensor, its view key, version, seq); the tensor is
+        # held so that its memory cannot be reused while a later gradient is compared with it
+        self._last_grad: tuple[Any, Hashable, int, int] | None = None
         self._lock = threading.Lock()  # autograd may run hooks on another thread (CUDA devices)
 
     def next_step(self, step: int) -> None:
@@ -64,6 +67,7 @@ class Session:
             self.step = step
             self._probes.clear()
             self._outputs.clear()
+            self._last_grad = None
 
     # -- call structure -------------------------------------------------------------------------------------------
     def new_call(self) -> int:
@@ -139,6 +143,19 @@ class Session:
             return None
         return known[1]
 
+    def emit_grad(self, module: str, type_: str, io: str, index: int, grad: Any, key: Hashable) -> None:
+        """Record a module's gradient; `key` names the memory it views (storage, offset, shape, strides, dtype). A
+        grad_output viewing the very memory of the last grad_input record, unchanged since (the gradient a chain
+        hands from one module back to the one before it), becomes a link to that record (`same_as`): same numbers,
+        no second reduction or copy."""
+        last = self._last_grad
+        if io == "grad_output" and last is not None and last[1] == key and last[2] == grad._version:
+            self._emit_link(module, type_, "backward", io, index, grad, call=None, parent=None, same=last[3])
+            return
+        seq = self.emit(module, type_, "backward", io, index, grad)
+        if io == "grad_input":
+            self._last_grad = (grad, key, grad._version, seq)
+
     def emit_call(self, module: str, type_: str, *, call: int, parent: str | None, args: dict[str, Any],
                   attrs: dict[str, Any] | None) -> None:
         """Record a call's signature (no tensor): what a replay needs to call the module the same way."""
@@ -159,8 +176,14 @@ class Session:
             if parent is None:  # a model input: what every call it feeds links to
                 self.remember(tensor, seq)
             return
+        self._emit_link(module, type_, kind, "input", index, tensor, call=call, parent=parent, same=same,
+                        source=source, arg=arg)
+
+    def _emit_link(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *, call: int | None,
+                   parent: str | None, same: int, source: str | None = None, arg: str | None = None) -> None:
+        """A record without data: `tensor` is what record `same` holds."""
         with self._lock:
-            record = Record(seq=self.seq, module=module, type=type_, kind=kind, io="input", index=index,
+            record = Record(seq=self.seq, module=module, type=type_, kind=kind, io=io, index=index,
                             dtype=dtype_name(tensor), shape=shape_of(tensor), step=self.step, call=call,
                             parent=parent, same_as=same, source=source, arg=arg)
             self.seq += 1
