@@ -6,7 +6,9 @@ gradient ratio 2e-6 vs 1e-3 (500x), fixed (ReLU + He) ~0.3; exploding: the globa
 at step 2; update-ratio: lr 10x gives 0.20-0.37 vs 0.1 (2x), fixed 0.02-0.037 (2.7x below); dead-relu: 100% zeros vs
 90%; fp16-overflow: |v| 5.7e5 vs 32752 (17x); fp16-underflow: 100% tiny vs 50%, fixed (loss scale 1024) 0%;
 clip-before-unscale: grad_norm equals the scaled norm to 1e-7 (rtol 0.1), fixed is 1/1024 of it; grads-not-unscaled:
-1024x vs 2x; loss-scale-overflow: NaN/Inf gradients at all 3 steps, fixed none.
+1024x vs 2x; loss-scale-overflow: NaN/Inf gradients at all 3 steps, fixed none; SGD at lr 1.0 (fixed: 0.01), 5 steps:
+loss-trend 13.6x its lowest so far at step 1 vs 3x (4.5x), gradient-trend 15.2x in one step vs 10x (1.5x; 0.013x at
+step 4 too); zero-initialised weights: every Linear's output all zeros.
 """
 from __future__ import annotations
 
@@ -190,6 +192,9 @@ SYMPTOMS: dict[str, tuple[Case, Case, str]] = {
     "not-unscaled": (Case(scale=1024.0, unscale=False, adam=True), Case(scale=1024.0, adam=True),
                      "grads-not-unscaled"),
     "scale-overflow": (Case(scale=2.0 ** 127, loss_mult=10.0), Case(scale=1024.0), "loss-scale-overflow"),
+    "loss-spike": (Case(lr=1.0, steps=5), Case(steps=5), "loss-trend"),
+    "gradient-jump": (Case(lr=1.0, steps=5), Case(steps=5), "gradient-trend"),
+    "zero-init": (Case(gain=0.0), Case(), "constant-activations"),
 }
 
 
