@@ -52,7 +52,7 @@ class _CellHooks(CallHooks):
         for io, grads in (("grad_output", grad_output), ("grad_input", grad_input)):
             for i, g in enumerate(grads if isinstance(grads, (tuple, list)) else (grads,)):
                 if g is not None:
-                    self.session.emit(self.path, self.type, "backward", io, i, g)
+                    self.session.emit_grad(self.path, self.type, io, i, g)
 
 
 def _buffers(cell: ms.nn.Cell) -> list[tuple[str, Any]]:

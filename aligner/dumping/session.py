@@ -13,11 +13,16 @@ import numpy as np
 from aligner.core.dtypes import canonical
 from aligner.dumping.fstats import fast_stats_of, on_host, stats_of
 from aligner.dumping.manifest import Record
-from aligner.dumping.tensors import dtype_name, shape_of, to_host
+from aligner.dumping.tensors import dtype_name, shape_of, to_host, view_key
 
 # False: stats-only captures copy every tensor to the host and the sink computes its statistics there (the path
 # before in-framework statistics; scripts/bench_dump.py switches it off for its "before" column)
 FRAMEWORK_STATS = True
+
+
+# How many recent outputs a session holds to link inputs that view their memory (see Session._views): a chain's
+# input is the output just before it; a residual's, a block's input a few cells back.
+RECENT_VIEWS = 16
 
 
 class Sink(Protocol):
@@ -55,6 +60,10 @@ class Session:
         self._calls = 0
         self._probes: collections.Counter[str] = collections.Counter()
         self._outputs: dict[int, tuple[weakref.ref, int, int]] = {}  # id(tensor) -> (ref, seq, version)
+        # view_key(tensor) -> (tensor, seq, version) of the last RECENT_VIEWS outputs, held so that their memory
+        # cannot be reused: MindSpore hands a cell's output (with a backward hook) to the next cell as a new Python
+        # object viewing the same memory, and the object the forward hook saw is gone by then
+        self._views: collections.OrderedDict[Hashable, tuple[Any, int, int]] = collections.OrderedDict()
         # the last gradient recorded as a module's grad_input: (tensor, its view key, version, seq); the tensor is
         # held so that its memory cannot be reused while a later gradient is compared with it
         self._last_grad: tuple[Any, Hashable, int, int] | None = None
@@ -67,6 +76,7 @@ class Session:
             self.step = step
             self._probes.clear()
             self._outputs.clear()
+            self._views.clear()
             self._last_grad = None
 
     # -- call structure -------------------------------------------------------------------------------------------
@@ -132,29 +142,40 @@ class Session:
     def remember(self, tensor: Any, seq: int) -> None:
         """Make `tensor` (recorded as `seq`) the producer later inputs link to."""
         try:
-            self._outputs[id(tensor)] = (weakref.ref(tensor), seq, getattr(tensor, "_version", 0))
+            known = (weakref.ref(tensor), seq, getattr(tensor, "_version", 0))
         except TypeError:  # not weakly referenceable: such inputs are stored, never linked
-            pass
+            return
+        self._outputs[id(tensor)] = known
+        key = view_key(tensor)
+        if key is not None:
+            self._views[key] = (tensor, seq, known[2])
+            self._views.move_to_end(key)
+            if len(self._views) > RECENT_VIEWS:
+                self._views.popitem(last=False)
 
     def producer(self, tensor: Any) -> int | None:
-        """The seq of the output record holding this very tensor, unchanged since (None: computed elsewhere)."""
+        """The seq of the output record holding this very tensor, or (a new object) the very memory of a producer
+        still alive, unchanged since (None: computed elsewhere)."""
         known = self._outputs.get(id(tensor))
-        if known is None or known[0]() is not tensor or known[2] != getattr(tensor, "_version", 0):
+        if known is not None and known[0]() is tensor:
+            return known[1] if known[2] == getattr(tensor, "_version", 0) else None
+        held = self._views.get(view_key(tensor))
+        if held is None or held[2] != getattr(held[0], "_version", 0):
             return None
-        return known[1]
+        return held[1]
 
-    def emit_grad(self, module: str, type_: str, io: str, index: int, grad: Any, key: Hashable) -> None:
-        """Record a module's gradient; `key` names the memory it views (storage, offset, shape, strides, dtype). A
-        grad_output viewing the very memory of the last grad_input record, unchanged since (the gradient a chain
-        hands from one module back to the one before it), becomes a link to that record (`same_as`): same numbers,
-        no second reduction or copy."""
-        last = self._last_grad
-        if io == "grad_output" and last is not None and last[1] == key and last[2] == grad._version:
+    def emit_grad(self, module: str, type_: str, io: str, index: int, grad: Any) -> None:
+        """Record a module's gradient. A grad_output viewing the very memory of the last grad_input record,
+        unchanged since (the gradient a chain hands from one module back to the one before it), becomes a link to
+        that record (`same_as`): same numbers, no second reduction or copy."""
+        last, key = self._last_grad, view_key(grad)
+        version = getattr(grad, "_version", 0)
+        if io == "grad_output" and last is not None and key is not None and last[1] == key and last[2] == version:
             self._emit_link(module, type_, "backward", io, index, grad, call=None, parent=None, same=last[3])
             return
         seq = self.emit(module, type_, "backward", io, index, grad)
-        if io == "grad_input":
-            self._last_grad = (grad, key, grad._version, seq)
+        if io == "grad_input" and key is not None:
+            self._last_grad = (grad, key, version, seq)
 
     def emit_call(self, module: str, type_: str, *, call: int, parent: str | None, args: dict[str, Any],
                   attrs: dict[str, Any] | None) -> None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterator
+from typing import Any, Hashable, Iterator
 
 import numpy as np
 
@@ -47,6 +47,23 @@ def tensors_in(obj: Any) -> Iterator[Any]:
     elif isinstance(obj, dict):
         for item in obj.values():
             yield from tensors_in(item)
+
+
+def view_key(tensor: Any) -> Hashable | None:
+    """The memory a torch or MindSpore tensor views: (address, shape, strides, dtype). Two tensors with equal keys,
+    the first one still alive (so its memory cannot have been reused), hold the same numbers unless written in place
+    since: what links an input or a gradient that a framework hands over as a new Python object to the record of
+    the tensor it views. None for anything else."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(tensor, torch.Tensor):
+        if tensor.layout != torch.strided:
+            return None
+        address = tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
+        return address, tuple(tensor.shape), tensor.stride(), tensor.dtype
+    ms = sys.modules.get("mindspore")
+    if ms is not None and isinstance(tensor, ms.Tensor):
+        return tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype
+    return None
 
 
 def to_host(tensor: Any) -> np.ndarray:

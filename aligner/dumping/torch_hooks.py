@@ -48,8 +48,7 @@ class _ModuleHooks(CallHooks):
 
     def emit_grad(self, io: str, index: int, grad: torch.Tensor | None) -> None:
         if grad is not None and self.session.open:
-            key = (grad.untyped_storage().data_ptr(), grad.storage_offset(), grad.shape, grad.stride(), grad.dtype)
-            self.session.emit_grad(self.path, self.type, io, index, grad, key)
+            self.session.emit_grad(self.path, self.type, io, index, grad)
 
     def pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         self.enter((args, kwargs))
