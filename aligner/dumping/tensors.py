@@ -55,15 +55,22 @@ def view_key(tensor: Any) -> Hashable | None:
     since: what links an input or a gradient that a framework hands over as a new Python object to the record of
     the tensor it views. None for anything else."""
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(tensor, torch.Tensor):
-        if tensor.layout != torch.strided:
-            return None
-        address = tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
-        return address, tuple(tensor.shape), tensor.stride(), tensor.dtype
     ms = sys.modules.get("mindspore")
-    if ms is not None and isinstance(tensor, ms.Tensor):
-        return tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype
-    return None
+    try:
+        if torch is not None and isinstance(tensor, torch.Tensor):
+            if tensor.layout != torch.strided or tensor.is_nested:
+                return None
+            base = tensor.untyped_storage().data_ptr()
+            key = (base + tensor.storage_offset() * tensor.element_size(), tuple(tensor.shape), tensor.stride(),
+                   tensor.dtype)
+        elif ms is not None and isinstance(tensor, ms.Tensor):
+            base = tensor.data_ptr()
+            key = (base, tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+        else:
+            return None
+    except (RuntimeError, TypeError, NotImplementedError):  # no storage of its own (a tensor subclass, a wrapper)
+        return None
+    return key if base else None  # address 0: no data (a meta tensor), nothing to tell tensors apart by
 
 
 def to_host(tensor: Any) -> np.ndarray:
