@@ -6,7 +6,11 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
+
+import numpy as np
 
 import aligner
 
@@ -104,3 +108,35 @@ def test_only_render_formats() -> None:
              for name, path in _modules() if _room(name) not in ("render", "cli") and name not in FACADE
              for target, line, _ in _imports(path, name) if target.split(".")[0] in FORMATTING]
     assert not found, "formatting libraries below render/:\n" + "\n".join(found)
+
+
+# What `align compare` of two small .npy folders must not load: each module serves an option or a kind of input it
+# does not have (--html, --calibrate, --map, --engine ray, rank folders, foreign dumps, bfloat16 tensors, a terminal's
+# progress bar, a run big enough for worker processes). Its start cost is measured by scripts/bench_compare.py.
+COMPARE_UNUSED = ("multiprocessing", "concurrent.futures", "yaml", "ml_dtypes", "rich.progress", "aligner.render.html",
+                  "aligner.render.ranks", "aligner.pipelines.compare.ranks", "aligner.pipelines.compare.calibrate",
+                  "aligner.pipelines.compare.distributed", "aligner.pipelines.compare.parallel",
+                  "aligner.dumping.ranks", "aligner.dumping.foreign.msprobe", "aligner.dumping.foreign.native",
+                  "aligner.mapping.plan", "aligner.mapping.usermap", "aligner.mapping.ops", "aligner.core.findings")
+FACADES = ("aligner.pipelines.compare", "aligner.render", "aligner.dumping.foreign", "aligner.mapping",
+           "aligner.dumping", "aligner.io")
+
+
+def test_compare_of_npy_folders_loads_only_what_it_runs(tmp_path: Path) -> None:
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        np.save(tmp_path / side / "x.npy", np.ones(4, np.float32))
+    code = ("import sys\nfrom aligner.cli import main\ntry:\n    main(['compare', 'a', 'b'])\n"
+            "except SystemExit as exc:\n    assert exc.code == 0, exc.code\nsys.stderr.write(' '.join(sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert "No divergence" in done.stdout
+    loaded = set(done.stderr.split())
+    assert "aligner.pipelines.compare.run" in loaded  # the listing is real
+    assert not loaded & set(COMPARE_UNUSED)
+
+
+def test_lazy_facades_name_what_exists() -> None:
+    for name in FACADES:
+        facade = importlib.import_module(name)
+        for attribute in facade.__all__:
+            assert getattr(facade, attribute) is not None, f"{name}.{attribute}"

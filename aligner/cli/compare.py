@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from aligner import render  # --html and the rank table: loaded on first use (render/__init__.py)
 from aligner.cli.options import (
     check_outputs,
     json_option,
@@ -15,19 +16,15 @@ from aligner.cli.options import (
 from aligner.core.atomic import atomic_files
 from aligner.core.collect import gc_paused
 from aligner.core.errors import AlignerError
-from aligner.core.tolerance import ToleranceSpec, parse_nonnegative
-from aligner.pipelines.compare.calibrate import K_DEFAULT
+from aligner.core.tolerance import CALIBRATION_K, ToleranceSpec, parse_nonnegative
+from aligner.pipelines import compare as pipeline  # multi-rank dumps: loaded on first use (compare/__init__.py)
 from aligner.pipelines.compare.engine import ENGINES, Engine, open_engine
-from aligner.pipelines.compare.ranks import compare_ranks, holds_ranks
 from aligner.pipelines.compare.run import compare
+from aligner.pipelines.compare.sources import holds_ranks
 from aligner.render.compare import print_table, summary, write_csv, write_json, zoom
 from aligner.render.console import make_console
-from aligner.render.html import write_html
 from aligner.render.jsonout import write_json as write_output
 from aligner.render.progress import terminal_progress
-from aligner.render.ranks import print_ranks
-from aligner.render.ranks import summary as ranks_summary
-from aligner.render.ranks import write_json as write_ranks_json
 
 _HELP_EPILOG = """\b
 Exit codes: 0 every matched record agrees (records on one side only are listed, and fail only with --strict);
@@ -53,7 +50,7 @@ REFERENCES = ("first", "second", "pytorch", "mindspore")
                    "record's tolerance becomes K times its own error against float64 where that exceeds the default, "
                    "and each verdict says how far above that noise it is.")
 @click.option("--calibrate-k", "calibrate_k", metavar="K", help=f"With --calibrate: the multiple of the measured "
-              f"noise a record may differ by (default {K_DEFAULT:g}, as the torch minifier).")
+              f"noise a record may differ by (default {CALIBRATION_K:g}, as the torch minifier).")
 @click.option("--bisect", is_flag=True, help="Binary search over execution order reading O(log n) tensor pairs; "
               "assumes divergence persists once it starts.")
 @json_option
@@ -95,7 +92,7 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
     spec, n_workers = tolerance_spec(rtol, atol), positive_int("--workers", workers)
     if calibrate_k is not None and calibrate is None:
         raise AlignerError("--calibrate-k needs --calibrate DUMP_F64 (the float64 dump it scales the noise of)")
-    k = K_DEFAULT if calibrate_k is None else parse_nonnegative("--calibrate-k", calibrate_k)
+    k = CALIBRATION_K if calibrate_k is None else parse_nonnegative("--calibrate-k", calibrate_k)
     if k <= 0:
         raise AlignerError(f"--calibrate-k must be a number > 0, got {calibrate_k!r}")
     check_outputs(force, json=json_out, csv=csv_out, html=html_out)
@@ -114,8 +111,9 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
                          trust_pickle=trust_pickle or trust_pickle_alias)
     finally:
         engine.close()
-    reports = [(path, writer) for path, writer in ((json_out, write_json), (csv_out, write_csv),
-                                                   (html_out, write_html)) if path]
+    reports = [(path, writer) for path, writer in ((json_out, write_json), (csv_out, write_csv)) if path]
+    if html_out:
+        reports.append((html_out, render.write_html))
     files = [(path, writer) for path, writer in reports if path != "-"]
     with atomic_files([path for path, _ in files], "w") as handles:  # the set appears whole, or not at all
         for (_, writer), fh in zip(files, handles):
@@ -143,12 +141,13 @@ def _compare_ranks(dumps_a: str, dumps_b: str, *, ref: str | None, map_file: str
     if given:
         raise AlignerError(f"{', '.join(given)}: not for multi-rank dumps; give one rank's folders, e.g. "
                            f"align compare {dumps_a}/rank0 {dumps_b}/rank0 {given[0]} ...")
-    result = compare_ranks(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance, bisect=bisect,
-                           workers=workers, strict=strict, engine=engine, progress=terminal_progress())
+    result = pipeline.compare_ranks(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance,
+                                    bisect=bisect, workers=workers, strict=strict, engine=engine,
+                                    progress=terminal_progress())
     if json_out:
-        write_output(result, json_out, write_ranks_json)
+        write_output(result, json_out, render.write_ranks_json)
     if json_out != "-":
         console = make_console()
-        print_ranks(result, console, full)
-        console.print(ranks_summary(result), markup=False)
+        render.print_ranks(result, console, full)
+        console.print(render.ranks_summary(result), markup=False)
     return int(result.exit_code)

@@ -6,26 +6,52 @@ Both frameworks, every file format and the dump manifest speak these names, so `
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from aligner.core.errors import AlignerError
 
-# canonical name -> numpy dtype (bfloat16 through ml_dtypes, stored losslessly)
-NUMPY: dict[str, np.dtype] = {
-    "float16": np.dtype(np.float16),
-    "float32": np.dtype(np.float32),
-    "float64": np.dtype(np.float64),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-    "int8": np.dtype(np.int8),
-    "int16": np.dtype(np.int16),
-    "int32": np.dtype(np.int32),
-    "int64": np.dtype(np.int64),
-    "uint8": np.dtype(np.uint8),
-    "bool": np.dtype(np.bool_),
-}
+
+class _NumpyDtypes(Mapping[str, np.dtype]):
+    """Canonical name -> numpy dtype. bfloat16's comes from ml_dtypes (stored losslessly), imported the first time
+    it is asked for: a command that meets no bfloat16 tensor never pays for that import (~7 ms of its start)."""
+
+    def __init__(self, dtypes: dict[str, Any]) -> None:
+        self._names = tuple(dtypes)
+        self._dtypes = {name: np.dtype(dtype) for name, dtype in dtypes.items() if dtype is not None}
+
+    def __getitem__(self, name: str) -> np.dtype:
+        if name == "bfloat16" and name not in self._dtypes:
+            import ml_dtypes  # registers its types with numpy: only here, on first use
+
+            self._dtypes[name] = np.dtype(ml_dtypes.bfloat16)
+        return self._dtypes[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+# canonical name -> numpy dtype (bfloat16 through ml_dtypes, on first use)
+NUMPY: Mapping[str, np.dtype] = _NumpyDtypes({
+    "float16": np.float16,
+    "float32": np.float32,
+    "float64": np.float64,
+    "bfloat16": None,
+    "int8": np.int8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "uint8": np.uint8,
+    "bool": np.bool_,
+})
 # MindSpore checkpoint `tensor_type` strings (also `str(mindspore.float32)`)
 MINDSPORE_NAME: dict[str, str] = {
     "float16": "Float16", "float32": "Float32", "float64": "Float64", "bfloat16": "BFloat16",

@@ -21,6 +21,9 @@ from aligner.core.errors import AlignerError
 DTYPE_DEFAULTS: dict[str, tuple[float, float]] = {
     "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7),
 }
+# A calibrated tolerance is this many times the reference's own error against float64 by default (compare
+# --calibrate): torch._dynamo's minifier accepts a result within 3x the float64 reference's error of the original.
+CALIBRATION_K = 3.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,8 +101,9 @@ class ToleranceSpec:
 
     def chosen(self, name: str, record: Hashable | None = None) -> Tolerance | None:
         """The user's tolerance for this name, else the record's calibrated one; None: the per-dtype default."""
-        explicit = self.explicit(name)
-        return explicit if explicit is not None or record is None else self.calibrated.get(record)
+        explicit = self.explicit(name) if self.overrides else self.default  # (asked once per compared record)
+        return explicit if explicit is not None or record is None or not self.calibrated else \
+            self.calibrated.get(record)
 
     def resolve(self, name: str, *dtypes: str) -> Tolerance:
         """The tolerance for one named tensor of these dtypes."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -31,7 +30,6 @@ from aligner.dumping.options import Options
 from aligner.dumping.session import Session, active
 from aligner.dumping.tensors import is_tensor
 
-RANK_DIR = re.compile(r"rank(\d+)")  # the folder each rank writes inside the dump directory: rank0, rank1, ...
 REDUCED = "reduced"  # io of a param_grad record holding a gradient after the all-reduce
 
 Groups = dict[str, list[list[int]]]

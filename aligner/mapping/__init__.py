@@ -1,21 +1,22 @@
 """Name mapping between PyTorch and MindSpore: data rules (mappings/), user maps, and target-guided matching.
 
-The names below are imported on first use: `align compare` reads the op table (aligner.mapping.ops) without paying
-for the conversion planner."""
+The names below are imported on first use: `align compare` reads the op table (aligner.mapping.ops) only for op
+records, the user map only with --map and the conversion planner only for PyTorch/MindSpore parameter gradients."""
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from aligner.mapping.ops import canonical_op
     from aligner.mapping.plan import FAILING, Entry, Plan, build_plan
     from aligner.mapping.usermap import UserMap, load_user_map
 
 _LAZY = {"FAILING": "aligner.mapping.plan", "Entry": "aligner.mapping.plan", "Plan": "aligner.mapping.plan",
          "build_plan": "aligner.mapping.plan", "UserMap": "aligner.mapping.usermap",
-         "load_user_map": "aligner.mapping.usermap"}
+         "load_user_map": "aligner.mapping.usermap", "canonical_op": "aligner.mapping.ops"}
 
-__all__ = ["FAILING", "Entry", "Plan", "UserMap", "build_plan", "load_user_map"]
+__all__ = ["FAILING", "Entry", "Plan", "UserMap", "build_plan", "canonical_op", "load_user_map"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,1 +1,30 @@
-"""Presentation: the only place that formats output (terminal tables, text verdicts, JSON, CSV, HTML, plots)."""
+"""Presentation: the only place that formats output (terminal tables, text verdicts, JSON, CSV, HTML, plots).
+
+The names below are imported on first use: `align compare` writes an HTML report only with --html and a rank table
+only for multi-rank dumps, so it loads neither module (nor the pipelines they present) otherwise.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aligner.render.html import write_html
+    from aligner.render.ranks import print_ranks
+    from aligner.render.ranks import summary as ranks_summary
+    from aligner.render.ranks import write_json as write_ranks_json
+
+# public name -> (module, its name there)
+_LAZY = {"write_html": ("aligner.render.html", "write_html"),
+         "print_ranks": ("aligner.render.ranks", "print_ranks"),
+         "ranks_summary": ("aligner.render.ranks", "summary"),
+         "write_ranks_json": ("aligner.render.ranks", "write_json")}
+
+__all__ = ["print_ranks", "ranks_summary", "write_html", "write_ranks_json"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
+    raise AttributeError(f"module 'aligner.render' has no attribute {name!r}")

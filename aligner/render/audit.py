@@ -9,8 +9,8 @@ from rich.console import Console
 from aligner.core.findings import Finding
 from aligner.pipelines.audit.optimizers import OptimizerAudit
 from aligner.pipelines.audit.report import AuditReport
-from aligner.render.console import SEVERITY_ORDER, SEVERITY_STYLE
 from aligner.render.jsonout import write_json
+from aligner.render.severity import SEVERITY_ORDER, SEVERITY_STYLE
 
 
 def finding_line(f: Finding) -> str:

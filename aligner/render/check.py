@@ -11,8 +11,8 @@ from rich.table import Table
 
 from aligner.core.findings import Severity
 from aligner.pipelines.check import CheckReport, Verdict
-from aligner.render.console import SEVERITY_ORDER, SEVERITY_STYLE
 from aligner.render.jsonout import dumps
+from aligner.render.severity import SEVERITY_ORDER, SEVERITY_STYLE
 
 
 def verdict_line(report: CheckReport) -> str:

@@ -10,8 +10,8 @@ from aligner.core.errors import ExitCode
 from aligner.core.findings import Severity
 from aligner.pipelines.check.ranks import RankedCheckReport
 from aligner.render.check import verdict_line
-from aligner.render.console import SEVERITY_ORDER, SEVERITY_STYLE
 from aligner.render.jsonout import dumps
+from aligner.render.severity import SEVERITY_ORDER, SEVERITY_STYLE
 
 
 def ranks_verdict(report: RankedCheckReport) -> str:

@@ -5,16 +5,29 @@ import contextlib
 import sys
 import threading
 import time
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeRemainingColumn
-from rich.progress import Progress as RichBar
 
 from aligner.core.progress import SILENT, Progress
 from aligner.render.console import make_console
 
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichBar
+    from rich.progress import TaskID
+
 DELAY_S = 1.0  # work shorter than this shows no bar at all
+
+
+def _start_bar(description: str, total: int, completed: int, console: Console) -> tuple[RichBar, TaskID]:
+    """A transient rich bar, started. rich.progress (and rich.live under it) is imported here, when the first bar
+    appears, not by every run that could show one: most end before DELAY_S, and on a pipe none shows a bar."""
+    from rich import progress as bars
+
+    bar = bars.Progress(bars.TextColumn("{task.description}"), bars.BarColumn(), bars.MofNCompleteColumn(),
+                        bars.TimeRemainingColumn(), transient=True, console=console)
+    bar.start()
+    return bar, bar.add_task(description, total=total, completed=completed)
 
 
 class _DelayedTask:
@@ -31,10 +44,7 @@ class _DelayedTask:
         with self.lock:
             self.done += amount
             if self.bar is None and time.monotonic() - self.start >= DELAY_S:
-                self.bar = RichBar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                   TimeRemainingColumn(), transient=True, console=self.console)
-                self.bar.start()
-                self.task_id = self.bar.add_task(self.description, total=self.total, completed=self.done)
+                self.bar, self.task_id = _start_bar(self.description, self.total, self.done, self.console)
             elif self.bar is not None and self.task_id is not None:
                 self.bar.update(self.task_id, completed=self.done)
 

@@ -3,32 +3,28 @@
 each with the tensor file it names (confined to the folder), a loader (msprobe `.pt`, only with `trust_pickle`), or
 statistics only; a row that cannot be read carries its error, and only a folder that cannot be read at all raises
 `AlignerError`.
+
+`detect` only looks at file names (aligner.dumping.foreign.layout); the rest is imported on first use, so a folder
+that is no foreign dump never loads the readers.
 """
 from __future__ import annotations
 
-from pathlib import Path
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from aligner.dumping.foreign import msprobe as msprobe
-from aligner.dumping.foreign import native as native
-from aligner.dumping.foreign.base import Entry, ForeignDump, Tool
+from aligner.dumping.foreign.layout import Tool, detect
+
+if TYPE_CHECKING:
+    from aligner.dumping.foreign.base import Entry, ForeignDump
+    from aligner.dumping.foreign.readers import read_foreign
+
+_LAZY = {"Entry": "aligner.dumping.foreign.base", "ForeignDump": "aligner.dumping.foreign.base",
+         "read_foreign": "aligner.dumping.foreign.readers"}
 
 __all__ = ["Entry", "ForeignDump", "Tool", "detect", "read_foreign"]
 
 
-def detect(root: Path) -> Tool | None:
-    """Which foreign tool wrote the folder `root` (None: not a foreign dump). msprobe: a `dump.json` in it, in its
-    step folders' rank folders (`step0/rank0/dump.json`) or in its rank folders; MindSpore native: `.dump_metadata` or
-    `execution_order` in it or in its `rank_N` folders."""
-    if msprobe.holds_dump(root):
-        return Tool.MSPROBE
-    if native.holds_dump(root):
-        return Tool.NATIVE
-    return None
-
-
-def read_foreign(root: Path, tool: Tool, *, trust_pickle: bool = False) -> ForeignDump:
-    """Read a foreign dump folder written by `tool` (see `detect`). `trust_pickle` allows msprobe's PyTorch `.pt`
-    tensors, read with `torch.load(weights_only=True)`; without it they are refused."""
-    if tool is Tool.MSPROBE:
-        return msprobe.read(root, trust_pickle=trust_pickle)
-    return native.read(root)
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'aligner.dumping.foreign' has no attribute {name!r}")

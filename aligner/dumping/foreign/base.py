@@ -1,8 +1,8 @@
-"""What the foreign-dump readers share: the records they return and the confinement of the files they name."""
+"""What the foreign-dump readers share: the records they return (the tools and the confinement of the files they
+name are in aligner.dumping.foreign.layout, which `align compare` reads for every folder)."""
 from __future__ import annotations
 
 import dataclasses
-import enum
 from pathlib import Path
 from typing import Callable
 
@@ -10,16 +10,6 @@ import numpy as np
 
 from aligner.core.dtypes import canonical
 from aligner.dumping.manifest import Record
-
-
-class Tool(str, enum.Enum):
-    """The tool that wrote a foreign dump."""
-
-    MSPROBE = "msprobe"
-    NATIVE = "mindspore-native"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclasses.dataclass
@@ -42,23 +32,6 @@ class ForeignDump:
     mode: str
     entries: list[Entry]
     problems: list[str]
-
-
-def inside(base: Path, name: str) -> tuple[Path | None, str | None]:
-    """(path, None) for a file a dump's index names inside `base`, else (None, why): a plain relative name, no `..`,
-    no absolute path, no symlink leading out, so a hostile index cannot make aligner read a file the user did not
-    name."""
-    candidate = Path(name)
-    if not name or candidate.is_absolute() or ".." in candidate.parts:
-        return None, f"names a file outside the dump directory ({name!r}): refused"
-    path = base / candidate
-    try:
-        confined = path.resolve().is_relative_to(base.resolve())
-    except (OSError, RuntimeError):  # a symlink loop
-        confined = False
-    if not confined:
-        return None, f"{name!r} is a link leading outside the dump directory: refused"
-    return path, None
 
 
 def npy_layout(path: Path) -> tuple[list[int], str]:

@@ -32,14 +32,13 @@ import numpy as np
 
 from aligner.core.dtypes import canonical, torch_to_numpy
 from aligner.core.errors import AlignerError
-from aligner.dumping.foreign.base import Entry, ForeignDump, inside
+from aligner.dumping.foreign.base import Entry, ForeignDump
+from aligner.dumping.foreign.layout import DUMP_JSON, STEP, inside, run_dirs
 from aligner.dumping.manifest import Record
 
-DUMP_JSON = "dump.json"
 CONSTRUCT_JSON = "construct.json"
 TENSOR_DIR = "dump_tensor_data"
 STATS = {"Max": "max", "Min": "min", "Mean": "mean", "Norm": "l2"}  # msprobe's summary_mode "statistics" keys
-_STEP = re.compile(r"step(\d+)")
 _RANK = re.compile(r"(?:rank|proc)\d+")
 _MODULE = re.compile(r"(?:Module|Cell)\.(?P<path>.+)\.(?P<cls>[^.]+)\.(?P<dir>forward|backward)\.\d+")
 _PARAM_GRAD = re.compile(r"(?:Module|Cell)\.(?P<path>.+)\.(?P<cls>[^.]+)\.parameters_grad(?:\.\d+)?")
@@ -50,31 +49,14 @@ _OP_PREFIX = {"pytorch": {"Functional": "F.", "Torch": "torch.", "Tensor": "Tens
                             "Tensor": "Tensor."}}
 
 
-def _run_dirs(root: Path) -> list[Path]:
-    """The rank folders under `root` that hold a dump.json: `root` itself, its rank folders (a step folder), or its
-    step folders' rank folders."""
-    if (root / DUMP_JSON).is_file():
-        return [root]
-    found = [p.parent for p in root.glob(f"*/{DUMP_JSON}")]
-    return found or [p.parent for p in root.glob(f"*/*/{DUMP_JSON}") if _STEP.fullmatch(p.parent.parent.name)]
-
-
-def holds_dump(root: Path) -> bool:
-    """Whether `root` is an msprobe dump folder (a rank, step or dump_path folder with a dump.json)."""
-    try:
-        return bool(_run_dirs(root))
-    except OSError:
-        return False
-
-
 def _step(run: Path) -> int:
-    found = _STEP.fullmatch(run.parent.name)
+    found = STEP.fullmatch(run.parent.name)
     return int(found[1]) if found else 0
 
 
 def _runs(root: Path) -> list[Path]:
     """One rank's folders in step order; a dump of several ranks must be narrowed to one by naming its folder."""
-    runs = _run_dirs(root)
+    runs = run_dirs(root)
     if len(runs) == 1:
         return runs
     ranks = sorted({run.name for run in runs})

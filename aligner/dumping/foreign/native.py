@@ -47,15 +47,13 @@ from aligner.core.atomic import atomic_open
 from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
 from aligner.dumping.foreign.base import Entry, ForeignDump, npy_layout
+from aligner.dumping.foreign.layout import EXECUTION_ORDER, METADATA, NATIVE_RANK, is_native_rank, native_ranks
 from aligner.dumping.manifest import Record
 
-METADATA = ".dump_metadata"
-EXECUTION_ORDER = "execution_order"
 STATISTIC_CSV = "statistic.csv"
 CONFIG_NAME = "mindspore_dump_config.json"  # what native_dump_config writes into the dump directory
 SUPPORTED_VERSIONS = ("2.10",)  # major.minor whose layout was verified on real dumps
 _NOT_NETS = {METADATA, EXECUTION_ORDER, "graphs"}
-_RANK = re.compile(r"rank_(\d+)")
 _ORDER_CSV = re.compile(r"ms_execution_order_graph_(\d+)\.csv")
 _FILE = re.compile(r"(?P<type>[^.]+)\.(?P<name>.+)\.(?P<task>\d+)\.(?P<stream>\d+)\.(?P<ts>\d+)\."
                    r"(?P<io>input|output)\.(?P<slot>\d+)\.(?P<format>[^.]+)\.(?P<dtype>[^.]+)\.npy")
@@ -70,27 +68,10 @@ _IR_NAME = "# Fullname with scope: ("
 _IR_OUTPUT = re.compile(r"-> \(<Tensor\[\w+\], \(([0-9, ]*)\)>\)$")
 
 
-def _is_rank(path: Path) -> bool:
-    return (path / METADATA).is_dir() or (path / EXECUTION_ORDER).is_dir()
-
-
-def _ranks(root: Path) -> list[Path]:
-    return sorted((p for p in root.iterdir() if _RANK.fullmatch(p.name) and p.is_dir() and _is_rank(p)),
-                  key=lambda p: int(p.name[5:]))
-
-
-def holds_dump(root: Path) -> bool:
-    """Whether `root` is a native dump: a `rank_N` folder, or the dump `path` holding them."""
-    try:
-        return _is_rank(root) or bool(_ranks(root))
-    except OSError:
-        return False
-
-
 def _rank_dir(root: Path) -> Path:
-    if _is_rank(root):
+    if is_native_rank(root):
         return root
-    ranks = _ranks(root)
+    ranks = native_ranks(root)
     if len(ranks) > 1:
         raise AlignerError(f"{root}: a MindSpore native dump of {len(ranks)} ranks "
                            f"({', '.join(p.name for p in ranks[:4])}); name one rank's folder, e.g. {ranks[0]}")
@@ -398,7 +379,7 @@ def native_dump_config(directory: str | os.PathLike, *, net_name: str = "Net", i
     root = Path(directory).absolute()
     if root.exists() and not root.is_dir():
         raise AlignerError(f"{root}: not a directory")
-    if root.is_dir() and any(_RANK.fullmatch(p.name) for p in root.iterdir()):
+    if root.is_dir() and any(NATIVE_RANK.fullmatch(p.name) for p in root.iterdir()):
         raise AlignerError(f"{root}: already holds a MindSpore native dump (rank_N folders); choose an empty "
                            "directory (a new dump would mix with the old one)")
     if not re.fullmatch(r"[A-Za-z0-9_\-/]+", str(root)):

@@ -1,1 +1,34 @@
-"""`align compare`: read two dumps, pair their records, compute metrics and find the first divergence."""
+"""`align compare`: read two dumps, pair their records, compute metrics and find the first divergence.
+
+The names below are imported on first use, so a comparison loads only the parts it runs: multi-rank dumps
+(compare_ranks), the --calibrate pass, a cluster engine's batches (evaluate_on) and the worker pools of a run big
+enough to split (evaluate_parallel) stay unloaded otherwise, which keeps the start of `align compare` short.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aligner.pipelines.compare.calibrate import calibrate as calibrate_pairs
+    from aligner.pipelines.compare.distributed import evaluate_on
+    from aligner.pipelines.compare.parallel import evaluate_parallel
+    from aligner.pipelines.compare.ranks import compare_ranks
+    from aligner.pipelines.compare.run import compare, read_pair
+
+# public name -> (module, its name there)
+_LAZY = {"compare": ("aligner.pipelines.compare.run", "compare"),
+         "read_pair": ("aligner.pipelines.compare.run", "read_pair"),
+         "compare_ranks": ("aligner.pipelines.compare.ranks", "compare_ranks"),
+         "calibrate_pairs": ("aligner.pipelines.compare.calibrate", "calibrate"),
+         "evaluate_on": ("aligner.pipelines.compare.distributed", "evaluate_on"),
+         "evaluate_parallel": ("aligner.pipelines.compare.parallel", "evaluate_parallel")}
+
+__all__ = ["calibrate_pairs", "compare", "compare_ranks", "evaluate_on", "evaluate_parallel", "read_pair"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
+    raise AttributeError(f"module 'aligner.pipelines.compare' has no attribute {name!r}")

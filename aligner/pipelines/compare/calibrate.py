@@ -20,12 +20,11 @@ from typing import Hashable, Sequence
 
 from aligner.core.dtypes import FLOATING
 from aligner.core.errors import AlignerError
-from aligner.core.tolerance import Tolerance, ToleranceSpec
+from aligner.core.tolerance import CALIBRATION_K, Tolerance, ToleranceSpec
 from aligner.metrics.measure import Metrics, compare_streams
 from aligner.pipelines.compare.matching import Pair
 from aligner.pipelines.compare.sources import Item, Source, TensorError, open_tensor, read_source
 
-K_DEFAULT = 3.0  # torch._dynamo's minifier accepts a result within 3x the float64 reference's error of the original
 # Refuse a float64 dump when fewer than this share of its floating records are float64 (a model that upcasts a few
 # tensors itself still passes; a float32 or float16 run does not).
 _MIN_FLOAT64 = 0.5
@@ -156,7 +155,7 @@ def _read_twin_dump(path: str, reference: Source, compared: Source) -> Source:
 
 
 def calibrate(path: str, pairs: Sequence[Pair], reference: Source, compared: Source, tolerance: ToleranceSpec,
-              k: float = K_DEFAULT, workers: int | None = None) -> Calibration:
+              k: float = CALIBRATION_K, workers: int | None = None) -> Calibration:
     """Measure each reference record's noise against its twin in the float64 dump at `path`; the calibrated
     tolerance of each measured record (k times its noise, at least the pair's per-dtype tolerance).
 

@@ -1,17 +1,17 @@
-"""Compute the metrics of matched pairs: a thread pool over pairs (the kernel releases the GIL); bad files mark rows."""
+"""Compute the metrics of one matched pair (run.py and parallel.py spread the pairs); bad files mark rows."""
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import enum
-import os
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from aligner.core.tolerance import ToleranceSpec
 from aligner.metrics.measure import Metrics, compare_stats, compare_streams
-from aligner.pipelines.compare.calibrate import Noise
 from aligner.pipelines.compare.matching import Pair
 from aligner.pipelines.compare.sources import Item, TensorError, open_tensor
+
+if TYPE_CHECKING:  # only --calibrate makes one (calibrate.py is loaded on that path only)
+    from aligner.pipelines.compare.calibrate import Noise
 
 
 class RowStatus(str, enum.Enum):
@@ -73,7 +73,7 @@ def evaluate(pair: Pair, tolerance: ToleranceSpec) -> Row:
     a, b = pair.a, pair.b
     if a is None or b is None:
         return row
-    ref = pair.ref.record
+    ref = b.record
     tol = tolerance.chosen(ref.module, (ref.step, ref.seq))  # None: the dtypes' defaults, once the files tell them
     if tol is None and tolerance.floor is not None and a.record.dtype and b.record.dtype:
         tol = tolerance.for_dtype(a.record.dtype, b.record.dtype)
@@ -89,19 +89,3 @@ def evaluate(pair: Pair, tolerance: ToleranceSpec) -> Row:
         row.error = str(exc)
     return row
 
-
-def evaluate_all(pairs: Sequence[Pair], tolerance: ToleranceSpec, workers: int | None = None,
-                 progress: Callable[[], None] | None = None) -> list[Row]:
-    """Evaluate every pair, `workers` at a time (default: one per CPU), calling `progress` after each."""
-    workers = workers or os.cpu_count() or 1
-
-    def run(pair: Pair) -> Row:
-        row = evaluate(pair, tolerance)
-        if progress:
-            progress()
-        return row
-
-    if workers == 1:
-        return [run(p) for p in pairs]
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(run, pairs))

@@ -18,10 +18,9 @@ import re
 from collections import defaultdict
 from typing import Callable, Hashable, Sequence
 
+from aligner import io, mapping  # the name planner, loaded only for PyTorch/MindSpore parameter gradients
 from aligner.core.frameworks import Framework
 from aligner.dumping.manifest import Record
-from aligner.io.base import TensorInfo
-from aligner.mapping.plan import build_plan
 from aligner.pipelines.compare import ops as op_records  # aligner.dump(ops=True) records: see compare/ops.py
 from aligner.pipelines.compare.sources import Item, stats_identity
 
@@ -76,9 +75,9 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
     ms_first = framework_first == Framework.MINDSPORE
     if {framework_first, framework_second} == {Framework.PYTORCH, Framework.MINDSPORE}:
         ms_items = first if ms_first else second
-        infos = {it.record.module: TensorInfo(tuple(it.record.shape), it.record.dtype or "float32")
+        infos = {it.record.module: io.TensorInfo(tuple(it.record.shape), it.record.dtype or "float32")
                  for it in ms_items if it.record.kind == "param_grad"}
-        for entry in build_plan(infos, Framework.MINDSPORE, Framework.PYTORCH).entries if infos else []:
+        for entry in mapping.build_plan(infos, Framework.MINDSPORE, Framework.PYTORCH).entries if infos else []:
             if entry.target and len(entry.sources) == 1:
                 params[entry.sources[0]] = entry.target
 
@@ -91,20 +90,26 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
                 out[module] = new
         return out
 
-    by_user = [renamed(first), renamed(second)]
-    names = [{it.record.module for it in first}, {it.record.module for it in second}]
+    by_user: list[dict[str, str | None]] = [{}, {}]
+    if rename is not None:  # without a user map there is nothing to pick a side for (100,000 records: 0.1 s)
+        by_user = [renamed(first), renamed(second)]
+    names = [{it.record.module for it in side} if by_user[1 - i] else set() for i, side in enumerate((first, second))]
     hits = [sum(new in names[1 - i] for new in by_user[i].values()) for i in (0, 1)]
     user_side = 0 if hits[0] >= hits[1] else 1
     claimed = {new for new in by_user[user_side].values() if new is not None}
 
     def namer(side: int, is_ms: bool) -> Namer:
+        mine = by_user[side] if side == user_side else {}
+        kept = claimed if side != user_side else set()
+        grads = params if is_ms else {}
+
         def name(record: Record) -> str | None:
-            if side == user_side and record.module in by_user[side]:
-                return by_user[side][record.module]
-            if side != user_side and record.module in claimed:
-                return record.module
-            return params.get(record.module, record.module) if is_ms and record.kind == "param_grad" else \
-                record.module
+            module = record.module
+            if module in mine:
+                return mine[module]
+            if module in kept:
+                return module
+            return grads.get(module, module) if record.kind == "param_grad" else module
         return name
 
     return namer(0, ms_first), namer(1, framework_second == Framework.MINDSPORE)
@@ -117,11 +122,11 @@ def _spelling(path: str) -> str:
     return path.replace("_", "").lower()
 
 
-def _wrapper_prefixes(names_a: Sequence[str | None], names_b: Sequence[str | None]) -> tuple[str, str]:
+def _wrapper_prefixes(spelled: list[set[str]]) -> tuple[str, str]:
     """The prefix one side's module paths carry and the other's lack, when it wraps most of that side and stripping
     it pairs more names (DDP's `module.`, MindSpore's `_backbone.`, a user's `net.`): ("", "") when nothing does.
-    Without it no record would pair by name, and aligning every record by content costs ~200x more."""
-    spelled = [{_spelling(n) for n in names if n} for names in (names_a, names_b)]
+    Without it no record would pair by name, and aligning every record by content costs ~200x more. `spelled`: each
+    side's names as `_spelling` writes them."""
     best = ("", "", len(spelled[0] & spelled[1]))
     if best[2] >= 0.5 * min(len(spelled[0]), len(spelled[1])):
         return "", ""
@@ -150,28 +155,31 @@ def _unwrapped(names: list[str | None], prefix: str) -> list[str | None]:
             _spelling(n).startswith(prefix) else n for n in names]
 
 
-def _keys(items: Sequence[Item], names: Sequence[str | None]) -> list[Hashable | None]:
-    """Name keys in order (`names`: each record's name under its side's namer); the nth call of the same
-    module/io/index gets occurrence n. None when renamed away."""
-    seen: dict[tuple, int] = defaultdict(int)
-    spelled: dict[str, str] = {}
+def _keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[str, str]) -> list[Hashable | None]:
+    """Name keys in order (`names`: each record's name under its side's namer, `spelled`: its spelling by name); the
+    nth call of the same module/io/index gets occurrence n. None when renamed away."""
+    seen: dict[tuple, int] = {}
     keys: list[Hashable | None] = []
+    append = keys.append
     for item, module in zip(items, names):
         r = item.record
-        if module is None or op_records.is_op(r):  # op records never pair by name (compare/ops.py)
-            keys.append(None)
+        if module is None or r.kind == op_records.OP_KIND:  # op records never pair by name (compare/ops.py)
+            append(None)
             continue
         spelling = spelled.get(module)
         if spelling is None:
             spelling = spelled[module] = _spelling(module)
         base = (r.kind, spelling, r.io, r.index, r.step)
-        keys.append(base + (seen[base],))
-        seen[base] += 1
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        append((base, n))
     return keys
 
 
 def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Longest subsequence of (ia, ib) pairs, sorted by ia, whose ib also increases (patience sorting)."""
+    if all(p[1] < q[1] for p, q in zip(pairs, pairs[1:])):  # the usual case, the same order on both sides
+        return list(pairs)
     tails: list[int] = []
     tail_idx: list[int] = []
     prev = [-1] * len(pairs)
@@ -300,12 +308,13 @@ def passthrough(items: Sequence[Item]) -> dict[int, int]:
     """
     folded: dict[int, int] = {}
     records = [it.record for it in items]
+    modules, kinds = [r.module for r in records], [r.kind for r in records]
     same: list[Hashable | None] = [None] * len(items)  # _same of each record, computed when a call needs it
-    i = 0
-    while i < len(items):
+    i, n = 0, len(items)
+    while i < n:
         rec = records[i]
         j = i
-        while j + 1 < len(items) and records[j + 1].module == rec.module and records[j + 1].kind == rec.kind:
+        while j + 1 < n and modules[j + 1] == modules[i] and kinds[j + 1] == kinds[i]:
             j += 1
         if rec.kind in ("forward", "backward") and i > 0 and i == j:  # one record: an output equal to the one before
             before = records[i - 1].stats
@@ -335,15 +344,21 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     """All records of both sides as pairs, in the reference side's (`b`) execution order, unmatched and folded ones
     included."""
     fold_a, fold_b = passthrough(items_a), passthrough(items_b)
-    names_a = [name_a(it.record) if name_a else it.record.module for it in items_a]
-    names_b = [name_b(it.record) if name_b else it.record.module for it in items_b]
-    strip_a, strip_b = _wrapper_prefixes(names_a, names_b)
+    names_a: list[str | None] = [name_a(it.record) for it in items_a] if name_a else \
+        [it.record.module for it in items_a]
+    names_b: list[str | None] = [name_b(it.record) for it in items_b] if name_b else \
+        [it.record.module for it in items_b]
+    distinct = {*filter(None, names_a), *filter(None, names_b)}
+    spelled = dict(zip(distinct, map(_spelling, distinct)))  # each distinct name spelled once
+    strip_a, strip_b = _wrapper_prefixes([set(map(spelled.__getitem__, filter(None, names)))
+                                          for names in (names_a, names_b)])
     names_a, names_b = _unwrapped(names_a, strip_a), _unwrapped(names_b, strip_b)
-    keys_a, keys_b = _keys(items_a, names_a), _keys(items_b, names_b)
+    keys_a, keys_b = _keys(items_a, names_a, spelled), _keys(items_b, names_b, spelled)
     where_b = {k: i for i, k in enumerate(keys_b) if k is not None}
-    named = sorted((i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b)
-    partner: dict[int, tuple[int, str]] = {ia: (ib, "name") for ia, ib in named}
-    used_b = {ib for _, ib in named}
+    named = [(i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b]  # sorted by i
+    partner = dict(named)  # record of `a` -> its twin in `b`
+    by_content: set[int] = set()  # the records of `a` paired by content (the others by name)
+    used_b = set(partner.values())
 
     def score(ia: int, ib: int) -> float:
         return _score(items_a[ia], items_b[ib], names_a[ia], names_b[ib])
@@ -355,28 +370,35 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     for stream in (True, False):
         in_a = [(it.record.kind == "param_grad") == stream for it in items_a]
         in_b = [(it.record.kind == "param_grad") == stream for it in items_b]
+        if not (any(in_a) and any(in_b)):  # one side has none of this stream: nothing to align
+            continue
         anchors = [(-1, -1)] + _increasing([(ia, ib) for ia, ib in named if in_a[ia]]) + \
             [(len(items_a), len(items_b))]
         for (a0, b0), (a1, b1) in zip(anchors, anchors[1:]):
+            if a1 - a0 < 2 or b1 - b0 < 2:  # consecutive anchors on one side: an empty gap
+                continue
             gap_a = [i for i in range(a0 + 1, a1) if in_a[i] and i not in partner and i not in fold_a]
             gap_b = [j for j in range(b0 + 1, b1) if in_b[j] and j not in used_b and j not in fold_b]
             for ia, ib in _align_gap(gap_a, gap_b, score):
-                partner[ia] = (ib, "content")
+                partner[ia] = ib
+                by_content.add(ia)
                 used_b.add(ib)
-    # order rows by the reference position; a record only in `a` sits right after its predecessor's row
-    rows: list[tuple[float, int, Pair]] = []
-    by_b: dict[int, tuple[int, str]] = {ib: (ia, how) for ia, (ib, how) in partner.items()}
-    for ib, item in enumerate(items_b):
-        if ib in by_b:
-            ia, how = by_b[ib]
-            rows.append((ib, 0, Pair(items_a[ia], item, how)))
-        else:
-            rows.append((ib, 0, Pair(None, item, "folded" if ib in fold_b else None)))
-    last = -1.0
+    # rows in the reference's order; a record only in `a` sits right after the row of its predecessor's partner
+    after: dict[int, list[Pair]] = defaultdict(list)  # reference row -> the `a`-only rows after it, in `a`'s order
+    last = -1  # (-1: before the first reference row)
     for ia, item in enumerate(items_a):
         if ia in partner:
-            last = partner[ia][0]
+            last = partner[ia]
         else:
-            rows.append((last + 0.5, ia + 1, Pair(item, None, "folded" if ia in fold_a else None)))
-    rows.sort(key=lambda r: (r[0], r[1]))
-    return [pair for _, _, pair in rows]
+            after[last].append(Pair(item, None, "folded" if ia in fold_a else None))
+    by_b = dict(zip(partner.values(), partner))  # record of `b` -> its twin in `a`
+    rows = after.pop(-1, [])
+    for ib, item in enumerate(items_b):
+        twin = by_b.get(ib)
+        if twin is not None:
+            rows.append(Pair(items_a[twin], item, "content" if twin in by_content else "name"))
+        else:
+            rows.append(Pair(None, item, "folded" if ib in fold_b else None))
+        if ib in after:
+            rows += after[ib]
+    return rows

@@ -9,8 +9,8 @@ content/shape sequence alignment of `matching`, where agreeing content weighs mo
 """
 from __future__ import annotations
 
+from aligner import mapping  # the op table, loaded when the first op record is looked up
 from aligner.dumping.manifest import Record
-from aligner.mapping.ops import canonical_op
 
 OP_KIND = "op"
 
@@ -22,4 +22,4 @@ def is_op(record: Record) -> bool:
 
 def op_type(record: Record) -> str:
     """The canonical op of an op record ("ops.BatchMatMul" and "Tensor.matmul" are both "matmul")."""
-    return canonical_op(record.type)
+    return mapping.canonical_op(record.type)

@@ -5,7 +5,7 @@ part first.
 Local parallelism: one forked process per rank at a time (at most `workers`, default one per CPU), each comparing
 its rank with `workers // processes` workers of its own, so a rank with big tensors can still fork its pair batches
 and the two levels together never ask for more CPUs than given. Ranks are independent reads of separate folders, the
-coarsest split there is; threads would queue on the GIL in compare's per-pair Python work (`run._parallel_mode`).
+coarsest split there is; threads would queue on the GIL in compare's per-pair Python work (see compare/parallel.py).
 Forking pays only when tensor bytes dominate: each rank's CompareResult (a row per record) is pickled back to this
 process, which unpickles them one after another (1280 rows: 0.09-0.25 s against the compare's own 0.5 s).
 """
@@ -25,11 +25,11 @@ from typing import Any, Callable
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import ToleranceSpec
-from aligner.dumping.manifest import MANIFEST
-from aligner.dumping.ranks import RANK_DIR
+from aligner.dumping.manifest import MANIFEST, RANK_DIR
 from aligner.pipelines.compare.engine import Engine, open_engine
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.run import compare
+from aligner.pipelines.compare.sources import holds_ranks as holds_ranks  # where `align check` asks it too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,15 +39,6 @@ class RankDump:
     root: Path
     folders: dict[int, Path]
     world_size: int | None
-
-
-def holds_ranks(path: str | os.PathLike) -> bool:
-    """Whether `path` is a directory with `rank{N}/` entries (a multi-rank dump)."""
-    root = Path(path)
-    try:
-        return root.is_dir() and any(RANK_DIR.fullmatch(name) for name in os.listdir(root))
-    except OSError:
-        return False
 
 
 def read_header(folder: Path) -> dict[str, Any]:

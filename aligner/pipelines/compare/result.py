@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aligner.core.errors import ExitCode
 from aligner.core.tolerance import ToleranceSpec
 from aligner.metrics.measure import Metrics
-from aligner.pipelines.compare.calibrate import Calibration
-from aligner.pipelines.compare.evaluate import Row, RowStatus
+from aligner.pipelines.compare.evaluate import Row
 from aligner.pipelines.compare.verdict import Divergence, Verdict
+
+if TYPE_CHECKING:  # only --calibrate makes one (calibrate.py is loaded on that path only)
+    from aligner.pipelines.compare.calibrate import Calibration
 
 _ROW_METRICS = ("method", "numel", "mismatched", "mismatch_fraction", "max_abs_err", "max_abs_index", "max_rel_err",
                 "mean_abs_err", "rmse", "cosine", "sqnr_db", "rel_l2_err", "nan_a", "nan_b", "inf_a", "inf_b",
@@ -48,13 +50,15 @@ class CompareResult:
 
     @functools.cached_property  # rows never change once compared; reports ask several times
     def errors(self) -> list[int]:
-        """Rows whose tensor files could not be read."""
-        return [i for i, r in enumerate(self.rows) if r.status is RowStatus.ERROR]
+        """Rows whose tensor files could not be read (status ERROR: tested here directly, as Row.status would test it,
+        without a property call per row of a long comparison)."""
+        return [i for i, r in enumerate(self.rows) if r.error and r.pair.a is not None and r.pair.b is not None]
 
     @functools.cached_property
     def unmatched(self) -> list[int]:
-        """Rows with a record on one side only."""
-        return [i for i, r in enumerate(self.rows) if r.status is RowStatus.UNMATCHED]
+        """Rows with a record on one side only (status UNMATCHED)."""
+        return [i for i, r in enumerate(self.rows)
+                if (r.pair.a is None or r.pair.b is None) and r.pair.matched_by != "folded"]
 
     @property
     def passed(self) -> bool:

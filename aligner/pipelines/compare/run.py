@@ -1,31 +1,28 @@
 """The `align compare` pipeline: read both sides -> match records -> metrics -> verdicts -> a CompareResult."""
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import multiprocessing
 import os
-import sys
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
+from aligner import mapping  # --map: the user map's parser is loaded only when one is given
 from aligner.core.collect import gc_paused
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.core.progress import SILENT, Progress
-from aligner.core.tolerance import Tolerance, ToleranceSpec
-from aligner.mapping.usermap import load_user_map
-from aligner.pipelines.compare.calibrate import K_DEFAULT, Calibration
-from aligner.pipelines.compare.calibrate import calibrate as calibrate_pairs
-from aligner.pipelines.compare.distributed import evaluate_on
+from aligner.core.tolerance import CALIBRATION_K, Tolerance, ToleranceSpec
+from aligner.pipelines import compare as package  # the parts loaded on first use: see compare/__init__.py
 from aligner.pipelines.compare.engine import Engine, LocalEngine
-from aligner.pipelines.compare.evaluate import Row, evaluate, evaluate_all
+from aligner.pipelines.compare.evaluate import Row, evaluate
 from aligner.pipelines.compare.matching import Pair, match, namers, same_layer
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.sources import Source, read_source
 from aligner.pipelines.compare.verdict import bisect as bisect_rows
 from aligner.pipelines.compare.verdict import judge
+
+if TYPE_CHECKING:
+    from aligner.pipelines.compare.calibrate import Calibration
 
 # A training-mode forward through BatchNorm normalises by batch statistics, reductions whose summation order differs
 # between the frameworks; dividing by them amplifies rounding. Measured on the clean timm/mindcv ResNet-50 pair
@@ -58,50 +55,15 @@ def _label(source: Source) -> str:
 # processes, ~2x slower in two threads; 64 pairs of 256K-element tensors: 0.089 s in one, 0.064 s in two processes).
 _PARALLEL_MIN_ELEMENTS = 1 << 24  # tensor elements of the whole run, both sides
 _PARALLEL_MIN_PAIR_ELEMENTS = 1 << 18  # mean tensor elements per pair, both sides
-_BATCH = 8  # pairs per task handed to a worker process
-_FORKED: dict[int, list] = {}  # pairs lists that forked worker processes read by key (inherited, never pickled)
-# their tolerances, also inherited: a calibrated spec holds one tolerance per record, too much to pickle per task
-_FORKED_TOLERANCE: dict[int, ToleranceSpec] = {}
 
 
-def _parallel_mode(pairs: list, workers: int) -> str:
-    """"single", "processes" or "threads" for this run.
-
-    Processes where they can be forked (Linux): the kernel releases the GIL, but threads of one process serialize on
-    its memory map while they map and drop file pages (200 x 1M-element pairs: 0.41 s with threads, 0.29 s forked).
-    """
+def _parallel(pairs: list[Pair], workers: int) -> bool:
+    """Whether this run is worth spreading over `workers`: enough pairs, and big tensors (`package.evaluate_parallel`
+    picks processes or threads)."""
+    if workers < 2 or len(pairs) < 2 * workers:
+        return False
     total = sum(p.elements for p in pairs)
-    if workers < 2 or len(pairs) < 2 * workers or total < _PARALLEL_MIN_ELEMENTS \
-            or total < _PARALLEL_MIN_PAIR_ELEMENTS * len(pairs):
-        return "single"
-    if sys.platform.startswith("linux") and not multiprocessing.current_process().daemon:
-        return "processes"
-    return "threads"
-
-
-def _evaluate_batch(key: int, start: int, stop: int) -> list:
-    tolerance = _FORKED_TOLERANCE[key]
-    return [(row.metrics, row.error) for row in (evaluate(p, tolerance) for p in _FORKED[key][start:stop])]
-
-
-def _evaluate_processes(pairs: list, tolerance: ToleranceSpec, workers: int,
-                        progress: Callable[[], None] | None) -> list[Row]:
-    """evaluate() of every pair in forked worker processes, `_BATCH` pairs per task; rows keep the parent's pairs."""
-    key = id(pairs)
-    _FORKED[key], _FORKED_TOLERANCE[key] = pairs, tolerance
-    rows: list[Row | None] = [None] * len(pairs)
-    try:
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            tasks = {pool.submit(_evaluate_batch, key, s, min(s + _BATCH, len(pairs))): s
-                     for s in range(0, len(pairs), _BATCH)}
-            for task in concurrent.futures.as_completed(tasks):
-                for i, (metrics, error) in enumerate(task.result(), tasks[task]):
-                    rows[i] = Row(pairs[i], metrics, error, read=True)
-                    if progress:
-                        progress()
-    finally:
-        del _FORKED[key], _FORKED_TOLERANCE[key]
-    return rows  # type: ignore[return-value]
+    return not (total < _PARALLEL_MIN_ELEMENTS or total < _PARALLEL_MIN_PAIR_ELEMENTS * len(pairs))
 
 
 def _evaluate(pairs: list, tolerance: ToleranceSpec, workers: int | None,
@@ -109,16 +71,20 @@ def _evaluate(pairs: list, tolerance: ToleranceSpec, workers: int | None,
     """Evaluate each distinct pair of tensor files once (an input linked to the output that returned it is the same
     pair of files), then give every row its pair's result."""
     first: dict[tuple, int] = {}
-    owner: list[int] = []
+    owner = list(range(len(pairs)))  # the row whose result each row takes (itself, or the first with its files)
     for i, p in enumerate(pairs):
-        key = (p.a.path, p.b.path, tolerance.chosen(p.ref.record.module, (p.ref.record.step, p.ref.record.seq))) \
-            if p.a is not None and p.b is not None and p.a.path and p.b.path else (i,)
-        owner.append(first.setdefault(key, i))
-    unique = sorted(set(owner))
-    done = dict(zip(unique, _evaluate_unique([pairs[i] for i in unique], tolerance, workers, progress, engine)))
+        if p.a is not None and p.b is not None and p.a.path and p.b.path:
+            ref = p.b.record
+            owner[i] = first.setdefault((p.a.path, p.b.path, tolerance.chosen(ref.module, (ref.step, ref.seq))), i)
+    unique = [i for i, o in enumerate(owner) if o == i]
+    rows = _evaluate_unique([pairs[i] for i in unique] if len(unique) < len(pairs) else pairs, tolerance, workers,
+                            progress, engine)
+    if len(unique) == len(pairs):
+        return rows
     if progress:
         for _ in range(len(pairs) - len(unique)):
             progress()
+    done = dict(zip(unique, rows))
     return [done[i] if owner[i] == i else Row(pairs[i], done[owner[i]].metrics, done[owner[i]].error, read=True)
             for i in range(len(pairs))]
 
@@ -126,17 +92,18 @@ def _evaluate(pairs: list, tolerance: ToleranceSpec, workers: int | None,
 def _evaluate_unique(pairs: list, tolerance: ToleranceSpec, workers: int | None,
                      progress: Callable[[], None] | None = None, engine: Engine | None = None) -> list[Row]:
     """Tasks of `engine` when one is given (a cluster, not the LocalEngine); else one worker for short runs and
-    small tensors, forked worker processes, or evaluate_all's threads."""
+    small tensors, or several (`package.evaluate_parallel`: forked worker processes or threads)."""
     if engine is not None and engine.name != LocalEngine.name:
-        return evaluate_on(engine, pairs, tolerance, progress)
+        return package.evaluate_on(engine, pairs, tolerance, progress)
     n = workers or os.cpu_count() or 1
-    mode = _parallel_mode(pairs, n)
-    if mode == "processes":
-        try:
-            return _evaluate_processes(pairs, tolerance, n, progress)
-        except (BrokenProcessPool, OSError):  # a worker died or could not be started: threads instead
-            pass
-    return evaluate_all(pairs, tolerance, 1 if mode == "single" else n, progress)
+    if _parallel(pairs, n):
+        return package.evaluate_parallel(pairs, tolerance, n, progress)
+    rows = []
+    for pair in pairs:
+        rows.append(evaluate(pair, tolerance))
+        if progress:
+            progress()
+    return rows
 
 
 _SAME_MODEL_MIN_RECORDS = 8  # below this many records per side, too little to tell two models apart
@@ -148,14 +115,25 @@ _SAME_MODEL_MIN_PAIRED = 0.2
 
 def check_same_model(pairs: list, side_a: Source, side_b: Source) -> None:
     """Refuse to compare dumps of two different models: almost nothing pairs up, so any verdict would be noise."""
-    alike = sum(1 for p in pairs if p.a is not None and p.b is not None and same_layer(p.a, p.b))
-    smaller = min(sum(1 for p in pairs if getattr(p, side) is not None and p.matched_by != "folded")
-                  for side in "ab")
-    if smaller >= _SAME_MODEL_MIN_RECORDS and alike < _SAME_MODEL_MIN_PAIRED * smaller:
-        raise AlignerError(
-            f"{side_a.root} and {side_b.root} look like dumps of different models: only {alike} of {smaller} "
-            f"records pair with a record of the same layer type or shape (at least {_SAME_MODEL_MIN_PAIRED:.0%} "
-            f"needed); dump the same model in both frameworks, or pass --map with the renames between them")
+    records = [0, 0]  # of each side, pass-through calls left out
+    for p in pairs:
+        if p.matched_by != "folded":
+            records[0] += p.a is not None
+            records[1] += p.b is not None
+    smaller = min(records)
+    if smaller < _SAME_MODEL_MIN_RECORDS:
+        return
+    needed = _SAME_MODEL_MIN_PAIRED * smaller
+    alike = 0
+    for p in pairs:  # counted until there are enough: the whole list only for dumps of different models
+        if p.a is not None and p.b is not None and same_layer(p.a, p.b):
+            alike += 1
+            if alike >= needed:
+                return
+    raise AlignerError(
+        f"{side_a.root} and {side_b.root} look like dumps of different models: only {alike} of {smaller} "
+        f"records pair with a record of the same layer type or shape (at least {_SAME_MODEL_MIN_PAIRED:.0%} "
+        f"needed); dump the same model in both frameworks, or pass --map with the renames between them")
 
 
 @dataclasses.dataclass
@@ -176,7 +154,7 @@ def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = Non
     missing directory, a bad --map or both arguments naming the same directory. `trust_pickle`: msprobe's PyTorch
     `.pt` tensors may be read (torch.load with weights_only)."""
     tolerance = tolerance or ToleranceSpec()
-    rename = load_user_map(map_file).rename_path if map_file is not None else None
+    rename = mapping.load_user_map(map_file).rename_path if map_file is not None else None
     sources = (read_source(dumps_a, trust_pickle=trust_pickle), read_source(dumps_b, trust_pickle=trust_pickle))
     if Path(dumps_a).resolve() == Path(dumps_b).resolve():
         raise AlignerError(f"both arguments name the same directory {dumps_a}")
@@ -193,7 +171,7 @@ def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = Non
 @gc_paused()
 def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str | None = None,
             tolerance: ToleranceSpec | None = None, bisect: bool = False, workers: int | None = None,
-            strict: bool = False, calibrate: str | None = None, calibrate_k: float = K_DEFAULT,
+            strict: bool = False, calibrate: str | None = None, calibrate_k: float = CALIBRATION_K,
             progress: Progress = SILENT, engine: Engine | None = None, trust_pickle: bool = False) -> CompareResult:
     """Compare dump directory A against the reference B (PyTorch by default) and find where they part.
 
@@ -212,7 +190,7 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
     check_same_model(pairs, side_a, side_b)
     calibration: Calibration | None = None
     if calibrate is not None:
-        calibration = calibrate_pairs(calibrate, pairs, side_b, side_a, tolerance, calibrate_k, workers)
+        calibration = package.calibrate_pairs(calibrate, pairs, side_b, side_a, tolerance, calibrate_k, workers)
         tolerance = dataclasses.replace(tolerance, calibrated=calibration.tolerances,
                                         calibrated_from=calibration.source, calibration_k=calibration.k)
     noise = calibration.noise if calibration is not None else {}
@@ -226,8 +204,9 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
         verdict = bisect_rows(rows, lambda i: noted(i, evaluate(pairs[i], tolerance)))
     else:
         with progress.task("comparing", total=len(pairs)) as task:
-            rows = [noted(i, row) for i, row in enumerate(_evaluate(pairs, tolerance, workers, task.advance,
-                                                                    engine))]
+            rows = _evaluate(pairs, tolerance, workers, task.advance, engine)
+        for i, n in noise.items():  # (every other row's noise stays None)
+            rows[i].noise = n
         verdict = judge(rows)
     return CompareResult(_label(side_a), _label(side_b), rows, verdict, side_a.problems + side_b.problems,
                          tolerance, strict, calibration)

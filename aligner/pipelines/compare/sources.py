@@ -8,21 +8,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
+import os
 import re
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Hashable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Hashable, Iterator
 
 import numpy as np
 
 from aligner.core.dtypes import canonical, to_numpy, to_storable
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
-from aligner.dumping import manifest
-from aligner.dumping.foreign import ForeignDump, detect, read_foreign
-from aligner.dumping.foreign.base import inside
+from aligner.dumping import foreign, manifest
+from aligner.dumping.foreign.layout import inside
 from aligner.metrics.measure import MemoryStream, flat_chunks
 
+if TYPE_CHECKING:  # what foreign.read_foreign returns (its module is loaded only for a foreign dump)
+    from aligner.dumping.foreign.base import ForeignDump
+
 _GRAD_TOKENS = {"backward", "grad", "grads", "gradient"}
+_EXECUTION_ORDER = operator.attrgetter("record.step", "record.seq")  # an item's (step, seq)
 _READ_BLOCK = 1 << 20  # bytes: files up to this size are read in one call, larger ones a block at a time
 
 
@@ -263,40 +268,36 @@ def _resolve(item: Item, by_seq: dict[int, Item]) -> None:
 
 def _read_dump(root: Path) -> Source:
     framework, mode = "unknown", "full"
+    try:
+        header, records, problems = manifest.read_manifest(root)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AlignerError(f"{root}: cannot read {manifest.MANIFEST}: {exc}") from exc
+    if header is not None:
+        version = header.get("version")
+        if version not in manifest.READABLE_VERSIONS:
+            raise AlignerError(f"{root}: dump format version {version!r}; this aligner reads versions "
+                               f"{', '.join(map(str, manifest.READABLE_VERSIONS))} (a newer aligner wrote it?)")
+        framework, mode = str(header.get("framework", "unknown")), str(header.get("mode", "full"))
     items: list[Item] = []
-    problems: list[str] = []
     by_seq: dict[int, Item] = {}
     calls: dict[tuple[int, int], manifest.Record] = {}
     params: dict[tuple[int, str], Item] = {}
-    try:
-        for lineno, entry in manifest.iter_manifest(root):
-            if isinstance(entry, ValueError):
-                problems.append(str(entry))
-            elif isinstance(entry, dict):
-                version = entry.get("version")
-                if version not in manifest.READABLE_VERSIONS:
-                    raise AlignerError(f"{root}: dump format version {version!r}; this aligner reads versions "
-                                       f"{', '.join(map(str, manifest.READABLE_VERSIONS))} (a newer aligner wrote it?)")
-                framework, mode = str(entry.get("framework", "unknown")), str(entry.get("mode", "full"))
-            elif entry.kind not in manifest.KINDS:
-                problems.append(f"{manifest.MANIFEST} line {lineno}: unknown kind {entry.kind!r}")
-            elif entry.kind == "call":
-                if entry.call is not None:
-                    calls[(entry.step, entry.call)] = entry
-            else:
-                item = Item(entry)
-                if entry.file:
-                    item.path, item.error = inside(root, entry.file)
-                if entry.same_as is not None:
-                    _resolve(item, by_seq)
-                by_seq[entry.seq] = item
-                if entry.kind == "param":
-                    params[(entry.step, entry.module)] = item
-                else:
-                    items.append(item)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AlignerError(f"{root}: cannot read {manifest.MANIFEST}: {exc}") from exc
-    items.sort(key=lambda it: (it.record.step, it.record.seq))
+    for entry in records:
+        if entry.kind == "call":
+            if entry.call is not None:
+                calls[(entry.step, entry.call)] = entry
+            continue
+        item = Item(entry)
+        if entry.file:
+            item.path, item.error = inside(root, entry.file)
+        if entry.same_as is not None:
+            _resolve(item, by_seq)
+        by_seq[entry.seq] = item
+        if entry.kind == "param":
+            params[(entry.step, entry.module)] = item
+        else:
+            items.append(item)
+    items.sort(key=_EXECUTION_ORDER)
     return Source(root, framework, mode, items, problems, calls, params)
 
 
@@ -304,6 +305,15 @@ def _foreign(dump: ForeignDump) -> Source:
     """Another tool's dump (msprobe, MindSpore's native dump) as a Source."""
     items = [Item(e.record, e.path, e.error, load=e.load) for e in dump.entries]
     return Source(dump.root, dump.framework, dump.mode, items, dump.problems)
+
+
+def holds_ranks(path: str | os.PathLike) -> bool:
+    """Whether `path` is a directory with `rank{N}/` entries (a multi-rank dump)."""
+    root = Path(path)
+    try:
+        return root.is_dir() and any(manifest.RANK_DIR.fullmatch(name) for name in os.listdir(root))
+    except OSError:
+        return False
 
 
 def read_source(path: str | Path, *, trust_pickle: bool = False) -> Source:
@@ -317,8 +327,9 @@ def read_source(path: str | Path, *, trust_pickle: bool = False) -> Source:
     if (root / manifest.MANIFEST).is_file():
         source = _read_dump(root)
     else:
-        tool = detect(root)
-        source = _read_plain(root) if tool is None else _foreign(read_foreign(root, tool, trust_pickle=trust_pickle))
+        tool = foreign.detect(root)
+        source = _read_plain(root) if tool is None else \
+            _foreign(foreign.read_foreign(root, tool, trust_pickle=trust_pickle))
     if not source.items:
         why = f" ({len(source.problems)} unparsable manifest line(s): {source.problems[0]})" if source.problems else ""
         raise AlignerError(f"{root}: no records to compare{why}")

@@ -16,6 +16,7 @@ import math
 from collections import defaultdict
 from typing import Callable, Hashable, Sequence
 
+from aligner.dumping.manifest import Record
 from aligner.pipelines.compare.evaluate import Row
 
 AMPLIFICATION = 10.0  # an error this many times its inputs' error is new here, not carried from upstream
@@ -115,6 +116,7 @@ class Flow(dict):
 
 
 _CALL_KINDS = ("forward", "op", "buffer")
+_CONSUMERS = {("forward", "input"), ("backward", "grad_output")}  # records whose producer dataflow() looks up
 
 
 def _call_flow(rows: Sequence[Row]) -> Flow:
@@ -155,54 +157,60 @@ def _call_flow(rows: Sequence[Row]) -> Flow:
 def dataflow(rows: Sequence[Row]) -> Flow:
     """Row index -> indices of the rows holding its inputs (see module docstring)."""
     inputs = _call_flow(rows)
+    refs = [row.pair.ref for row in rows]
     open_calls: dict[str, list[list[int]]] = defaultdict(list)   # module -> stack of input groups
     closed: dict[str, list[int]] = {}                             # module -> inputs of its last finished call
     producers: dict[tuple[Phase, Hashable], int] = {}                  # (phase, content link) -> latest producing row
     last_bwd: dict[str, list[int]] = {}                           # module -> grad_output rows of its latest call
     prev_in_phase: dict[Phase, int] = {}
-    prev: Row | None = None
-    for i, row in enumerate(rows):
-        rec, item = row.pair.ref.record, row.pair.ref
-        phase = phase_of(row)
-        link = item.link
+    # Producers are looked up only for the inputs that no call id links (forward inputs, grad_outputs): without
+    # any, content links (a tuple of statistics per record) are not worth making.
+    linked = any(i not in inputs and (ref.record.kind, ref.record.io) in _CONSUMERS for i, ref in enumerate(refs))
+    prev: Record | None = None
+    for i, item in enumerate(refs):
+        rec = item.record
+        phase = Phase.FORWARD if rec.kind in FORWARD else Phase.BACKWARD
+        link = item.link if linked else None
         if i in inputs:  # known from call ids and links
             if link is not None and rec.io not in ("input", "grad_output"):
                 producers[(phase, link)] = i
             prev_in_phase[phase] = i
-            prev = row
+            prev = rec
             continue
-        produced = producers.get((phase, link)) if link is not None else None  # the row that made this input
         ups: list[int] | None = None
         if rec.kind == "forward" and rec.io == "input":
-            same_call = prev is not None and prev.pair.ref.record.kind == "forward" and \
-                prev.pair.ref.record.io == "input" and prev.pair.ref.record.module == rec.module and rec.index > 0
+            same_call = prev is not None and prev.kind == "forward" and prev.io == "input" and \
+                prev.module == rec.module and rec.index > 0
             if same_call:
                 open_calls[rec.module][-1].append(i)
             else:
                 open_calls[rec.module].append([i])
+            produced = producers.get((phase, link)) if link is not None else None  # the row that made this input
             ups = [] if produced is None else [produced]
         elif rec.kind == "forward":
-            if rec.index == 0 and open_calls[rec.module]:
-                closed[rec.module] = open_calls[rec.module].pop()
+            stack = open_calls.get(rec.module)
+            if rec.index == 0 and stack:
+                closed[rec.module] = stack.pop()
             ups = closed.get(rec.module)
         elif rec.kind == "backward" and rec.io == "grad_output":
-            prev_rec = prev.pair.ref.record if prev is not None else None
-            if prev_rec is None or prev_rec.kind != "backward" or prev_rec.module != rec.module:
+            if prev is None or prev.kind != "backward" or prev.module != rec.module:
                 last_bwd[rec.module] = []
             last_bwd[rec.module].append(i)
+            produced = producers.get((phase, link)) if link is not None else None
             ups = [] if produced is None else [produced]
         elif rec.kind == "backward":
             ups = last_bwd.get(rec.module)
         elif rec.kind == "param_grad":
             ups = last_bwd.get(rec.module.rpartition(".")[0], [])
         if ups is None:  # no call structure known: assume a sequential model
-            ups = [prev_in_phase[phase]] if phase in prev_in_phase else []
+            inputs[i] = [prev_in_phase[phase]] if phase in prev_in_phase else []
             inputs.inferred.add(i)
-        inputs[i] = list(ups)
+        else:
+            inputs[i] = list(ups)
         if link is not None and rec.io not in ("input", "grad_output"):
             producers[(phase, link)] = i
         prev_in_phase[phase] = i
-        prev = row
+        prev = rec
     return inputs
 
 
@@ -329,9 +337,10 @@ def _previous(i: int, rows: Sequence[Row], phase: Phase) -> int | None:
     return None
 
 
-def find(rows: Sequence[Row], inputs: Flow, phase: Phase) -> Divergence | None:
-    """The first divergent row of a phase, traced back to where its error is introduced."""
-    first = next((i for i, r in enumerate(rows) if r.diverged and phase_of(r) == phase), None)
+def find(rows: Sequence[Row], inputs: Flow, phase: Phase, diverged: Sequence[int]) -> Divergence | None:
+    """The first divergent row of a phase (`diverged`: the divergent rows, in order), traced back to where its error
+    is introduced."""
+    first = next((i for i in diverged if phase_of(rows[i]) == phase), None)
     if first is None:
         return None
     origin = trace_origin(first, rows, inputs)
@@ -346,9 +355,11 @@ def nan_origin(rows: Sequence[Row], inputs: dict[int, list[int]]) -> NanFinding 
         return 0 if m is None else (m.nan_a + m.inf_a if side == "a" else m.nan_b + m.inf_b)
 
     for i, row in enumerate(rows):
-        copied = row.pair.ref.record.io in ("input", "grad_output") and inputs.get(i)
-        if row.metrics is None or copied:  # an input record with a producer repeats that producer's output
+        m = row.metrics
+        if m is None or not (m.nan_a or m.inf_a or m.nan_b or m.inf_b):  # finite on both sides
             continue
+        if row.pair.ref.record.io in ("input", "grad_output") and inputs.get(i):
+            continue  # an input record with a producer repeats that producer's output
         for side in ("b", "a"):
             count = bad(i, side)
             if count and not any(bad(j, side) for j in inputs.get(i, [])):
@@ -359,8 +370,9 @@ def nan_origin(rows: Sequence[Row], inputs: dict[int, list[int]]) -> NanFinding 
 def judge(rows: Sequence[Row]) -> Verdict:
     """All verdicts over fully evaluated rows."""
     inputs = dataflow(rows)
-    labels = {i: classify(i, rows, inputs)[0] for i, r in enumerate(rows) if r.diverged}
-    findings = [f for f in (find(rows, inputs, p) for p in Phase) if f is not None]
+    diverged = [i for i, r in enumerate(rows) if r.diverged]
+    labels = {i: classify(i, rows, inputs)[0] for i in diverged}
+    findings = [f for f in (find(rows, inputs, p, diverged) for p in Phase) if f is not None]
     if len(findings) == 2:
         findings[1].reason += "; the forward pass had already diverged, so the backward one follows from it"
     for f in findings:
