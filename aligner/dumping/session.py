@@ -50,6 +50,11 @@ class Session:
     """Sequence numbers, call ids, the module call stack, the step and per-name probe counters of one capture (the
     hooks of both frameworks call emit)."""
 
+    # whether inputs and gradients handed over as new objects are linked by the memory they view (`view_key`): a
+    # dump saves a reduction per link; a capture that keeps MindSpore's ops asynchronous turns it off (reading a
+    # MindSpore tensor's address waits for the op that writes it)
+    link_views = True
+
     def __init__(self, sink: Sink, step: int, first_seq: int = 0) -> None:
         self.sink = sink
         self.host_arrays = sink.host_arrays or not FRAMEWORK_STATS
@@ -146,7 +151,7 @@ class Session:
         except TypeError:  # not weakly referenceable: such inputs are stored, never linked
             return
         self._outputs[id(tensor)] = known
-        key = view_key(tensor)
+        key = view_key(tensor) if self.link_views else None
         if key is not None:
             self._views[key] = (tensor, seq, known[2])
             self._views.move_to_end(key)
@@ -159,7 +164,7 @@ class Session:
         known = self._outputs.get(id(tensor))
         if known is not None and known[0]() is tensor:
             return known[1] if known[2] == getattr(tensor, "_version", 0) else None
-        held = self._views.get(view_key(tensor))
+        held = self._views.get(view_key(tensor)) if self.link_views else None
         if held is None or held[2] != getattr(held[0], "_version", 0):
             return None
         return held[1]
@@ -168,6 +173,9 @@ class Session:
         """Record a module's gradient. A grad_output viewing the very memory of the last grad_input record,
         unchanged since (the gradient a chain hands from one module back to the one before it), becomes a link to
         that record (`same_as`): same numbers, no second reduction or copy."""
+        if not self.link_views:
+            self.emit(module, type_, "backward", io, index, grad)
+            return
         last, key = self._last_grad, view_key(grad)
         version = getattr(grad, "_version", 0)
         if io == "grad_output" and last is not None and key is not None and last[1] == key and last[2] == version:

@@ -107,7 +107,10 @@ class _Deferred(Session):
     """A session whose CPU float32/float64 records get their statistics once per step, in one batch (`flush`): a hook
     only keeps the tensor (a copy of a forward output, which a later in-place op could change; a gradient itself, which
     autograd then no longer reuses in place); other tensors get theirs at once, where they live. Normalisation buffers
-    (no rule reads them) are numbered, not recorded."""
+    (no rule reads them) are numbered, not recorded. Every record keeps its own statistics: no links by memory
+    (reading a MindSpore tensor's address would wait for its op in every hook)."""
+
+    link_views = False
 
     def __init__(self, sink: _Records, step: int, counted: frozenset[str]) -> None:
         super().__init__(sink, step)
