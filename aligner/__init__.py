@@ -5,9 +5,7 @@ one framework installed.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from aligner.core import lazy
 from aligner.core.version import __version__ as __version__
 
 # public name -> module that defines it
@@ -40,7 +38,4 @@ _API = {
 __all__ = sorted(_API)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _API:
-        return getattr(importlib.import_module(_API[name]), name)
-    raise AttributeError(f"module 'aligner' has no attribute {name!r}")
+__getattr__ = lazy.attributes(__name__, _API)

@@ -10,8 +10,9 @@ format (`align compare` imports aligner.dumping.manifest) do not load the hooks 
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aligner.core import lazy
 
 if TYPE_CHECKING:
     from aligner.dumping.context import DumpContext, MemoryCapture, dump, save
@@ -24,7 +25,4 @@ _LAZY = {"dump": "aligner.dumping.context", "save": "aligner.dumping.context",
 __all__ = ["dump", "save", "save_grads", "DumpContext", "MemoryCapture"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'aligner.dumping' has no attribute {name!r}")
+__getattr__ = lazy.attributes(__name__, _LAZY)

@@ -6,8 +6,9 @@ every format's reader.
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aligner.core import lazy
 
 if TYPE_CHECKING:
     from aligner.io.base import TensorInfo, TensorSource
@@ -20,7 +21,4 @@ _LAZY = {"TensorInfo": "aligner.io.base", "TensorSource": "aligner.io.base", "WR
 __all__ = ["TensorInfo", "TensorSource", "detect_format", "open_checkpoint", "write_checkpoint", "WRITABLE"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'aligner.io' has no attribute {name!r}")
+__getattr__ = lazy.attributes(__name__, _LAZY)

@@ -4,8 +4,9 @@ The names below are imported on first use: `align compare` reads the op table (a
 records, the user map only with --map and the conversion planner only for PyTorch/MindSpore parameter gradients."""
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aligner.core import lazy
 
 if TYPE_CHECKING:
     from aligner.mapping.ops import canonical_op
@@ -19,7 +20,4 @@ _LAZY = {"FAILING": "aligner.mapping.plan", "Entry": "aligner.mapping.plan", "Pl
 __all__ = ["FAILING", "Entry", "Plan", "UserMap", "build_plan", "canonical_op", "load_user_map"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'aligner.mapping' has no attribute {name!r}")
+__getattr__ = lazy.attributes(__name__, _LAZY)

@@ -5,8 +5,9 @@ only for multi-rank dumps, so it loads neither module (nor the pipelines they pr
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aligner.core import lazy
 
 if TYPE_CHECKING:
     from aligner.render.html import write_html
@@ -23,8 +24,4 @@ _LAZY = {"write_html": ("aligner.render.html", "write_html"),
 __all__ = ["print_ranks", "ranks_summary", "write_html", "write_ranks_json"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        module, attribute = _LAZY[name]
-        return getattr(importlib.import_module(module), attribute)
-    raise AttributeError(f"module 'aligner.render' has no attribute {name!r}")
+__getattr__ = lazy.attributes(__name__, _LAZY)

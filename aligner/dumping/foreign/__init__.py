@@ -9,9 +9,9 @@ that is no foreign dump never loads the readers.
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from aligner.core import lazy
 from aligner.dumping.foreign.layout import Tool, detect
 
 if TYPE_CHECKING:
@@ -24,7 +24,4 @@ _LAZY = {"Entry": "aligner.dumping.foreign.base", "ForeignDump": "aligner.dumpin
 __all__ = ["Entry", "ForeignDump", "Tool", "detect", "read_foreign"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'aligner.dumping.foreign' has no attribute {name!r}")
+__getattr__ = lazy.attributes(__name__, _LAZY)

@@ -6,8 +6,9 @@ enough to split (evaluate_parallel) stay unloaded otherwise, which keeps the sta
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aligner.core import lazy
 
 if TYPE_CHECKING:
     from aligner.pipelines.compare.calibrate import calibrate as calibrate_pairs
@@ -27,8 +28,4 @@ _LAZY = {"compare": ("aligner.pipelines.compare.run", "compare"),
 __all__ = ["calibrate_pairs", "compare", "compare_ranks", "evaluate_on", "evaluate_parallel", "read_pair"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        module, attribute = _LAZY[name]
-        return getattr(importlib.import_module(module), attribute)
-    raise AttributeError(f"module 'aligner.pipelines.compare' has no attribute {name!r}")
+__getattr__ = lazy.attributes(__name__, _LAZY)
