@@ -25,8 +25,17 @@ from aligner.io import open_checkpoint
 ENV = dict(os.environ, PYTHONWARNINGS="ignore", GLOG_v="3")
 
 
+def default_signals() -> None:
+    """In a child before exec: SIGINT, SIGTERM and SIGHUP as a terminal gives them (default). A disposition the test
+    worker inherited would leak in otherwise: `align` keeps an ignored signal ignored (as under nohup), and a library
+    loaded earlier in the same worker can leave SIGINT ignored (seen once in a shuffled run: exit 0, no message)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def start(*args: object, **popen: Any) -> subprocess.Popen:
     """`align ARGS...` as a separate process (the real entry point), its output captured as text."""
+    popen.setdefault("preexec_fn", default_signals)
     return subprocess.Popen([sys.executable, "-m", "aligner.cli", *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV, **popen)
 
