@@ -16,7 +16,16 @@ import numpy as np
 
 from aligner.core.dtypes import to_numpy, torch_to_numpy
 from aligner.core.errors import AlignerError
-from aligner.metrics.stats import NEAR_ONE, NEAR_ZERO, TINY, empty_stats, fast_stats, fractions, tensor_stats
+from aligner.metrics.stats import (
+    NEAR_ONE,
+    NEAR_ZERO,
+    TINY,
+    empty_stats,
+    extrema_only,
+    fast_stats,
+    fractions,
+    tensor_stats,
+)
 
 
 def on_host(tensor: Any) -> bool:
@@ -170,5 +179,4 @@ def torch_watch_stats(tensor: Any, full: bool) -> dict[str, Any]:
     lo, hi = (float(v) for v in torch.aminmax(t))
     if not (np.isfinite(lo) and np.isfinite(hi)):  # NaN/Inf (rare): exact counts, extrema over the finite ones
         return fast_stats_of(t)
-    return {"min": lo, "max": hi, "mean": None, "l2": None, "nan": 0, "inf": 0, "zeros": None, "near_zero": None,
-            "near_one": None, "tiny": None, "numel": n}
+    return extrema_only(lo, hi, n)

@@ -7,6 +7,7 @@ cannot be forked, and a dump's writer thread folds statistics while the training
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 import numpy as np
 
@@ -30,14 +31,31 @@ class Totals(ctypes.Structure):
         super().__init__(max_abs=-1.0)  # below any |a - b|, so the first chunk always records its peak position
 
 
+class StatsTotals(ctypes.Structure):
+    """One array's extrema and sums over its finite elements and its element counts (mirrors `Stats` in C)."""
+
+    _fields_ = [(name, ctypes.c_double) for name in ("lo", "hi", "sum", "squares")] + [
+        (name, ctypes.c_int64) for name in ("nan", "inf", "zeros", "near_zero", "near_one", "tiny")]
+
+    def __init__(self) -> None:
+        super().__init__(lo=float("inf"), hi=float("-inf"))  # no finite element: they stay there
+
+
+
+def _bind(name: str, *argtypes: Any) -> Any:
+    """A C function of the kernel library with its argument types (it returns nothing)."""
+    fn = getattr(_LIB, name)
+    fn.argtypes, fn.restype = list(argtypes), None
+    return fn
+
+
 _LIB = ctypes.CDLL(_kernel.__file__)
-_FUNCTIONS = {}
+_FUNCTIONS, _STATS = {}, {}
 for _dtype, _suffix in ((np.dtype(np.float32), "f32"), (np.dtype(np.float64), "f64")):
-    _fn = getattr(_LIB, f"aligner_accumulate_{_suffix}")
-    _fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_double,
-                    ctypes.POINTER(Totals)]
-    _fn.restype = None
-    _FUNCTIONS[_dtype] = _fn
+    _FUNCTIONS[_dtype] = _bind(f"aligner_accumulate_{_suffix}", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                               ctypes.c_double, ctypes.c_double, ctypes.POINTER(Totals))
+    _STATS[_dtype] = _bind(f"aligner_stats_{_suffix}", ctypes.c_void_p, ctypes.c_int64, ctypes.c_double,
+                           ctypes.c_double, ctypes.c_double, ctypes.c_int, ctypes.POINTER(StatsTotals))
 
 KERNEL_DTYPES = tuple(_FUNCTIONS)  # the element types the kernel computes in (native byte order)
 
@@ -50,24 +68,6 @@ def accumulate(a: np.ndarray, b: np.ndarray, rtol: float, atol: float, totals: T
         raise ValueError("kernel needs C-contiguous arrays")
     _FUNCTIONS[a.dtype](a.ctypes.data, b.ctypes.data, a.size, rtol, atol, ctypes.byref(totals))
 
-
-class StatsTotals(ctypes.Structure):
-    """One array's extrema and sums over its finite elements and its element counts (mirrors `Stats` in C)."""
-
-    _fields_ = [(name, ctypes.c_double) for name in ("lo", "hi", "sum", "squares")] + [
-        (name, ctypes.c_int64) for name in ("nan", "inf", "zeros", "near_zero", "near_one", "tiny")]
-
-    def __init__(self) -> None:
-        super().__init__(lo=float("inf"), hi=float("-inf"))  # no finite element: they stay there
-
-
-_STATS = {}
-for _dtype, _suffix in ((np.dtype(np.float32), "f32"), (np.dtype(np.float64), "f64")):
-    _fn = getattr(_LIB, f"aligner_stats_{_suffix}")
-    _fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_double, ctypes.c_double,
-                    ctypes.c_int, ctypes.POINTER(StatsTotals)]
-    _fn.restype = None
-    _STATS[_dtype] = _fn
 
 
 def summarize(array: np.ndarray, near_zero: float, near_one: float, tiny: float, threads: int = 1) -> StatsTotals:

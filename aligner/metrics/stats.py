@@ -123,13 +123,11 @@ def batch_extrema(arrays: Sequence[np.ndarray]) -> list[dict[str, Any]]:
         finite = (np.isfinite(low) & np.isfinite(high)).tolist()
         for i, n, lo, hi, ok in zip(group, sizes, low.tolist(), high.tolist(), finite):
             if ok:
-                out[i] = {"min": lo, "max": hi, "mean": None, "l2": None, "nan": 0, "inf": 0, "zeros": None,
-                          "near_zero": None, "near_one": None, "tiny": None, "numel": n}
+                out[i] = extrema_only(lo, hi, n)
     return [s if s is not None else tensor_stats(a) for s, a in zip(out, arrays)]
 
 
-# Tensors of fewer elements than this are copied where that is cheaper than reducing them in place (a dump's small
-# CPU tensors go to the writer thread; aligner.watch batches small ones).
+# Tensors of fewer elements than this are cheaper to copy than to reduce in place: aligner.watch batches them.
 SMALL = 1 << 14
 # Elements per thread below which folding statistics on more threads costs more than it saves (starting a thread
 # costs ~30 us here; 256K float32 elements take ~0.15 ms on one core).
@@ -144,7 +142,13 @@ def watch_stats(array: np.ndarray, full: bool) -> dict[str, Any]:
     stats = fast_stats(array, CORES)
     if full or stats["nan"] or stats["inf"] or stats["min"] is None:
         return stats
-    return {**stats, "mean": None, "l2": None, "zeros": None, "near_zero": None, "near_one": None, "tiny": None}
+    return extrema_only(stats["min"], stats["max"], stats["numel"])
+
+
+def extrema_only(low: float, high: float, numel: int) -> dict[str, Any]:
+    """The light statistics of a finite tensor: extrema and element count, no sums or fractions."""
+    return {"min": low, "max": high, "mean": None, "l2": None, "nan": 0, "inf": 0, "zeros": None, "near_zero": None,
+            "near_one": None, "tiny": None, "numel": numel}
 
 
 def fast_stats(array: np.ndarray, threads: int = 1) -> dict[str, Any]:
