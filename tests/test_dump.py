@@ -1,6 +1,7 @@
 """aligner.dump / aligner.save on real torch and MindSpore runs of the twin models."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -87,11 +88,15 @@ def test_both_frameworks_record_the_same_tensors_in_the_same_order(twin_dumps):
         assert [r.seq for r in recs] == sorted(r.seq for r in recs)
     for kind_ in ("forward", "backward", "probe"):
         assert [key(r) for r in rpt if r.kind == kind_] == [key(r) for r in rms if r.kind == kind_]
-    # the same records are links in both (an input that is an earlier output, a grad_output that is the grad_input
-    # just before it), though MindSpore hands them over as new Python objects viewing the same memory
+    # the same records are links in both (a gradient that is the one recorded just before it), though MindSpore
+    # hands them over as new Python objects viewing the same memory; in the block, torch's Dropout (p=0) hands back
+    # its very input, a link, where MindSpore's output is stored
     linked_pt = [key(r) for r in rpt if r.same_as is not None]
-    assert linked_pt == [key(r) for r in rms if r.same_as is not None]
-    assert {(k[1], k[2]) for k in linked_pt} == {("backward", "grad_output")}  # inputs=True: every input stored
+    linked_ms = [key(r) for r in rms if r.same_as is not None]
+    assert linked_pt == linked_ms if kind == "cnn" else set(linked_pt) - set(linked_ms) == {
+        ("attn.drop", "forward", "output", 0, "float32", (2, 2, 4, 4))}
+    assert "grad_output" in {k[2] for k in linked_pt}
+    assert "input" not in {k[2] for k in linked_pt + linked_ms}  # inputs=True: every input stored
 
 
 @pytest.mark.parametrize("kind", ["cnn", "block"])
@@ -110,8 +115,9 @@ def test_both_frameworks_link_the_same_inputs(kind, tmp_path):
     linked = [key(r) for r in rpt if r.same_as is not None]
     linked_ms = [key(r) for r in rms if r.same_as is not None]
     assert linked == linked_ms if kind == "cnn" else set(linked_ms) < set(linked)
-    for keys in (linked, linked_ms):
-        assert {(k[1], k[2]) for k in keys} == {("forward", "input"), ("backward", "grad_output")}
+    for keys in (linked, linked_ms):  # block: also a pass-through's output and grad_input (Dropout p=0)
+        assert {("forward", "input"), ("backward", "grad_output")} <= {(k[1], k[2]) for k in keys} <= {
+            ("forward", "input"), ("backward", "grad_output"), ("forward", "output"), ("backward", "grad_input")}
     # parameter names differ by framework (BatchNorm/LayerNorm gamma/beta): map them, order follows each autograd
     pgrad_pt = {(NAME_MAPS[kind][r.module], r.dtype, tuple(r.shape)) for r in rpt if r.kind == "param_grad"}
     pgrad_ms = {(r.module, r.dtype, tuple(r.shape)) for r in rms if r.kind == "param_grad"}
@@ -147,44 +153,52 @@ def test_dumped_values_are_the_models_values_in_both_frameworks(twin_dumps):
 
 
 class _Branchy(torch.nn.Module):
-    """A chain, an in-place ReLU, a residual add and an output read by two modules: the gradient a module hands
-    back is passed on unchanged (a chain), changed in place's stead (CopySlices), or summed over two consumers."""
+    """A chain, an `nn.Identity` handing its input to an in-place ReLU, a residual add and an output read by two
+    modules: the gradient a module hands back is passed on unchanged (a chain, a pass-through), changed in place's
+    stead, or summed over two consumers."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fc1, self.fc2, self.fc3 = torch.nn.Linear(6, 6), torch.nn.Linear(6, 6), torch.nn.Linear(6, 6)
-        self.act = torch.nn.ReLU(inplace=True)
+        self.skip, self.act = torch.nn.Identity(), torch.nn.ReLU(inplace=True)
         self.head1, self.head2 = torch.nn.Linear(6, 3), torch.nn.Linear(6, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.act(self.fc2(self.fc1(x)))
+        h = self.act(self.skip(self.fc2(self.fc1(x))))
         h = self.fc3(h) + h
         return self.head1(h) * self.head2(h)
 
 
 def test_gradients_linked_to_the_record_holding_them_are_the_modules_own(tmp_path):
-    """A grad_output recorded as a link (the very memory of the previous grad_input record) reads back as exactly
-    the gradient with respect to that module's output, computed independently by torch.autograd.grad; a gradient
-    summed over two consumers is not linked."""
+    """Gradients recorded as links (the very memory of the gradient recorded before them) read back as exactly the
+    gradients with respect to each module's output and input, computed independently by torch.autograd.grad; a
+    gradient summed over two consumers is not linked. The Identity's output is its input (a link in forward too)."""
     torch.manual_seed(0)
-    net, x = _Branchy(), torch.randn(4, 6)
+    net, x = _Branchy(), torch.randn(4, 6, requires_grad=True)
     with aligner.dump(net, tmp_path / "d"):
         net(x).square().sum().backward()
     _, recs = read(tmp_path / "d")
-    links = {r.module for r in recs if r.io == "grad_output" and r.same_as is not None}
-    assert {"fc1", "fc2"} <= links and "head1" not in links  # fc1 -> fc2 and fc2 -> act: chains
+    links = {(r.module, r.io) for r in recs if r.same_as is not None}
+    assert {("fc1", "grad_output"), ("fc2", "grad_output"), ("skip", "grad_input"), ("skip", "output")} <= links
+    assert ("head1", "grad_output") not in links
     outputs: dict[str, torch.Tensor] = {}
-    handles = [m.register_forward_hook(lambda m, i, o, n=n: outputs.__setitem__(n, o))
-               for n, m in net.named_modules() if n]
+    inputs: dict[str, torch.Tensor] = {}
+
+    def keep(name: str, module: torch.nn.Module, args: tuple, out: torch.Tensor) -> None:
+        outputs[name], inputs[name] = out, args[0]
+    handles = [m.register_forward_hook(functools.partial(keep, n)) for n, m in net.named_modules() if n]
     net.act.inplace = False  # the reference: fc2's output its own tensor (a grad_output is w.r.t. the value returned)
     loss = net(x).square().sum()
     for h in handles:
         h.remove()
     names = list(outputs)
-    want = dict(zip(names, torch.autograd.grad(loss, [outputs[n] for n in names])))
-    got = {r.module: load(tmp_path / "d", r) for r in recs if r.io == "grad_output"}
-    for name in names:
-        np.testing.assert_array_equal(got[name], want[name].numpy(), err_msg=name)
+    want = torch.autograd.grad(loss, [outputs[n] for n in names] + [inputs[n] for n in names])
+    for io, wanted in (("grad_output", want[:len(names)]), ("grad_input", want[len(names):])):
+        got = {r.module: load(tmp_path / "d", r) for r in recs if r.io == io}
+        for name, w in zip(names, wanted):
+            if name in ("fc3", "head1", "head2"):  # inputs read by two modules: the module's share is not the total
+                continue
+            np.testing.assert_array_equal(got[name], w.numpy(), err_msg=f"{name} {io}")
 
 
 @pytest.mark.parametrize("kind", ["cnn", "block"])
@@ -210,16 +224,19 @@ def test_dump_does_not_change_mindspore_numbers(kind, tmp_path):
 
 
 class InplaceResidual(torch.nn.Module):
-    """In-place activations and `+=` on a module output: what breaks register_full_backward_hook."""
+    """In-place activations and `+=` on a module output: what breaks register_full_backward_hook; an `nn.Identity`
+    handing its input to an in-place activation (timm's `drop_block` before `act1`); an in-place module that
+    changes nothing (Dropout in eval mode)."""
 
     def __init__(self, inplace: bool) -> None:
         super().__init__()
         self.fc1, self.fc2 = torch.nn.Linear(6, 6), torch.nn.Linear(6, 6)
         self.act1, self.act2 = torch.nn.ReLU(inplace=inplace), torch.nn.ReLU(inplace=inplace)
+        self.drop, self.act3 = torch.nn.Identity(), torch.nn.Dropout(0.5, inplace=inplace).eval()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.act1(self.fc1(x))
-        z = self.fc2(y)
+        y = self.act1(self.drop(self.fc1(x)))
+        z = self.act3(self.fc2(y))
         z += y
         return self.act2(z)
 

@@ -69,8 +69,8 @@ class Session:
         # cannot be reused: MindSpore hands a cell's output (with a backward hook) to the next cell as a new Python
         # object viewing the same memory, and the object the forward hook saw is gone by then
         self._views: collections.OrderedDict[Hashable, tuple[Any, int, int]] = collections.OrderedDict()
-        # the last gradient recorded as a module's grad_input: (tensor, its view key, version, seq); the tensor is
-        # held so that its memory cannot be reused while a later gradient is compared with it
+        # the last gradient recorded with data: (tensor, its view key, version, seq); the tensor is held so that its
+        # memory cannot be reused while a later gradient is compared with it
         self._last_grad: tuple[Any, Hashable, int, int] | None = None
         self._lock = threading.Lock()  # autograd may run hooks on another thread (CUDA devices)
 
@@ -139,8 +139,15 @@ class Session:
 
     def emit_output(self, module: str, type_: str, kind: str, index: int, tensor: Any, *, call: int | None,
                     parent: str | None, source: str | None = None) -> int:
-        """Emit a call's output and remember the tensor, so a later call taking it as input links to this record."""
-        seq = self.emit(module, type_, kind, "output", index, tensor, call=call, parent=parent, source=source)
+        """Emit a call's output and remember the tensor, so a later call taking it as input links to this record. An
+        output that is an earlier record's tensor, unchanged (a module handing back its input: `nn.Identity`), is a
+        link to it (`same_as`): same numbers, no second reduction or copy."""
+        same = self.producer(tensor)
+        if same is None:
+            seq = self.emit(module, type_, kind, "output", index, tensor, call=call, parent=parent, source=source)
+        else:
+            seq = self._emit_link(module, type_, kind, "output", index, tensor, call=call, parent=parent, same=same,
+                                  source=source)
         self.remember(tensor, seq)
         return seq
 
@@ -170,19 +177,19 @@ class Session:
         return held[1]
 
     def emit_grad(self, module: str, type_: str, io: str, index: int, grad: Any) -> None:
-        """Record a module's gradient. A grad_output viewing the very memory of the last grad_input record,
-        unchanged since (the gradient a chain hands from one module back to the one before it), becomes a link to
-        that record (`same_as`): same numbers, no second reduction or copy."""
+        """Record a module's gradient. One viewing the very memory of the last gradient recorded, unchanged since
+        (the gradient a chain hands from one module back to the one before it; a pass-through module's grad_input,
+        its grad_output) becomes a link to that record (`same_as`): same numbers, no second reduction or copy."""
         if not self.link_views:
             self.emit(module, type_, "backward", io, index, grad)
             return
         last, key = self._last_grad, view_key(grad)
         version = getattr(grad, "_version", 0)
-        if io == "grad_output" and last is not None and key is not None and last[1] == key and last[2] == version:
+        if last is not None and key is not None and last[1] == key and last[2] == version:
             self._emit_link(module, type_, "backward", io, index, grad, call=None, parent=None, same=last[3])
             return
         seq = self.emit(module, type_, "backward", io, index, grad)
-        if io == "grad_input" and key is not None:
+        if key is not None:
             self._last_grad = (grad, key, version, seq)
 
     def emit_call(self, module: str, type_: str, *, call: int, parent: str | None, args: dict[str, Any],
@@ -209,14 +216,16 @@ class Session:
                         source=source, arg=arg)
 
     def _emit_link(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *, call: int | None,
-                   parent: str | None, same: int, source: str | None = None, arg: str | None = None) -> None:
-        """A record without data: `tensor` is what record `same` holds."""
+                   parent: str | None, same: int, source: str | None = None, arg: str | None = None) -> int:
+        """A record without data (its seq returned): `tensor` is what record `same` holds."""
         with self._lock:
-            record = Record(seq=self.seq, module=module, type=type_, kind=kind, io=io, index=index,
+            seq = self.seq
+            record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index,
                             dtype=dtype_name(tensor), shape=shape_of(tensor), step=self.step, call=call,
                             parent=parent, same_as=same, source=source, arg=arg)
             self.seq += 1
             self.sink.put(record, None)
+        return seq
 
     def probe(self, name: str, tensor: Any) -> None:
         """Record a hand-placed probe; repeated names in one step get index 0, 1, 2, ... in call order."""

@@ -10,6 +10,14 @@ in-place op on a module's output (`nn.ReLU(inplace=True)`, `out += identity` in 
   module modifies that alias in place (an in-place activation), the alias's node leaves the graph, so the hook goes on
   the `CopySlices` node autograd inserts for the input's base instead (also when the input is itself a view, e.g. the
   alias a preceding `nn.Identity` returned: timm's `drop_block` before an in-place `act2`);
+* except for leaf modules that change their input in place (`inplace=True`): they get the input itself, no alias.
+  An alias changed in place makes autograd rebase the input's whole storage (`CopySlices`: three copies of the
+  gradient in backward, the largest hook cost on a ResNet); instead the hook goes on the node of the in-place op,
+  whose first gradient is the one with respect to the input's value before it;
+* an alias a module hands back untouched (`nn.Identity`, Dropout in eval mode) is swapped for the input itself by the
+  forward hook, so the next module gets what it would get without hooks (a hook on a view that a later op changes in
+  place never runs); its grad_input is then the gradient of that one tensor, as its grad_output, and its hooks run
+  before those of the module that produced the tensor (backward order);
 * param_grad: a hook on each parameter, i.e. the gradient of this backward pass before it is accumulated into `.grad`.
 """
 from __future__ import annotations
@@ -44,7 +52,10 @@ class _ModuleHooks(CallHooks):
     def __init__(self, path: str, module: torch.nn.Module, session: Session, opts: Options, is_leaf: bool) -> None:
         super().__init__(path, module, session, opts, is_leaf, _buffers)
         self.grads = opts.backward and opts.module_backward and opts.selects_module(path, is_leaf)
-        self.pending: list[list[tuple[int, torch.Tensor, int, torch.Tensor]]] = []  # stack: re-entrant calls
+        self.direct = is_leaf and getattr(module, "inplace", False) is True  # its inputs get no alias
+        # stack (re-entrant calls) of (input index, the alias or the input itself, its version, the input, the
+        # input's node when the module was called)
+        self.pending: list[list[tuple[int, torch.Tensor, int, torch.Tensor, Any]]] = []
 
     def emit_grad(self, io: str, index: int, grad: torch.Tensor | None) -> None:
         if grad is not None and self.session.open:
@@ -54,39 +65,86 @@ class _ModuleHooks(CallHooks):
         self.enter((args, kwargs))
         if not (self.grads and torch.is_grad_enabled()):
             return None
-        aliases: list[tuple[int, torch.Tensor, int, torch.Tensor]] = []
+        aliases: list[tuple[int, torch.Tensor, int, torch.Tensor, Any]] = []
         position = itertools.count()  # flat index over all input tensors, as in forward input records
 
         def alias(t: torch.Tensor) -> torch.Tensor:
             index = next(position)
             if not t.requires_grad:
                 return t
-            a = t.view_as(t)
-            aliases.append((index, a, a._version, t))
+            a = t if self.direct else t.view_as(t)
+            aliases.append((index, a, a._version, t, t.grad_fn))
             return a
 
         new_args, new_kwargs = _map_tensors(alias, args), _map_tensors(alias, kwargs)
         self.pending.append(aliases)
-        return (new_args, new_kwargs) if aliases else None
+        return (new_args, new_kwargs) if aliases and not self.direct else None
 
-    def post(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+    def post(self, module: torch.nn.Module, args: tuple, output: Any) -> Any:
+        live = self.grads and torch.is_grad_enabled()
+        aliases = self.pending.pop() if live and self.pending else []
+        handed_back = {id(a): t for _, a, version, t, _ in aliases if a is not t and a._version == version}
+        swapped = None
+        if handed_back and any(id(o) in handed_back for o in tensors_in(output)):
+            swapped = output = _map_tensors(lambda o: handed_back.get(id(o), o), output)
         self.exit(module, output)
-        if not (self.grads and torch.is_grad_enabled()):
-            return
-        for i, t in enumerate(tensors_in(output)):
+        if not live:
+            return swapped
+        # hooks on a handed-back input go first (see the module docstring), so they are registered last to first
+        first = {id(t) for t in handed_back.values()} if swapped is not None else set()
+        for index, a, version, original, before in reversed(aliases):
+            emit = functools.partial(self.emit_grad, "grad_input", index)
+            if id(original) in first:
+                _first_hook(original, emit)
+            elif a._version == version:
+                a.register_hook(emit)
+            elif a is original and original._base is None:  # a direct input changed in place: its own node
+                _hook_op(original, before, emit)
+            else:  # an alias or a view changed in place: the hook goes on the CopySlices node of the input's base
+                _hook_inplace(original, emit)
+        for i, t in reversed(list(enumerate(tensors_in(output)))):
             if t.requires_grad:
-                t.register_hook(functools.partial(self.emit_grad, "grad_output", i))
-        for index, a, version, original in (self.pending.pop() if self.pending else []):
-            if a._version == version:
-                a.register_hook(functools.partial(self.emit_grad, "grad_input", index))
-            else:  # modified in place by this module: the hook goes on the CopySlices node of the input's base
-                _hook_inplace(original, functools.partial(self.emit_grad, "grad_input", index))
+                emit = functools.partial(self.emit_grad, "grad_output", i)
+                _first_hook(t, emit) if id(t) in first else t.register_hook(emit)
+        return swapped
 
 
 def _buffers(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """The normalisation buffers of a module (BatchNorm running statistics), if it has any."""
     return [(name, t) for name in ("running_mean", "running_var")
             if isinstance(t := getattr(module, name, None), torch.Tensor)]
+
+
+def _first_hook(tensor: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> None:
+    """Register a gradient hook on `tensor` that runs before the hooks registered on it so far."""
+    hooks = tensor._backward_hooks or {}  # the dict autograd runs in insertion order (PyDict_Next, not move_to_end)
+    earlier = list(hooks.items())
+    handle = tensor.register_hook(hook)
+    hooks = tensor._backward_hooks
+    hooks.clear()
+    hooks[handle.id] = hook
+    hooks.update(earlier)
+
+
+def _hook_op(changed: torch.Tensor, before: Any, emit: Callable[[torch.Tensor | None], None]) -> None:
+    """Record the gradient with respect to `changed`'s value before a module that did not alias it (not a view, so
+    no `CopySlices`) changed it in place: the first gradient of the node of the first op in place, the one whose
+    input edge leads to `before` (the input's node when the module was called). Not found within a few ops back:
+    nothing is recorded."""
+    node = changed.grad_fn
+    for _ in range(8):
+        if node is None or not node.next_functions:
+            return
+        if node.next_functions[0][0] is before:
+            break
+        node = node.next_functions[0][0]
+    else:
+        return
+
+    def hook(grad_inputs: tuple, grad_outputs: tuple) -> None:
+        emit(grad_inputs[0] if grad_inputs else None)
+
+    node.register_hook(hook)
 
 
 def _hook_inplace(original: torch.Tensor, emit: Callable[[torch.Tensor | None], None]) -> None:

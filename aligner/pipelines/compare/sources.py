@@ -256,11 +256,12 @@ def _read_plain(root: Path) -> Source:
 
 
 def _resolve(item: Item, by_seq: dict[int, Item]) -> None:
-    """Give an input recorded as a link (`same_as`) its producer's tensor file and statistics."""
+    """Give a record that is a link (`same_as`: an input, an output handed back, a gradient passed on) the tensor
+    file and statistics of the record holding its data."""
     rec = item.record
     producer = by_seq.get(rec.same_as) if isinstance(rec.same_as, int) else None
     if producer is None or producer.record.step != rec.step:
-        item.error = f"input links to record {rec.same_as!r}, which {manifest.MANIFEST} does not hold before it"
+        item.error = f"{rec.io} links to record {rec.same_as!r}, which {manifest.MANIFEST} does not hold before it"
         return
     rec.file, rec.stats = producer.record.file, producer.record.stats
     item.path, item.error, item.header = producer.path, producer.error, producer.header
