@@ -117,10 +117,10 @@ def _buffers(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
 
 def _first_hook(tensor: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> None:
     """Register a gradient hook on `tensor` that runs before the hooks registered on it so far."""
-    hooks = tensor._backward_hooks or {}  # the dict autograd runs in insertion order (PyDict_Next, not move_to_end)
-    earlier = list(hooks.items())
+    earlier = list((tensor._backward_hooks or {}).items())
     handle = tensor.register_hook(hook)
-    hooks = tensor._backward_hooks
+    hooks = tensor._backward_hooks  # the dict autograd runs in insertion order (PyDict_Next: not move_to_end's)
+    assert hooks is not None
     hooks.clear()
     hooks[handle.id] = hook
     hooks.update(earlier)
