@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import resource
 import shutil
 import statistics
@@ -122,16 +121,22 @@ def python_c(code: str, env: dict[str, str] | None = None) -> float:
 
 # What `align compare` must import before any code of its own: numpy, its command line (click), its table (rich),
 # the manifest decoder (msgspec) and the standard modules aligner.cli and its atomic writes use.
-LIBRARIES = "import numpy, click, logging, socket, tempfile, json, csv, msgspec, rich.console, rich.table"
+LIBRARIES = "import numpy, click, logging, json, csv, msgspec, rich.console, rich.table"
 
 
-def bytecode_env(cache: Path) -> dict[str, str]:
-    """This environment with Python's bytecode cache on, written under `cache`: what an installed aligner runs with
-    (pip compiles it; numpy's own cache is in site-packages either way). PYTHONDONTWRITEBYTECODE=1, as some
-    sandboxes set it, makes every run compile aligner from source while numpy loads compiled."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(cache)
-    return env
+def bytecode_current() -> bool:
+    """Whether every aligner module has current bytecode (pip compiles a wheel's; `make install` runs compileall):
+    without it, and with PYTHONDONTWRITEBYTECODE set as some sandboxes do, every run compiles aligner from source."""
+    import importlib.util
+
+    import aligner
+
+    root = Path(aligner.__file__).parent
+    for source in root.rglob("*.py"):
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        if not cached.exists() or cached.stat().st_mtime < source.stat().st_mtime:
+            return False
+    return True
 
 
 def write_stats_dumps(root: Path, records: int) -> None:
@@ -162,14 +167,11 @@ def scale(root: Path, repeat: int, records: int) -> None:
         (tiny / side).mkdir(parents=True)
         np.save(tiny / side / "x.npy", np.ones(4, np.float32))
     write_stats_dumps(root / "long", records)
-    compiled = bytecode_env(root / "pycache")
     tiny_args = ("compare", str(tiny / "a"), str(tiny / "b"))
-    align_cli(*tiny_args, env=compiled)  # fills the bytecode cache
     runs = interleaved({"naive": lambda: naive(root / "e2e"),
                         "cli": lambda: align_cli("compare", str(root / "e2e" / "a"), str(root / "e2e" / "b"),
                                                  "--json", str(root / "e2e.json"), "--force"),
                         "start": lambda: align_cli(*tiny_args),
-                        "start_compiled": lambda: align_cli(*tiny_args, env=compiled),
                         "numpy": lambda: python_c("import numpy"),
                         "libraries": lambda: python_c(LIBRARIES),
                         "long": lambda: align_cli("compare", str(root / "long" / "a"), str(root / "long" / "b"))},
@@ -182,12 +184,10 @@ def scale(root: Path, repeat: int, records: int) -> None:
     print(f"fixed start cost (`align compare` of one 4-element pair): {median['start']:.3f} s; "
           f"`python -c \"import numpy\"`: {numpy_s:.3f} s -> {median['start'] / numpy_s:.2f}x "
           f"(goal: 0.12 s where numpy's import takes 0.09 s, 1.33x)"
-          + (" [aligner compiled from source each run: PYTHONDONTWRITEBYTECODE is set]"
-             if os.environ.get("PYTHONDONTWRITEBYTECODE") else ""))
+          + ("" if bytecode_current() else " [aligner's bytecode is missing or stale: compiled from source]"))
     libraries = median["libraries"]
-    print(f"  with aligner's bytecode cached (as installed): {median['start_compiled']:.3f} s -> "
-          f"{median['start_compiled'] / numpy_s:.2f}x; importing the libraries it needs, before any code of its "
-          f"own (numpy, click, rich, msgspec, ...): {libraries:.3f} s -> {libraries / numpy_s:.2f}x")
+    print(f"  importing the libraries it needs, before any code of its own (numpy, click, rich, msgspec, ...): "
+          f"{libraries:.3f} s -> {libraries / numpy_s:.2f}x")
     print(f"{records} stats-only records per side, `align compare` process: {median['long']:.2f} s (goal < 4 s)")
 
 

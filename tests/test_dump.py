@@ -12,6 +12,8 @@ import mindspore as ms
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twin_models import NAME_MAPS, example_input, make_twins
 
 import aligner
@@ -497,3 +499,39 @@ def test_call_records_say_how_each_module_was_called(tmp_path):
     params = {r.module: load(tmp_path / "d", r) for r in recs if r.kind == "param"}
     assert set(params) == {"conv.weight", "norm.weight", "norm.bias"}
     np.testing.assert_array_equal(params["conv.weight"], model.conv.weight.detach().numpy())
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from(["float32", "float64", "float16", "int64", "int8", "bool", ">f4", "complex64"]),
+       shape=st.lists(st.integers(0, 7), max_size=4), order=st.sampled_from("CF"))
+def test_direct_writes_are_what_np_save_writes(tmp_path_factory, dtype, shape, order):
+    """An O_DIRECT tensor file reads back equal to the array, in np.save's bytes for a C-order array (a Fortran-order
+    one is written in C order, the same values), whatever the length's alignment; the one buffer is reused."""
+    array = np.asarray(np.random.default_rng(0).standard_normal(shape) * 100, order=order).astype(dtype)
+    folder = tmp_path_factory.mktemp("direct")
+    direct = writer.DirectWriter()
+    for name in ("a.npy", "b.npy"):  # twice: the reused buffer holds the last file's tail, cut off by the length
+        assert direct.save(folder / name, array) or not direct.supported
+        if not direct.supported:
+            pytest.skip("this file system does not take O_DIRECT")
+        back = np.load(folder / name)
+        assert back.dtype == array.dtype and back.shape == array.shape and np.array_equal(back, array)
+    np.save(folder / "ref.npy", np.array(array, order="C"))  # not ascontiguousarray: it makes a 0-d array 1-d
+    assert (folder / "a.npy").read_bytes() == (folder / "ref.npy").read_bytes()
+
+
+def test_a_dump_on_a_file_system_without_o_direct_is_written_the_usual_way(tmp_path):
+    """Where O_DIRECT is refused (the writer marks it unsupported), tensor files are written with np.save."""
+    tnet, _ = make_twins("cnn")
+    with aligner.dump(tnet, tmp_path / "direct"):
+        torch_step(tnet, example_input("cnn"))
+    refused = writer.DirectWriter.save
+    try:
+        writer.DirectWriter.save = lambda self, path, array: False  # type: ignore[method-assign]
+        tnet, _ = make_twins("cnn")
+        with aligner.dump(tnet, tmp_path / "usual"):
+            torch_step(tnet, example_input("cnn"))
+    finally:
+        writer.DirectWriter.save = refused  # type: ignore[method-assign]
+    files = {p.name: p.read_bytes() for p in (tmp_path / "direct" / "tensors").iterdir()}
+    assert files == {p.name: p.read_bytes() for p in (tmp_path / "usual" / "tensors").iterdir()} and files

@@ -63,7 +63,8 @@ class Record(msgspec.Struct, kw_only=True):
     None called outside the model: the model's own inputs);
     same_as: for an input, the seq of the earlier record holding this very tensor (no file: the input is that
     record's output, unchanged); an input computed by code between module calls is stored with its own file; also
-    for a grad_output that is the very memory of the grad_input record before it (a chain's gradient, unchanged);
+    for an output that is such a tensor (a module handing back its input) and for a gradient that is the very memory
+    of the gradient recorded before it (a chain's gradient, unchanged; a pass-through's grad_input);
     source: "file.py:line" of the code that called an op;
     arg: for an input, where the tensor sat in the call: "0" the first positional argument, "mask" a keyword,
     "1/0" the first element of a tuple passed second;
