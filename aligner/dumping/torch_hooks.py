@@ -117,13 +117,13 @@ def _buffers(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
 
 def _first_hook(tensor: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> None:
     """Register a gradient hook on `tensor` that runs before the hooks registered on it so far."""
-    earlier = list((tensor._backward_hooks or {}).items())
+    earlier = list((getattr(tensor, "_backward_hooks", None) or {}).items())
     handle = tensor.register_hook(hook)
-    hooks = tensor._backward_hooks  # the dict autograd runs in insertion order (PyDict_Next: not move_to_end's)
-    assert hooks is not None
-    hooks.clear()
-    hooks[handle.id] = hook
-    hooks.update(earlier)
+    hooks = getattr(tensor, "_backward_hooks", None)  # the dict autograd runs in insertion order (not move_to_end's)
+    if isinstance(hooks, dict):  # a torch that keeps its hooks elsewhere: registration order stands
+        hooks.clear()
+        hooks[handle.id] = hook
+        hooks.update(earlier)
 
 
 def _hook_op(changed: torch.Tensor, before: Any, emit: Callable[[torch.Tensor | None], None]) -> None:
