@@ -67,16 +67,16 @@ def _holds(check: Callable[[], bool]) -> bool:
         return False
 
 
-def inside(base: Path, name: str) -> tuple[Path | None, str | None]:
+def inside(base: Path, name: str, real: Path | None = None) -> tuple[Path | None, str | None]:
     """(path, None) for a file a dump's index names inside `base`, else (None, why): a plain relative name, no `..`,
     no absolute path, no symlink leading out, so a hostile index cannot make aligner read a file the user did not
-    name."""
+    name. `real`: `base` already resolved (a caller checking many files resolves it once)."""
     candidate = Path(name)
     if not name or candidate.is_absolute() or ".." in candidate.parts:
         return None, f"names a file outside the dump directory ({name!r}): refused"
     path = base / candidate
     try:
-        confined = path.resolve().is_relative_to(base.resolve())
+        confined = path.resolve().is_relative_to(real or base.resolve())
     except (OSError, RuntimeError):  # a symlink loop
         confined = False
     if not confined:

@@ -155,9 +155,10 @@ def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = Non
     `.pt` tensors may be read (torch.load with weights_only)."""
     tolerance = tolerance or ToleranceSpec()
     rename = mapping.load_user_map(map_file).rename_path if map_file is not None else None
-    sources = (read_source(dumps_a, trust_pickle=trust_pickle), read_source(dumps_b, trust_pickle=trust_pickle))
-    if Path(dumps_a).resolve() == Path(dumps_b).resolve():
+    first_source = read_source(dumps_a, trust_pickle=trust_pickle)  # a missing directory is named first
+    if Path(dumps_a).resolve() == Path(dumps_b).resolve():  # before the second read, which would be the same
         raise AlignerError(f"both arguments name the same directory {dumps_a}")
+    sources = (first_source, read_source(dumps_b, trust_pickle=trust_pickle))
     r = choose_reference(ref, (sources[0].framework, sources[1].framework))
     other, reference = sources[1 - r], sources[r]
     if any(it.record.kind == "buffer" for it in reference.items) and tolerance.floor is None:

@@ -242,9 +242,9 @@ def _plain_item(path: Path, seq: int) -> Item:
 
 def _read_plain(root: Path) -> Source:
     files = sorted((p for p in root.iterdir() if p.suffix == ".npy" and p.is_file()), key=lambda p: _number_key(p.name))
-    items = []
+    items, real = [], root.resolve()  # a directory just listed: resolved once for all its files
     for i, p in enumerate(files):
-        confined, why = inside(root, p.name)
+        confined, why = inside(root, p.name, real)
         if confined is None:
             items.append(Item(manifest.Record(seq=i, module=p.name[:-4], type="", kind="forward", io="output",
                                               index=0, dtype="", shape=[]), error=why))
@@ -283,6 +283,7 @@ def _read_dump(root: Path) -> Source:
     by_seq: dict[int, Item] = {}
     calls: dict[tuple[int, int], manifest.Record] = {}
     params: dict[tuple[int, str], Item] = {}
+    real = root.resolve()  # once for all the tensor files the manifest names
     for entry in records:
         if entry.kind == "call":
             if entry.call is not None:
@@ -290,7 +291,7 @@ def _read_dump(root: Path) -> Source:
             continue
         item = Item(entry)
         if entry.file:
-            item.path, item.error = inside(root, entry.file)
+            item.path, item.error = inside(root, entry.file, real)
         if entry.same_as is not None:
             _resolve(item, by_seq)
         by_seq[entry.seq] = item
