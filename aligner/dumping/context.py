@@ -89,7 +89,7 @@ class DumpContext:
             return
         session, self.session = self.session, None
         self._remove_hooks()
-        session.open = False
+        session.close()
         activate(self._previous)
         try:
             session.sink.close()

@@ -276,7 +276,7 @@ class Watch:
             self._session.flush()
             self._install()
         else:
-            self._session.open = False
+            self._session.close()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -287,7 +287,7 @@ class Watch:
         """Remove every hook and stop recording (what leaving the `with` block does)."""
         self._remove()
         if self._session is not None:
-            self._session.open = False
+            self._session.close()
             activate(self._previous)
             self._session = None
 
@@ -331,7 +331,7 @@ class Watch:
             self._install()
         else:
             self._remove()
-            session.open = False
+            session.close()
         return self._check(current) if checked else []
 
     def _check(self, step: int) -> list[Finding]:
