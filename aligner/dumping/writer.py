@@ -81,14 +81,9 @@ class DirectWriter:
         raw = np.frombuffer(self._buffer, np.uint8, count=padded)
         raw[:len(head)] = np.frombuffer(head, np.uint8)
         np.copyto(raw[len(head):size].view(array.dtype).reshape(array.shape), array)
+        fd = None
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o666)
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            self.supported = False
-            return False
-        try:
             rest = memoryview(self._buffer)[:padded]
             while rest:
                 rest = rest[os.write(fd, rest):]
@@ -96,10 +91,11 @@ class DirectWriter:
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
-            self.supported = False
+            self.supported = False  # refused at the open or at the first write: np.save from now on
             return False
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
         return True
 
 
