@@ -8,12 +8,12 @@ in-place op on a module's output (`nn.ReLU(inplace=True)`, `out += identity` in 
 * grad_input: the pre-hook hands the module a `view_as` alias of each input that requires grad (a view: no copy, no
   change to any number); a hook on the alias sees only this module's contribution to the input's gradient. When the
   module modifies that alias in place (an in-place activation), the alias's node leaves the graph, so the hook goes on
-  the `CopySlices` node autograd inserts for the input's base instead (also when the input is itself a view, e.g. the
-  alias a preceding `nn.Identity` returned: timm's `drop_block` before an in-place `act2`);
+  the `CopySlices` node autograd inserts for the input's base instead (also when the input is itself a view);
 * except for leaf modules that change their input in place (`inplace=True`): they get the input itself, no alias.
   An alias changed in place makes autograd rebase the input's whole storage (`CopySlices`: three copies of the
   gradient in backward, the largest hook cost on a ResNet); instead the hook goes on the node of the in-place op,
-  whose first gradient is the one with respect to the input's value before it;
+  whose first gradient is the one with respect to the input's value before it (one that leaves its input as it was
+  gets a hook on the input: its whole gradient);
 * an alias a module hands back untouched (`nn.Identity`, Dropout in eval mode) is swapped for the input itself by the
   forward hook, so the next module gets what it would get without hooks (a hook on a view that a later op changes in
   place never runs); its grad_input is then the gradient of that one tensor, as its grad_output, and its hooks run
@@ -105,7 +105,10 @@ class _ModuleHooks(CallHooks):
         for i, t in reversed(list(enumerate(tensors_in(output)))):
             if t.requires_grad:
                 emit = functools.partial(self.emit_grad, "grad_output", i)
-                _first_hook(t, emit) if id(t) in first else t.register_hook(emit)
+                if id(t) in first:
+                    _first_hook(t, emit)
+                else:
+                    t.register_hook(emit)
         return swapped
 
 
