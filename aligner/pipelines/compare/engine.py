@@ -7,12 +7,14 @@ cluster, and `ray.init(address=...)` joins it as one more driver.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import sys
 import threading
 import urllib.parse
-from typing import Any, Callable, Protocol, Sequence, TypeVar
+from typing import IO, Any, Callable, Iterator, Protocol, Sequence, TypeVar
 
 from aligner.core.errors import AlignerError
 
@@ -172,9 +174,27 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+@contextlib.contextmanager
+def _held_stderr() -> Iterator[IO[bytes]]:
+    """The process's stderr (file descriptor 2, where Ray's C++ core writes) into a temp file, and back after."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield held
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def _join_within(ray: Any, address: str, options: dict[str, Any], timeout: float) -> None:
     """ray.init(address) in a daemon thread, given up after `timeout` seconds (it cannot be cancelled; a CLI run
-    exits right after the error, abandoning the thread)."""
+    exits right after the error, abandoning the thread). What the attempt writes to stderr is held back: replayed
+    when it joins, dropped when it fails, so a failure is our one line, not Ray's warning per retry before it."""
     failure: list[BaseException] = []
 
     def connect() -> None:
@@ -184,8 +204,15 @@ def _join_within(ray: Any, address: str, options: dict[str, Any], timeout: float
             failure.append(exc)
 
     thread = threading.Thread(target=connect, name="aligner-ray-init", daemon=True)
-    thread.start()
-    thread.join(timeout)
+    with _held_stderr() as held:
+        thread.start()
+        thread.join(timeout)
+        joined = not thread.is_alive() and not failure
+        if joined:
+            held.seek(0)
+            said = held.read()
+    if joined and said:
+        sys.stderr.write(said.decode(errors="replace"))
     if thread.is_alive():
         raise AlignerError(f"could not join the Ray cluster at {address}: no answer within {timeout:g} s (is it a "
                            f"Ray head node's address?)")
