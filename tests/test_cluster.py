@@ -106,6 +106,39 @@ def test_twin_dumps_give_the_local_verdict(cluster: tuple[Engine, str], tmp_path
     assert sum(r["status"] == "ok" for r in local["rows"]) > 10  # the rows before the bug were compared too
 
 
+def test_calibration_on_the_cluster_gives_the_local_tolerances(cluster: tuple[Engine, str], tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """--calibrate's float64 noise is measured by the cluster's workers too: the same noise, tolerances and report as
+    measured here."""
+    torch = pytest.importorskip("torch")
+    ms = pytest.importorskip("mindspore")
+    from twin_models import example_input, make_twins
+
+    import aligner
+
+    engine, _ = cluster
+    monkeypatch.chdir(tmp_path)  # MindSpore may write rank_0/ into the working directory
+    tnet, mnet = make_twins("block")
+    x = example_input("block")
+    with aligner.dump(tnet, tmp_path / "pt"):
+        tnet(torch.from_numpy(x)).square().mean().backward()
+    with aligner.dump(mnet, tmp_path / "ms"):
+        ms.value_and_grad(lambda t: mnet(t).square().mean(), None, mnet.trainable_params())(ms.Tensor(x))
+    aligner.noise_floor(tnet, torch.from_numpy(x), tmp_path / "f64", loss_fn=lambda out: out.square().mean())
+    monkeypatch.setattr(distributed, "MIN_TASK_ELEMENTS", 1)  # several tasks, so their order must hold
+    tasks: list[tuple[object, int]] = []  # what the engine was handed: the function and the number of tasks
+    handed = engine.map
+    monkeypatch.setattr(engine, "map", lambda fn, items, done=None: (tasks.append((fn, len(items))),
+                                                                    handed(fn, items, done))[1])
+    calibrate = str(tmp_path / "f64")
+    local = compare(str(tmp_path / "ms"), str(tmp_path / "pt"), calibrate=calibrate)
+    remote = compare(str(tmp_path / "ms"), str(tmp_path / "pt"), calibrate=calibrate, engine=engine)
+    assert _report(remote) == _report(local)
+    assert [r.noise for r in remote.rows] == [r.noise for r in local.rows]
+    assert sum(r.noise is not None for r in local.rows) > 10
+    assert any(fn is distributed.measure_batch and n > 1 for fn, n in tasks)  # the noise went out as tasks
+
+
 def test_cli_joins_a_running_cluster(cluster: tuple[Engine, str], tmp_path: Path) -> None:
     _, address = cluster  # another process (as verl's driver would be) joins it by address
     _plain_pair(tmp_path)

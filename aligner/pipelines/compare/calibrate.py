@@ -16,7 +16,7 @@ import math
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Hashable, Sequence
+from typing import TYPE_CHECKING, Hashable, Sequence
 
 from aligner.core.dtypes import FLOATING
 from aligner.core.errors import AlignerError
@@ -24,6 +24,9 @@ from aligner.core.tolerance import CALIBRATION_K, Tolerance, ToleranceSpec
 from aligner.metrics.measure import Metrics, compare_streams
 from aligner.pipelines.compare.matching import Pair
 from aligner.pipelines.compare.sources import Item, Source, TensorError, open_tensor, read_source
+
+if TYPE_CHECKING:
+    from aligner.pipelines.compare.engine import Engine
 
 # Refuse a float64 dump when fewer than this share of its floating records are float64 (a model that upcasts a few
 # tensors itself still passes; a float32 or float16 run does not).
@@ -155,7 +158,7 @@ def _read_twin_dump(path: str, reference: Source, compared: Source) -> Source:
 
 
 def calibrate(path: str, pairs: Sequence[Pair], reference: Source, compared: Source, tolerance: ToleranceSpec,
-              k: float = CALIBRATION_K, workers: int | None = None) -> Calibration:
+              k: float = CALIBRATION_K, workers: int | None = None, engine: Engine | None = None) -> Calibration:
     """Measure each reference record's noise against its twin in the float64 dump at `path`; the calibrated
     tolerance of each measured record (k times its noise, at least the pair's per-dtype tolerance).
 
@@ -195,7 +198,7 @@ def calibrate(path: str, pairs: Sequence[Pair], reference: Source, compared: Sou
                            f"{reference.root} have a float64 twin of the same shape (at least {_MIN_PAIRED:.0%} "
                            f"needed): a dump of another model, or made with other dump options; record the reference "
                            f"model with aligner.noise_floor on the same input and with the same options")
-    measured = _measure_all(todo, workers)
+    measured = _measure_all(todo, workers, engine)
     noise: dict[int, Noise] = {}
     tolerances: dict[Hashable, Tolerance] = {}
     for (i, item, _), got in zip(todo, measured):
@@ -215,8 +218,10 @@ def calibrate(path: str, pairs: Sequence[Pair], reference: Source, compared: Sou
     return Calibration(str(source.root), float(k), noise, tolerances, dict(sorted(missing.items())))
 
 
-def _measure_all(todo: list[tuple[int, Item, Item]], workers: int | None) -> list[Noise | str]:
-    """measure() of every (row, reference, twin), each distinct pair of files once, `workers` at a time."""
+def _measure_all(todo: list[tuple[int, Item, Item]], workers: int | None,
+                 engine: Engine | None = None) -> list[Noise | str]:
+    """measure() of every (row, reference, twin), each distinct pair of files once: `workers` at a time here, or as
+    tasks of `engine` (a cluster's Engine; None: this machine)."""
     first: dict[tuple, int] = {}
     owner = []
     for n, (_, ref, twin) in enumerate(todo):
@@ -224,7 +229,11 @@ def _measure_all(todo: list[tuple[int, Item, Item]], workers: int | None) -> lis
         owner.append(first.setdefault(key, n))
     unique = sorted(set(owner))
     n_workers = min(workers or os.cpu_count() or 1, max(1, len(unique)))
-    if n_workers == 1:
+    if engine is not None:
+        from aligner.pipelines.compare.distributed import measure_on
+
+        done = measure_on(engine, [(todo[n][1], todo[n][2]) for n in unique])
+    elif n_workers == 1:
         done = [measure(todo[n][1], todo[n][2]) for n in unique]
     else:
         with concurrent.futures.ThreadPoolExecutor(n_workers) as pool:

@@ -1,6 +1,7 @@
 """compare's metric work on an Engine (`align compare --engine ray`): batches of pairs go out as records and file
 paths, each worker reads the tensor files itself from storage it shares with this machine, and only the metrics come
-back. The rows, and so the verdict, are the ones the local run gives: the same `evaluate` on the same files.
+back. The rows, and so the verdict, are the ones the local run gives: the same `evaluate` on the same files. The
+float64 noise of `--calibrate` goes out the same way (`measure_on`).
 """
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import dataclasses
 import functools
 import socket
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from aligner.core.errors import AlignerError
 from aligner.core.tolerance import ToleranceSpec
 from aligner.metrics.measure import Metrics
+from aligner.pipelines.compare.calibrate import Noise, measure
 from aligner.pipelines.compare.engine import Engine
 from aligner.pipelines.compare.evaluate import Row, evaluate
 from aligner.pipelines.compare.matching import Pair
@@ -60,17 +62,55 @@ def batches(pairs: list[Pair], workers: int) -> list[tuple[int, int]]:
     return out
 
 
+def _unseen(pair: Pair) -> str | None:
+    """A tensor file of `pair` that this process cannot see, if any."""
+    return next((str(it.path) for it in (pair.a, pair.b) if it is not None and it.path is not None
+                 and not it.path.exists()), None)
+
+
 def evaluate_batch(tolerance: ToleranceSpec, pairs: list[Pair]) -> tuple[str, list[Outcome]]:
     """Run on a worker: evaluate() each pair; (this host's name, one Outcome per pair)."""
     out = []
     for pair in pairs:
         row = evaluate(pair, tolerance)
-        unseen = None
-        if row.error:
-            unseen = next((str(it.path) for it in (pair.a, pair.b)
-                           if it is not None and it.path is not None and not it.path.exists()), None)
-        out.append(Outcome(row.metrics, row.error, unseen))
+        out.append(Outcome(row.metrics, row.error, _unseen(pair) if row.error else None))
     return socket.gethostname(), out
+
+
+def measure_batch(pairs: list[Pair]) -> tuple[str, list[tuple[Noise | str, str | None]]]:
+    """Run on a worker: the float64 noise of each (reference, float64 twin) pair, or why it cannot be measured, with
+    a file the worker could not see; (this host's name, one per pair)."""
+    out: list[tuple[Noise | str, str | None]] = []
+    for pair in pairs:
+        assert pair.a is not None and pair.b is not None
+        got = measure(pair.a, pair.b)
+        out.append((got, _unseen(pair) if isinstance(got, str) else None))
+    return socket.gethostname(), out
+
+
+def _shipped(pairs: list[Pair], workers: int) -> tuple[list[tuple[int, int]], list[list[Pair]]]:
+    """The slices of `pairs` a cluster's tasks take, and each slice with absolute tensor paths."""
+    slices = batches(pairs, workers)
+    return slices, [[Pair(_portable(p.a), _portable(p.b), p.matched_by) for p in pairs[start:stop]]
+                    for start, stop in slices]
+
+
+def _seen(engine: Engine, host: str, unseen: str | None) -> None:
+    """AlignerError when a worker could not see a file that this machine can: the dumps are not shared storage."""
+    if unseen is not None and Path(unseen).exists():
+        raise AlignerError(f"worker {host} of the {engine.name} cluster cannot see {unseen}, which this machine "
+                           f"reads: put both dumps on storage every worker mounts at the same path")
+
+
+def measure_on(engine: Engine, pairs: list[tuple[Any, Any]]) -> list[Noise | str]:
+    """measure(reference, twin) of every pair as tasks of `engine`, in order."""
+    _, work = _shipped([Pair(ref, twin, "calibration") for ref, twin in pairs], engine.workers)
+    out: list[Noise | str] = []
+    for host, results in engine.map(measure_batch, work):
+        for got, unseen in results:
+            _seen(engine, host, unseen)
+            out.append(got)
+    return out
 
 
 def _ticker(progress: Callable[[], None]) -> Callable[[tuple[str, list[Outcome]]], None]:
@@ -85,16 +125,11 @@ def evaluate_on(engine: Engine, pairs: list[Pair], tolerance: ToleranceSpec,
                 progress: Callable[[], None] | None = None) -> list[Row]:
     """evaluate() of every pair as tasks of `engine`; rows keep this process's pairs. AlignerError when a worker
     cannot see a tensor file that this machine can (the dumps are not on storage the workers share)."""
-    slices = batches(pairs, engine.workers)
-    work = [[Pair(_portable(p.a), _portable(p.b), p.matched_by) for p in pairs[start:stop]] for start, stop in slices]
-
+    slices, work = _shipped(pairs, engine.workers)
     results = engine.map(functools.partial(evaluate_batch, tolerance), work, _ticker(progress) if progress else None)
     rows = []
     for (host, outcomes), (start, _) in zip(results, slices):
         for i, outcome in enumerate(outcomes, start):
-            if outcome.unseen is not None and Path(outcome.unseen).exists():
-                raise AlignerError(f"worker {host} of the {engine.name} cluster cannot see {outcome.unseen}, which "
-                                   f"this machine reads: put both dumps on storage every worker mounts at the same "
-                                   f"path")
+            _seen(engine, host, outcome.unseen)
             rows.append(Row(pairs[i], outcome.metrics, outcome.error, read=True))
     return rows

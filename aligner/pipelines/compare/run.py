@@ -191,7 +191,9 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
     check_same_model(pairs, side_a, side_b)
     calibration: Calibration | None = None
     if calibrate is not None:
-        calibration = package.calibrate_pairs(calibrate, pairs, side_b, side_a, tolerance, calibrate_k, workers)
+        cluster = engine if engine is not None and engine.name != LocalEngine.name else None
+        calibration = package.calibrate_pairs(calibrate, pairs, side_b, side_a, tolerance, calibrate_k, workers,
+                                              cluster)
         tolerance = dataclasses.replace(tolerance, calibrated=calibration.tolerances,
                                         calibrated_from=calibration.source, calibration_k=calibration.k)
     noise = calibration.noise if calibration is not None else {}
