@@ -22,6 +22,7 @@ from aligner.core.dtypes import FLOATING
 from aligner.core.errors import AlignerError
 from aligner.core.tolerance import CALIBRATION_K, Tolerance, ToleranceSpec
 from aligner.metrics.measure import Metrics, compare_streams
+from aligner.pipelines import compare as package  # the cluster's part loaded on first use: see compare/__init__.py
 from aligner.pipelines.compare.matching import Pair
 from aligner.pipelines.compare.sources import Item, Source, TensorError, open_tensor, read_source
 
@@ -230,9 +231,7 @@ def _measure_all(todo: list[tuple[int, Item, Item]], workers: int | None,
     unique = sorted(set(owner))
     n_workers = min(workers or os.cpu_count() or 1, max(1, len(unique)))
     if engine is not None:
-        from aligner.pipelines.compare.distributed import measure_on
-
-        done = measure_on(engine, [(todo[n][1], todo[n][2]) for n in unique])
+        done = package.measure_on(engine, [(todo[n][1], todo[n][2]) for n in unique])
     elif n_workers == 1:
         done = [measure(todo[n][1], todo[n][2]) for n in unique]
     else:
