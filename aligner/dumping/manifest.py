@@ -176,7 +176,7 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
             problems.append(str(entry))
         elif isinstance(entry, dict):
             header = entry
-        elif entry.kind not in KINDS:
+        elif entry.kind not in _KNOWN_KINDS:
             problems.append(f"{MANIFEST} line {lineno}: unknown kind {entry.kind!r}")
         else:
             records.append(entry)

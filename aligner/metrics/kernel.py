@@ -41,7 +41,6 @@ class StatsTotals(ctypes.Structure):
         super().__init__(lo=float("inf"), hi=float("-inf"))  # no finite element: they stay there
 
 
-
 def _bind(name: str, *argtypes: Any) -> Any:
     """A C function of the kernel library with its argument types (it returns nothing)."""
     fn = getattr(_LIB, name)
@@ -67,7 +66,6 @@ def accumulate(a: np.ndarray, b: np.ndarray, rtol: float, atol: float, totals: T
     if not (a.flags.c_contiguous and b.flags.c_contiguous):
         raise ValueError("kernel needs C-contiguous arrays")
     _FUNCTIONS[a.dtype](a.ctypes.data, b.ctypes.data, a.size, rtol, atol, ctypes.byref(totals))
-
 
 
 def summarize(array: np.ndarray, near_zero: float, near_one: float, tiny: float, threads: int = 1) -> StatsTotals:

@@ -131,6 +131,7 @@ class _Reader:
         self.entries: list[Entry] = []
         self.problems: list[str] = []
         self.pickled = 0
+        self._real: dict[Path, Path | None] = {}  # each run's tensor folder, resolved once for all its files
 
     def tensor(self, run: Path, call: str, spec: dict[str, Any], fields: dict[str, Any]) -> None:
         """One tensor dict -> one entry (a malformed one is a problem, skipped)."""
@@ -153,7 +154,7 @@ class _Reader:
         self.entries.append(entry)
         if not isinstance(name, str):
             return
-        path, why = inside(run / TENSOR_DIR, name) if "/" not in name and "\\" not in name else \
+        path, why = self._inside(run / TENSOR_DIR, name) if "/" not in name and "\\" not in name else \
             (None, f"names a file in another folder ({name!r}): refused")
         if path is None:
             entry.error = f"{DUMP_JSON} {call!r}: {why}"
@@ -164,6 +165,15 @@ class _Reader:
             entry.load = functools.partial(load_pt, path, record.shape, dtype)
         else:
             entry.error = f"{DUMP_JSON} {call!r}: tensor file {name!r} is neither .npy nor .pt"
+
+    def _inside(self, folder: Path, name: str) -> tuple[Path | None, str | None]:
+        """`inside(folder, name)`, the folder resolved once (None where it cannot be: `inside` then says why)."""
+        if folder not in self._real:
+            try:
+                self._real[folder] = folder.resolve()
+            except (OSError, RuntimeError):  # a symlink loop
+                self._real[folder] = None
+        return inside(folder, name, self._real[folder])
 
     def call(self, run: Path, step: int, framework: str, name: str, call: Any, parents: dict[str, Any]) -> None:
         """One entry of dump.json's "data": its tensors as records (an API backward call is not read)."""

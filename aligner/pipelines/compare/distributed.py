@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import socket
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from aligner.core.errors import AlignerError
 from aligner.core.tolerance import ToleranceSpec
@@ -102,7 +102,7 @@ def _seen(engine: Engine, host: str, unseen: str | None) -> None:
                            f"reads: put both dumps on storage every worker mounts at the same path")
 
 
-def measure_on(engine: Engine, pairs: list[tuple[Any, Any]]) -> list[Noise | str]:
+def measure_on(engine: Engine, pairs: list[tuple[Item, Item]]) -> list[Noise | str]:
     """measure(reference, twin) of every pair as tasks of `engine`, in order."""
     _, work = _shipped([Pair(ref, twin, "calibration") for ref, twin in pairs], engine.workers)
     out: list[Noise | str] = []

@@ -207,11 +207,9 @@ def _join_within(ray: Any, address: str, options: dict[str, Any], timeout: float
     with _held_stderr() as held:
         thread.start()
         thread.join(timeout)
-        joined = not thread.is_alive() and not failure
-        if joined:
-            held.seek(0)
-            said = held.read()
-    if joined and said:
+        held.seek(0)
+        said = held.read()
+    if said and not thread.is_alive() and not failure:
         sys.stderr.write(said.decode(errors="replace"))
     if thread.is_alive():
         raise AlignerError(f"could not join the Ray cluster at {address}: no answer within {timeout:g} s (is it a "
