@@ -99,7 +99,9 @@ def test_frozen_on_both_sides_is_named(align, ckpts):
 def test_clean_step_text(align, ckpts):
     proc = align("diff", ckpts["ms"], ckpts["pt"], "-v")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "All 14 compared parameters agree" in proc.stdout
+    assert ("14 of 16 tensors compared, all agree within tolerance (per dtype, as torch.testing (float32: "
+            "rtol=1.3e-06, atol=1e-05)); not compared: 2 buffers A's framework does not have, listed below."
+            ) in proc.stdout
     assert "bn1.moving_mean" in proc.stdout and "trainable unknown" in proc.stdout
 
 
@@ -163,7 +165,7 @@ def test_map_renames_a(align, ckpts, tmp_path):
     mapping.write_text("rename:\n  head.bias: fc.bias\n")
     proc = align("diff", renamed, ckpts["pt"], "--map", mapping)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "All 16 compared parameters agree" in proc.stdout
+    assert "All 16 compared tensors agree" in proc.stdout
 
 
 def test_missing_and_unexpected_keys_fail_only_with_strict(align, ckpts, tmp_path):
@@ -182,7 +184,11 @@ def test_missing_and_unexpected_keys_fail_only_with_strict(align, ckpts, tmp_pat
     assert result["one_side"] == ["fc.bias", "extra.weight"] and not result["equal"] and result["passed"]
     text = align("diff", edited, ckpts["pt"])
     assert text.returncode == 0 and "missing" in text.stdout and "extra.weight" in text.stdout
-    assert "--strict" in text.stdout
+    # the verdict line itself carries what was not compared (it used to say "All 15 compared parameters agree")
+    assert ("15 of 17 tensors compared, all agree within tolerance (per dtype, as torch.testing (float32: "
+            "rtol=1.3e-06, atol=1e-05)); not compared: 1 only in B; 1 only in A (--strict fails on keys on one side "
+            "only), listed below.") in text.stdout
+    assert result["compared"] == 15
     strict = align("diff", edited, ckpts["pt"], "--strict", "--json", "-")
     assert strict.returncode == 1 and not json.loads(strict.stdout)["passed"]
 
@@ -322,3 +328,31 @@ def test_per_name_tolerance_override(align, ckpts):
                   "--atol", "fc.*:0", "--json", "-")
     assert mixed.returncode == 1
     assert set(json.loads(mixed.stdout)["differences"]) == {"fc.weight", "fc.bias"}
+
+
+def test_nothing_compared_is_never_a_pass(align, tmp_path):
+    """Two checkpoints holding no tensor: nothing was compared, and the verdict says so with exit code 1 (it said
+    "All 0 compared parameters agree", exit 0)."""
+    from safetensors.numpy import save_file
+
+    empty = tmp_path / "empty.safetensors"
+    save_file({}, str(empty))
+    proc = align("diff", empty, empty, "--json", "-")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["passed"] is False and json.loads(proc.stdout)["compared"] == 0
+    text = align("diff", empty, empty)
+    assert text.returncode == 1 and "Nothing compared" in text.stdout and "not a pass" in text.stdout
+
+
+def test_names_of_no_known_convention_are_paired_as_they_are(align, tmp_path):
+    """Neither checkpoint's names tell a framework: diff pairs them as they are (it used to ask for a --from option
+    that diff does not have) and counts the key on one side only in its verdict line."""
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.ones((3, 3), np.float32)}, str(tmp_path / "a.safetensors"))
+    save_file({"w": np.ones((3, 3), np.float32), "v": np.ones(2, np.float32)}, str(tmp_path / "b.safetensors"))
+    proc = align("diff", tmp_path / "a.safetensors", tmp_path / "b.safetensors")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 of 2 tensors compared, all agree" in proc.stdout and "not compared: 1 only in B" in proc.stdout
+    other = align("diff", tmp_path / "a.safetensors", tmp_path / "b.safetensors", "--strict")
+    assert other.returncode == 1, other.stdout + other.stderr

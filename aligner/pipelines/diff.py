@@ -124,6 +124,11 @@ class DiffResult:
         return self.differences + (self.one_side if self.strict else [])
 
     @property
+    def nothing_compared(self) -> bool:
+        """No parameter had a twin whose numbers could be read: never a pass, whatever else holds."""
+        return not self.compared
+
+    @property
     def compared(self) -> list[ParamDiff]:
         return [p for p in self.params if p.metrics is not None]
 
@@ -134,15 +139,21 @@ class DiffResult:
 
     @property
     def exit_code(self) -> ExitCode:
-        return ExitCode.FOUND if self.failures else ExitCode.OK
+        return ExitCode.OK if self.passed else ExitCode.FOUND
+
+    @property
+    def passed(self) -> bool:
+        """Something was compared and nothing failed (keys on one side only fail with `strict`)."""
+        return not self.failures and not self.nothing_compared
 
     def __bool__(self) -> bool:
-        return not self.failures
+        return self.passed
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "tolerance": self.tolerance.to_dict(),
                 "init": self.init, "strict": self.strict, "equal": not self.differences and not self.one_side,
-                "passed": not self.failures, "differences": [p.name for p in self.differences],
+                "passed": self.passed, "compared": len(self.compared),
+                "differences": [p.name for p in self.differences],
                 "one_side": [p.name for p in self.one_side], "frozen_both": [p.name for p in self.frozen_both],
                 "hints": [h.to_dict() for h in self.hints], "notes": list(self.notes),
                 "params": [p.to_dict() for p in self.params]}
@@ -157,7 +168,7 @@ def _check_same_model(plan: Plan, a: TensorSource, b: TensorSource, what: str) -
     """Refuse two checkpoints of different models: more than half of the keys without a counterpart."""
     unmatched = sum(1 for e in plan.entries if e.status in (EntryStatus.MISSING, EntryStatus.UNEXPECTED,
                                                             EntryStatus.SHAPE_MISMATCH, EntryStatus.AMBIGUOUS))
-    total = max(len(a.infos), len(b.infos), 1)
+    total = max(len(plan.entries), 1)  # the union of both sides' keys, so the count never exceeds it
     if unmatched * 2 > total:
         raise AlignerError(f"{a.path} and {b.path} look like checkpoints of different models: {unmatched} of "
                            f"{total} {what} keys have no counterpart")

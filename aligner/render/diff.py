@@ -61,6 +61,24 @@ def hint_lines(hints: list[Finding]) -> list[str]:
     return [f"hint: {h.message}." + (f" Fix: {h.fix}." if h.fix else "") for h in hints]
 
 
+_NOT_COMPARED = {DiffStatus.MISSING: "only in B", DiffStatus.UNEXPECTED: "only in A",
+                 DiffStatus.CREATED: "buffers A's framework does not have",
+                 DiffStatus.DROPPED: "buffers B's framework does not have"}
+
+
+def _agree_line(result: DiffResult) -> str:
+    """The verdict when no compared parameter differs, with what was not compared counted in the same line."""
+    compared, total = len(result.compared), len(result.params)
+    if compared == total:
+        return f"All {total} compared tensors agree within tolerance ({result.tolerance.describe()})."
+    counts = {status: sum(1 for p in result.params if p.status is status) for status in _NOT_COMPARED}
+    left = "; ".join(f"{n} {_NOT_COMPARED[status]}" for status, n in counts.items() if n)
+    strict = ("" if not result.one_side else " (a failure with --strict)" if result.strict
+              else " (--strict fails on keys on one side only)")
+    return (f"{compared} of {total} tensors compared, all agree within tolerance "
+            f"({result.tolerance.describe()}); not compared: {left}{strict}, listed below.")
+
+
 def summary_lines(result: DiffResult) -> list[str]:
     """The plain-words paragraph under the table."""
     lines = [f"A: {_count(result.a)}.", f"B: {_count(result.b)}."]
@@ -68,14 +86,17 @@ def summary_lines(result: DiffResult) -> list[str]:
     for row in result.params:
         if row.differs:
             by_status.setdefault(row.status, []).append(row)
-    if not result.differences:
-        lines.append(f"All {len(result.compared)} compared parameters agree within tolerance "
-                     f"({result.tolerance.describe()}).")
+    if result.nothing_compared:
+        lines.append(f"Nothing compared: none of the {len(result.params)} key(s) has a twin on the other side whose "
+                     f"numbers could be compared, so this is not a pass (are both checkpoints of the same model? "
+                     f"a --map file pairs names that differ).")
+    elif not result.differences:
+        lines.append(_agree_line(result))
     for status, rows in by_status.items():
         lines.append(f"{len(rows)} parameter(s) {status.value}: {_names(rows)}.")
     for row in by_status.get(DiffStatus.UPDATE_DIFFERS, []):
         lines.append(f"{row.name}: {row.reason} (frozen, or missing from one optimizer's parameter list).")
-    if result.one_side:
+    if result.one_side and result.differences:  # otherwise the verdict line above counts them
         lines.append(f"{len(result.one_side)} key(s) exist on one side only: "
                      + ("a failure with --strict." if result.strict else "reported, not a failure (--strict fails "
                                                                           "on them)."))
