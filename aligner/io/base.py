@@ -17,6 +17,7 @@ import numpy as np
 
 from aligner.core.dtypes import canonical, contiguous, to_numpy
 from aligner.core.errors import AlignerError
+from aligner.core.files import open_fd
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PAGE = mmap.PAGESIZE
@@ -148,7 +149,7 @@ class FileSource(TensorSource):
     def __init__(self, path: str, framework: str | None) -> None:
         super().__init__(path, framework)
         self.layouts: dict[str, Layout] = {}
-        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._fd = open_fd(path)  # a regular file, else refused before it is opened
         self.size = os.fstat(self._fd).st_size
 
     def add(self, name: str, info: TensorInfo, layout: Layout) -> None:

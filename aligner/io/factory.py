@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from aligner.core.errors import AlignerError
+from aligner.core.files import open_input
 from aligner.core.frameworks import Framework
 from aligner.io import open_checkpoint
 
@@ -54,8 +55,9 @@ def _load_callable(spec: str) -> Any:
     try:
         if target.endswith(".py"):
             path = Path(target)
-            if not path.is_file():
+            if not path.exists():
                 raise AlignerError(f"factory {spec!r}: no such file {target}")
+            open_input(path).close()  # a regular file: a FIFO would block the import, a device never end
             name = f"_aligner_factory_{path.stem}"
             module_spec = importlib.util.spec_from_file_location(name, path)
             assert module_spec is not None and module_spec.loader is not None

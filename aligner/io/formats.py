@@ -11,6 +11,7 @@ import numpy as np
 
 from aligner.core.atomic import atomic_open
 from aligner.core.errors import AlignerError
+from aligner.core.files import open_input
 from aligner.io.base import TensorInfo, TensorSource
 from aligner.io.mindspore_ckpt import MindSporeCkptSource, write_ckpt
 from aligner.io.npy_files import open_npy
@@ -25,7 +26,7 @@ WRITABLE = ("pytorch", "mindspore", "safetensors")
 
 def _sniff(path: str) -> str | None:
     """The format told by a regular file's first bytes (None when they say nothing)."""
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:
         head = fh.read(16)
     if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":
         return "pytorch"

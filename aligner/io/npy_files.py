@@ -2,7 +2,9 @@
 
 A .npy is read with pread (`FileSource`). An .npz member is decompressed a block at a time; before anything is
 allocated each member's header must agree with the size the archive declares for it, and the members together may
-hold at most `MAX_RATIO` times the archive's size (or `RATIO_FLOOR`): a deflate bomb is refused, not unpacked.
+hold at most `MAX_RATIO` times the archive's size (or `RATIO_FLOOR`; the rule is aligner.core.files's, shared with
+torch's zip files): a deflate bomb is refused, not unpacked. Both are opened through `aligner.core.files` (regular
+files only).
 """
 from __future__ import annotations
 
@@ -14,10 +16,9 @@ from typing import IO, Iterator
 import numpy as np
 
 from aligner.core.errors import AlignerError
+from aligner.core.files import check_expansion, open_input
 from aligner.io.base import READ_BLOCK, FileSource, Layout, TensorInfo, TensorSource, checked_info
 
-MAX_RATIO = 64             # most an .npz archive may expand (real weights compress about 1.1x, deflate up to 1032x)
-RATIO_FLOOR = 64 << 20     # bytes: archives holding up to this much are never refused for their ratio
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, ValueError,
                NotImplementedError, RuntimeError)
 
@@ -48,7 +49,7 @@ class NpySource(FileSource):
         super().__init__(path, None)
         try:
             name = os.path.splitext(os.path.basename(path))[0]
-            with open(path, "rb") as fh:
+            with os.fdopen(self._fd, "rb", closefd=False) as fh:  # the descriptor FileSource opened and checked
                 info, stored, fortran, offset = _header(fh, path, name)
             if offset + info.nbytes > self.size:
                 raise AlignerError(f"{path}: truncated .npy file ({self.size} bytes, its header needs "
@@ -66,9 +67,11 @@ class NpzSource(TensorSource):
 
     def __init__(self, path: str) -> None:
         super().__init__(path, None)
+        self._file = open_input(path)
         try:
-            self._zip = zipfile.ZipFile(path)
+            self._zip = zipfile.ZipFile(self._file)
         except _ZIP_ERRORS as exc:
+            self._file.close()
             raise AlignerError(f"{path}: not a readable .npz archive: {str(exc)[:120]}") from None
         self._members: dict[str, tuple[zipfile.ZipInfo, np.dtype, bool, int]] = {}
         try:
@@ -76,13 +79,13 @@ class NpzSource(TensorSource):
         except BaseException:
             self.close()
             raise
-        size = os.path.getsize(path)
-        total = sum(member.file_size for member, *_ in self._members.values())
-        if total > max(RATIO_FLOOR, MAX_RATIO * size):
+        try:
+            check_expansion(path, os.fstat(self._file.fileno()).st_size,
+                            sum(member.file_size for member, *_ in self._members.values()),
+                            "extract it and pass the .npy files if you trust it")
+        except AlignerError:
             self.close()
-            raise AlignerError(f"{path}: its members expand {size} bytes to {total} (more than {MAX_RATIO}x: a "
-                               "decompression bomb?); refusing to unpack it (extract it and pass the .npy files if "
-                               "you trust it)")
+            raise
         if skipped:
             names = ", ".join(map(repr, skipped[:5]))
             self.notes.append(f"skipped {len(skipped)} archive member(s) that are not .npy: {names}")
@@ -147,6 +150,7 @@ class NpzSource(TensorSource):
     def close(self) -> None:
         if hasattr(self, "_zip"):
             self._zip.close()
+            self._file.close()
 
 
 def open_npy(path: str) -> TensorSource:

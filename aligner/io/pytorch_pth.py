@@ -12,6 +12,7 @@ import numpy as np
 
 from aligner.core.dtypes import canonical, numpy_to_torch, torch_to_numpy
 from aligner.core.errors import AlignerError
+from aligner.core.files import check_zip, open_input
 from aligner.io.base import TensorInfo, TensorSource
 
 NEST_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
@@ -66,10 +67,17 @@ class TorchSource(TensorSource):
         import torch
 
         try:
-            self.file_backed = zipfile.is_zipfile(path)
-        except zipfile.BadZipFile:  # is_zipfile raises on some broken end records: torch.load then says what is wrong
-            self.file_backed = False
-        self._size = os.stat(path).st_size
+            handle = open_input(path)  # a regular file (a FIFO would block torch.load), not a decompression bomb
+        except OSError as exc:         # missing, unreadable, a symlink loop
+            raise AlignerError(f"{path}: cannot open PyTorch file: {exc.strerror or exc}") from None
+        with handle as fh:
+            try:
+                self.file_backed = zipfile.is_zipfile(fh)
+            except zipfile.BadZipFile:  # raised on some broken end records: torch.load then says what is wrong
+                self.file_backed = False
+            if self.file_backed:
+                check_zip(path, fh, "unzip it and check what it holds if you trust it")
+            self._size = os.fstat(fh.fileno()).st_size
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -28,10 +28,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from pathlib import Path
 from typing import Any, Iterable
 
 from aligner.core.errors import AlignerError
+from aligner.core.files import TEXT, read_text
 from aligner.mapping.transforms import Concat, Op, OpKind, Reshape, Split, Transpose
 
 # each section's YAML type, and how a message names it
@@ -196,7 +196,7 @@ def load_user_map(path: str) -> UserMap:
     import yaml  # here, not at import: `align compare` without --map never parses YAML (its start time)
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_text(path, TEXT)  # a regular file under the cap (a FIFO would block, /dev/zero fill memory)
     except OSError as exc:
         raise AlignerError(f"{path}: cannot read mapping file: {exc.strerror or exc}") from None
     except UnicodeDecodeError:

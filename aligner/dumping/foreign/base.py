@@ -9,6 +9,7 @@ from typing import Callable
 import numpy as np
 
 from aligner.core.dtypes import canonical
+from aligner.core.files import open_input
 from aligner.dumping.manifest import Record
 
 
@@ -36,9 +37,9 @@ class ForeignDump:
 
 def npy_layout(path: Path) -> tuple[list[int], str]:
     """(shape, canonical dtype) from a .npy file's header, without reading its data; ValueError/OSError if it is
-    not a readable .npy file."""
+    not a readable .npy file, AlignerError if it is not a regular file."""
     fmt = np.lib.format
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:
         version = fmt.read_magic(fh)
         read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
         shape, _, dtype = read(fh)

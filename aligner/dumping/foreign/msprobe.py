@@ -32,6 +32,7 @@ import numpy as np
 
 from aligner.core.dtypes import canonical, torch_to_numpy
 from aligner.core.errors import AlignerError
+from aligner.core.files import INDEX, check_zip, open_input, open_text
 from aligner.dumping.foreign.base import Entry, ForeignDump
 from aligner.dumping.foreign.layout import DUMP_JSON, STEP, inside, run_dirs
 from aligner.dumping.manifest import Record
@@ -69,7 +70,7 @@ def _runs(root: Path) -> list[Path]:
 
 def _load_json(path: Path, what: str) -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open_text(path, INDEX) as fh:
             data = json.load(fh)
     except (OSError, UnicodeDecodeError) as exc:
         raise AlignerError(f"{path}: cannot read {what}: {exc}") from exc
@@ -102,15 +103,20 @@ def _tensors(value: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any]]
 def load_pt(path: Path, shape: list[int], dtype: str) -> np.ndarray:
     """An msprobe PyTorch tensor file (`torch.save` of one tensor) through `torch.load(weights_only=True)`: torch's
     restricted unpickler, which rebuilds tensors and plain containers and imports no other code; ValueError if the
-    file is not one tensor of the recorded shape and dtype."""
+    file is not one tensor of the recorded shape and dtype, nor a regular file whose zip members expand at most
+    `MAX_RATIO` times (aligner.core.files)."""
     import pickle
 
     import torch
 
     try:
-        value = torch.load(path, map_location="cpu", weights_only=True)
+        with open_input(path) as fh:
+            check_zip(path, fh, "a tensor file of the dump should not be compressed")
+            value = torch.load(fh, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise ValueError(f"{path.name}: file missing") from None
+    except AlignerError as exc:
+        raise ValueError(str(exc)) from None
     except (pickle.UnpicklingError, RuntimeError, OSError, EOFError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ValueError(f"{path.name}: not a torch tensor file ({first[:160]})") from None

@@ -46,8 +46,9 @@ import numpy as np
 from aligner.core.atomic import atomic_open
 from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
+from aligner.core.files import INDEX, TEXT, open_input, open_text, read_text
 from aligner.dumping.foreign.base import Entry, ForeignDump, npy_layout
-from aligner.dumping.foreign.layout import EXECUTION_ORDER, METADATA, NATIVE_RANK, is_native_rank, native_ranks
+from aligner.dumping.foreign.layout import EXECUTION_ORDER, METADATA, NATIVE_RANK, inside, is_native_rank, native_ranks
 from aligner.dumping.manifest import Record
 
 STATISTIC_CSV = "statistic.csv"
@@ -78,18 +79,26 @@ def _rank_dir(root: Path) -> Path:
     return ranks[0]
 
 
-def _dump_version(rank: Path) -> str | None:
+def _confined(rank: Path, real: Path, path: Path) -> tuple[Path | None, str | None]:
+    """`inside` for a file found under the rank folder (`real`: the folder resolved once): (path, None), or (None,
+    why) for a link leading out of it."""
+    return inside(rank, str(path.relative_to(rank)), real)
+
+
+def _dump_version(rank: Path, real: Path) -> str | None:
     """The MindSpore version that wrote a rank folder (`.dump_metadata/config.json` "ms_version"), else None."""
+    path, why = _confined(rank, real, rank / METADATA / "config.json")
+    if path is None:
+        raise AlignerError(f"{rank}: {why}")
     try:
-        with open(rank / METADATA / "config.json", encoding="utf-8") as fh:
-            found = json.load(fh).get("ms_version")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        found = json.loads(read_text(path, TEXT)).get("ms_version")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError):
         return None
     return found if isinstance(found, str) else None
 
 
-def _check_version(rank: Path) -> None:
-    version = _dump_version(rank)
+def _check_version(rank: Path, real: Path) -> None:
+    version = _dump_version(rank, real)
     supported = ", ".join(SUPPORTED_VERSIONS)
     if version is None:
         raise AlignerError(f"{rank}: MindSpore native dump of unknown version (no ms_version in {METADATA}/"
@@ -99,15 +108,20 @@ def _check_version(rank: Path) -> None:
                            f"of MindSpore {supported} only")
 
 
-def _orders(rank: Path) -> dict[int, list[str]]:
-    """Each graph's op full names in execution order."""
+def _orders(rank: Path, real: Path, problems: list[str]) -> dict[int, list[str]]:
+    """Each graph's op full names in execution order (a file leading out of the rank folder is a problem, skipped)."""
     out: dict[int, list[str]] = {}
     folder = rank / EXECUTION_ORDER
     for path in sorted(folder.iterdir()) if folder.is_dir() else []:
         found = _ORDER_CSV.fullmatch(path.name)
-        if found:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                out[int(found[1])] = [line.strip() for line in fh if "/" in line]
+        if found is None:
+            continue
+        _, why = _confined(rank, real, path)
+        if why:
+            problems.append(f"{EXECUTION_ORDER}/{path.name}: {why}")
+            continue
+        with open_text(path, INDEX, errors="replace") as fh:
+            out[int(found[1])] = [line.strip() for line in fh if "/" in line]
     return out
 
 
@@ -154,9 +168,12 @@ class _Op:
     input0: list[int] | None = None  # its first input's shape: a cell's first op reads the cell's input there
 
 
-def _tensor_entry(path: Path, rank: Path, step: int, found: re.Match[str]) -> Entry:
+def _tensor_entry(path: Path, rank: Path, real: Path, step: int, found: re.Match[str]) -> Entry:
     record = Record(seq=0, module="", type=f"ops.{found['type']}", kind="op", io="output",
                     index=int(found["slot"]), dtype="", shape=[], step=step, file=str(path.relative_to(rank)))
+    _, why = _confined(rank, real, path)
+    if why:
+        return Entry(record, error=f"{path.name}: {why}"[:300])
     if found["format"] not in _HOST_FORMATS:
         return Entry(record, error=f"{path.name}: device layout {found['format']} (dump with trans_flag true)")
     try:
@@ -166,16 +183,20 @@ def _tensor_entry(path: Path, rank: Path, step: int, found: re.Match[str]) -> En
     return Entry(record, path)
 
 
-def _ir_shapes(rank: Path, graph: int) -> dict[str, list[int]]:
+def _ir_shapes(rank: Path, real: Path, graph: int, problems: list[str]) -> dict[str, list[int]]:
     """{op full name: output shape} of the graph's single-tensor ops, from its IR (`graphs/ms_output_trace_code_graph_
     G.ir`): the CPU dump writes a Reshape that the graph runs as a no-op with its input's shape, the IR says what it
-    outputs."""
+    outputs. An IR file leading out of the rank folder is a problem, not read."""
     out: dict[str, list[int]] = {}
     path = rank / "graphs" / f"ms_output_trace_code_graph_{graph}.ir"
     if not path.is_file():
         return out
+    _, why = _confined(rank, real, path)
+    if why:
+        problems.append(f"graphs/{path.name}: {why}")
+        return out
     abstract: str | None = None
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open_text(path, INDEX, errors="replace") as fh:
         for line in fh:
             text = line.strip()
             if text.startswith(("%", "Return(")):
@@ -197,7 +218,7 @@ def _statistics(path: Path, rank: Path, graph: int, step: int, ops: dict[tuple[i
                 problems: list[str]) -> None:
     """statistic.csv rows (documented columns: Op Type, Op Name, ..., IO, Slot, Data Size, Data Type, Shape, then the
     chosen statistics) as statistics on the op outputs: attached to a tensor file's record, else a stats-only one."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+    with open_text(path, INDEX, errors="replace", newline="") as fh:
         for lineno, row in enumerate(csv.DictReader(fh), 2):
             try:
                 if row.get("IO") != "output":
@@ -223,8 +244,9 @@ def _statistics(path: Path, rank: Path, graph: int, step: int, ops: dict[tuple[i
                 problems.append(f"{path.relative_to(rank)} line {lineno}: {exc}"[:300])
 
 
-def _iterations(rank: Path, problems: list[str]) -> dict[int, dict[tuple[int, str], _Op]]:
-    """{iteration: {(graph, op name): op}} from every net's graph folders."""
+def _iterations(rank: Path, real: Path, problems: list[str]) -> dict[int, dict[tuple[int, str], _Op]]:
+    """{iteration: {(graph, op name): op}} from every net's graph folders (files leading out of the rank folder: a
+    marked row, a problem, or ignored for an op input)."""
     out: dict[int, dict[tuple[int, str], _Op]] = {}
     for net in sorted(p for p in rank.iterdir() if p.is_dir() and p.name not in _NOT_NETS):
         for graph_dir in sorted(p for p in net.iterdir() if p.is_dir() and p.name.isdigit()):
@@ -240,20 +262,29 @@ def _iterations(rank: Path, problems: list[str]) -> dict[int, dict[tuple[int, st
                                                                     (int(found["ts"]), 0)))
                     op.order = min(op.order, (int(found["ts"]), 0))
                     if found["io"] == "output":
-                        op.outputs[int(found["slot"])] = _tensor_entry(path, rank, step, found)
-                    elif found["slot"] == "0" and found["format"] in _HOST_FORMATS:
+                        op.outputs[int(found["slot"])] = _tensor_entry(path, rank, real, step, found)
+                    elif found["slot"] == "0" and found["format"] in _HOST_FORMATS \
+                            and _confined(rank, real, path)[0]:
                         op.input0 = _layout_or_none(path)
-                if (folder / STATISTIC_CSV).is_file():
-                    _statistics(folder / STATISTIC_CSV, rank, graph, step, ops, problems)
+                statistic = folder / STATISTIC_CSV
+                if statistic.is_file():
+                    _, why = _confined(rank, real, statistic)
+                    if why:
+                        problems.append(f"{statistic.relative_to(rank)}: {why}")
+                    else:
+                        _statistics(statistic, rank, graph, step, ops, problems)
     return out
 
 
 def _viewed(path: Path, shape: list[int]) -> np.ndarray:
     """A native dump's .npy file viewed in another shape of the same size (ValueError if it cannot be)."""
     try:
-        return np.load(path, allow_pickle=False).reshape(shape)
+        with open_input(path) as fh:
+            return np.load(fh, allow_pickle=False).reshape(shape)
     except OSError as exc:
         raise ValueError(f"{path.name}: cannot read ({exc.strerror or exc})") from None
+    except AlignerError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _layout_or_none(path: Path) -> list[int] | None:
@@ -315,16 +346,19 @@ def read(root: Path) -> ForeignDump:
 
 def _read(root: Path) -> ForeignDump:
     rank = _rank_dir(root)
-    _check_version(rank)
-    orders = _orders(rank)
+    real = rank.resolve()  # once for every file of the rank folder
+    _check_version(rank, real)
+    problems: list[str] = []
+    orders = _orders(rank, real, problems)
+    if not orders and problems:  # the execution order leads out of the rank folder
+        raise AlignerError(f"{rank}: {problems[0]}")
     if not orders:
         raise AlignerError(f"{rank}: no {EXECUTION_ORDER}/ms_execution_order_graph_N.csv (MindSpore writes it with "
                            "every native dump): cannot tell which cell each op ran in")
     position = {(g, full.replace("/", "_")): (i, full) for g, names in orders.items() for i, full in enumerate(names)}
-    ir = {g: _ir_shapes(rank, g) for g in orders}
-    problems: list[str] = []
+    ir = {g: _ir_shapes(rank, real, g, problems) for g in orders}
     entries: list[Entry] = []
-    for _, by_name in sorted(_iterations(rank, problems).items()):
+    for _, by_name in sorted(_iterations(rank, real, problems).items()):
         ops = []
         for (graph, name), op in by_name.items():
             placed = position.get((graph, name))

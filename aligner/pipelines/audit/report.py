@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.files import TEXT, read_text
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
 from aligner.pipelines.audit.optimizers import OptimizerAudit
@@ -99,7 +99,9 @@ def load_baseline(path: str | os.PathLike) -> set[tuple[str, str | None, str | N
     """The accepted findings' keys from a baseline file: an earlier `--json` report (its findings and accepted ones)
     or a YAML/JSON list of {rule, where: [torch path, MindSpore path], attribute}."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yaml.safe_load(read_text(path, TEXT))
+    except AlignerError as exc:  # not a regular file, or above the cap
+        raise AlignerError(f"--baseline {exc}") from None
     except OSError as exc:
         raise AlignerError(f"--baseline {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:

@@ -26,6 +26,7 @@ from typing import Any, Iterator
 import yaml
 
 from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.files import SOURCE, read_bytes
 from aligner.core.findings import Finding, Severity
 
 DEFAULTS_FILE = "defaults_mindspore_torch.yaml"   # in the top-level mappings/, shipped as aligner.mappings
@@ -146,13 +147,15 @@ class SourceAuditReport:
 def audit_source(path: str | os.PathLike[str]) -> SourceAuditReport:
     """Scan a Python file, or every *.py under a directory (hidden directories, __pycache__ and site-packages left
     out), for MindSpore calls that rely on a default differing from torch. A file that does not parse (or cannot be
-    read) is listed in `skipped` with its line; the others are scanned. A file that never mentions `mindspore` is
-    not parsed: no name in it can resolve to a MindSpore API."""
+    read, or is no regular file, or is above the `SOURCE` size cap) is listed in `skipped` with its line; the others
+    are scanned. A file that never mentions `mindspore` is not parsed: no name in it can resolve to a MindSpore API.
+    A file named directly that cannot be read is an AlignerError instead."""
     root = Path(path)
     if not root.exists():
         raise AlignerError(f"audit --source: {path}: no such file or directory")
-    if root.is_file() and root.suffix != ".py":
+    if not root.is_dir() and root.suffix != ".py":
         raise AlignerError(f"audit --source: {path}: not a Python file (give a .py file or a directory)")
+    _ = SOURCE.limit  # a malformed ALIGNER_MAX_SOURCE_BYTES is one error, not a skipped line per file
     table = load_defaults()
     findings: list[Finding] = []
     skipped: list[str] = []
@@ -160,20 +163,28 @@ def audit_source(path: str | os.PathLike[str]) -> SourceAuditReport:
     for file in _python_files(root):
         files += 1
         try:
-            data = file.read_bytes()
+            data = read_bytes(file, SOURCE)
         except OSError as exc:                   # unreadable, or a dangling link named *.py
+            if file == root:
+                raise AlignerError(f"audit --source: {path}: cannot be read ({exc.strerror or exc})") from None
             skipped.append(f"{file}:0: cannot be read ({exc.strerror or exc})")
+            continue
+        except AlignerError as exc:              # a FIFO, device or directory named *.py; a file above the cap
+            if file == root:
+                raise AlignerError(f"audit --source: {exc}") from None
+            skipped.append(f"{file}:0: {str(exc).removeprefix(f'{file}: ')}")
             continue
         if b"mindspore" not in data:
             continue
         try:
             tree = ast.parse(data, filename=str(file))
-        except (SyntaxError, ValueError, RecursionError) as exc:  # ValueError: null bytes; RecursionError: nesting
+            text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0], errors="replace")
+            findings += scan_tree(tree, text.encode("utf-8").splitlines(), str(file), table)
+        except (RecursionError, MemoryError):   # the parser's or the scan's stack: nesting no real code has
+            skipped.append(f"{file}:0: too deeply nested to parse")
+        except (SyntaxError, ValueError) as exc:  # ValueError: null bytes
             line = getattr(exc, "lineno", None)
             skipped.append(f"{file}:{line or 0}: {getattr(exc, 'msg', None) or exc}")
-            continue
-        text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0], errors="replace")
-        findings += scan_tree(tree, text.encode("utf-8").splitlines(), str(file), table)
     return SourceAuditReport(str(path), files, findings, skipped)
 
 
@@ -193,7 +204,7 @@ def scan_tree(tree: ast.Module, lines: list[bytes], filename: str, table: Defaul
 
 
 def _python_files(root: Path) -> Iterator[Path]:
-    if root.is_file():
+    if not root.is_dir():
         yield root
         return
     for folder, dirs, files in os.walk(root):

@@ -3,7 +3,7 @@
 Text, CSV and JSONL logs are read line by line: time is linear in the file size and memory grows with the number of
 losses read (a few arrays), not with the file (the text is not kept). Every default regex is written so that it
 cannot backtrack more than linearly (possessive quantifiers; the step/loss form is found by one token scan instead of
-a lazy `.*?` search). A JSON document (not JSON lines) is parsed whole.
+a lazy `.*?` search). A JSON document (not JSON lines) is parsed whole, up to the `INDEX` size cap.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from aligner.core.errors import AlignerError
+from aligner.core.files import INDEX, Cap, open_text
 
 _NUM = r"\[?\s*+(?P<loss>[-+]?(?:nan|inf(?:inity)?|\d+\.?\d*(?:e[-+]?\d+)?|\.\d+(?:e[-+]?\d+)?))"
 _LOSS = r"\b(?:train_)?loss\b\s*+(?:is|[:=])?\s*+" + _NUM
@@ -178,9 +179,10 @@ def read_losses(path: str | Path, pattern: str | None = None, option: str = "--p
         raise AlignerError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def _open(path: Path, newline: str | None = None) -> TextIO:
-    """The file as text: UTF-8 with an optional BOM (spreadsheets write one), undecodable bytes replaced."""
-    return open(path, encoding="utf-8-sig", errors="replace", newline=newline)
+def _open(path: Path, newline: str | None = None, cap: Cap | None = None) -> TextIO:
+    """The regular file as text: UTF-8 with an optional BOM (spreadsheets write one), undecodable bytes replaced;
+    `cap` for a file read whole (logs read line by line need none: their memory does not grow with the file)."""
+    return open_text(path, cap, encoding="utf-8-sig", errors="replace", newline=newline)
 
 
 def _suffix_format(path: Path) -> str | None:
@@ -317,7 +319,7 @@ def _read_csv(path: Path, handle: TextIO) -> LossCurve:
 
 def _read_json(path: Path) -> LossCurve:
     """Rows from a JSON list of records, a dict of columns, or a dict holding a list of records (read whole)."""
-    with _open(path) as handle:
+    with _open(path, cap=INDEX) as handle:
         text = handle.read()
     try:
         data = json.loads(text, parse_float=str, parse_int=str)

@@ -1,0 +1,355 @@
+"""Every file a command opens is a regular file under a size cap, read only inside the folder the user named: FIFOs,
+devices, directories, symlink loops and links leading out of a dump are refused in one line or mark their row; no
+command hangs or grows without bound (aligner/core/files.py).
+
+The regression tests run in a subprocess with a timeout (a FIFO whose other end is never opened would hang the old
+code) and, where the old code read /dev/zero until memory ran out, under an address-space limit. The fuzz class runs
+in-process: after the fix nothing there can block.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import align_in_process, assert_one_line_error
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aligner.core.errors import AlignerError
+from aligner.dumping.foreign import native
+from aligner.mapping.usermap import load_user_map
+from aligner.pipelines.audit.report import load_baseline
+from aligner.pipelines.compare.sources import load_tensor, read_source
+from aligner.pipelines.losses.parse import read_losses
+
+DATA = Path(__file__).parent / "data" / "msprobe"
+SECRET = np.array([1234.5, 6789.25, 31337.0, 4242.125], np.float32)  # numbers that must never be read
+_OP = "MatMul.Default_fc-Dense_MatMul-op0.1.0.100.output.0.DefaultFormat.float32.npy"
+_LIMIT = 3 << 30  # address space of a child that would read /dev/zero until MemoryError on the old code
+
+
+def _limited() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (_LIMIT, _LIMIT))
+
+
+def _run(argv: list[str], limit: bool = False, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """A child that must finish within 20 s (a hang on a FIFO is a failure, not a stuck suite)."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=20, preexec_fn=_limited if limit else None,
+                              env=dict(os.environ, PYTHONWARNINGS="ignore", GLOG_v="3", OPENBLAS_NUM_THREADS="1",
+                                       **(env or {})))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hung: {' '.join(argv)}")
+
+
+def _align(*args: object, limit: bool = False, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return _run([sys.executable, "-m", "aligner.cli", *map(str, args)], limit, env)
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def _native(tmp: Path) -> Path:
+    """A minimal MindSpore 2.10 native dump (the layout native.py documents): one Dense cell `fc`, one output."""
+    rank = tmp / "native" / "rank_0"
+    (rank / ".dump_metadata").mkdir(parents=True)
+    (rank / ".dump_metadata" / "config.json").write_text(json.dumps({"device_target": "CPU", "ms_version": "2.10.0"}))
+    (rank / "execution_order").mkdir()
+    (rank / "execution_order" / "ms_execution_order_graph_0.csv").write_text("Default/fc-Dense/MatMul-op0\n")
+    (rank / "graphs").mkdir()
+    (rank / "graphs" / "ms_output_trace_code_graph_0.ir").write_text("")
+    folder = rank / "Net" / "0" / "0"
+    folder.mkdir(parents=True)
+    np.save(folder / _OP, np.ones((1, 4), np.float32))
+    return rank
+
+
+# the native dump's files, relative to its rank folder
+_NATIVE_FILES = {"config": ".dump_metadata/config.json", "order": "execution_order/ms_execution_order_graph_0.csv",
+                 "ir": "graphs/ms_output_trace_code_graph_0.ir", "statistic": "Net/0/0/statistic.csv",
+                 "tensor": f"Net/0/0/{_OP}"}
+
+_READ_NATIVE = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from aligner.core.errors import AlignerError
+    from aligner.dumping.foreign import native
+    try:
+        dump = native.read(Path(sys.argv[1]))
+    except AlignerError as exc:
+        print(json.dumps({"error": str(exc)}))
+    else:
+        print(json.dumps({"problems": dump.problems, "errors": [e.error for e in dump.entries if e.error]}))
+""")
+
+
+def _read_native(rank: Path) -> dict:
+    proc = _run([sys.executable, "-c", _READ_NATIVE, str(rank)], limit=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def _outside(tmp: Path, name: str, text: str) -> Path:
+    out = tmp / "elsewhere" / name
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(text)
+    return out
+
+
+# --- FIFOs and devices that hung or exhausted memory -------------------------------------------------------------
+
+def test_audit_source_skips_a_fifo_and_dev_zero_named_py(tmp_path: Path) -> None:
+    tree = tmp_path / "src"
+    tree.mkdir()
+    _fifo(tree / "pipe.py")
+    (tree / "zero.py").symlink_to("/dev/zero")
+    (tree / "ok.py").write_text("import mindspore\n")
+    proc = _align("audit", "--source", tree, "--json", tmp_path / "r.json", limit=True)
+    assert proc.returncode == 0, proc.stderr
+    skipped = json.loads((tmp_path / "r.json").read_text())["skipped"]
+    assert any("pipe.py" in s and "FIFO" in s for s in skipped) and any("zero.py" in s and "device" in s
+                                                                     for s in skipped), skipped
+    assert_one_line_error(_align("audit", "--source", tree / "zero.py", limit=True), "not a regular file (a device)")
+
+
+def test_map_fifo_does_not_hang_compare_or_convert(tmp_path: Path) -> None:
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        np.save(tmp_path / side / "x.npy", np.zeros(3, np.float32))
+    torch.save({"w": torch.zeros(2)}, tmp_path / "src.pth")
+    fifo = _fifo(tmp_path / "map.yaml")
+    assert_one_line_error(_align("compare", tmp_path / "a", tmp_path / "b", "--map", fifo), "a FIFO")
+    assert_one_line_error(_align("convert", tmp_path / "src.pth", "-o", tmp_path / "o.ckpt", "--map", fifo), "a FIFO")
+
+
+def test_convert_like_fifo_does_not_hang(tmp_path: Path) -> None:
+    torch.save({"w": torch.zeros(2)}, tmp_path / "src.pth")
+    proc = _align("convert", tmp_path / "src.pth", "-o", tmp_path / "o.ckpt", "--like", _fifo(tmp_path / "t.pth"))
+    assert_one_line_error(proc, "a FIFO")
+    assert not (tmp_path / "o.ckpt").exists()
+
+
+@pytest.mark.parametrize("which", ["order", "tensor"])
+def test_native_dump_fifo_does_not_hang(tmp_path: Path, which: str) -> None:
+    rank = _native(tmp_path)
+    target = rank / _NATIVE_FILES[which]
+    target.unlink()
+    _fifo(target)
+    result = _read_native(rank)
+    assert "a FIFO" in json.dumps(result), result
+
+
+@pytest.mark.parametrize("which", ["order", "config"])
+def test_native_dump_dev_zero_is_refused_not_read(tmp_path: Path, which: str) -> None:
+    rank = _native(tmp_path)
+    target = rank / _NATIVE_FILES[which]
+    target.unlink()
+    target.symlink_to("/dev/zero")
+    result = _read_native(rank)
+    assert "error" in result and "outside the dump directory" in json.dumps(result), result
+
+
+def test_msprobe_pt_fifo_does_not_hang_under_trust_pickle(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "pt_L0_tensor_fc2" / "step0" / "rank0", run)
+    target = run / "dump_tensor_data" / "Module.mlp.fc2.Linear.forward.0.output.0.pt"
+    target.unlink()
+    _fifo(target)
+    code = ("import sys; from pathlib import Path; from aligner.pipelines.compare.sources import load_tensor, "
+            "read_source\nfor it in read_source(Path(sys.argv[1]), trust_pickle=True).items:\n"
+            "    try: load_tensor(it)\n    except ValueError as exc: print(exc)")
+    proc = _run([sys.executable, "-c", code, str(run)])
+    assert proc.returncode == 0 and "a FIFO" in proc.stdout, proc.stderr[-2000:]
+
+
+# --- reads outside the native dump ---------------------------------------------------------------------------------
+
+def test_native_tensor_leading_out_is_never_read(tmp_path: Path) -> None:
+    rank = _native(tmp_path)
+    np.save(tmp_path / "secret.npy", SECRET.reshape(1, 4))
+    (rank / _NATIVE_FILES["tensor"]).unlink()
+    (rank / _NATIVE_FILES["tensor"]).symlink_to(tmp_path / "secret.npy")
+    dump = native.read(rank)
+    forward = [e for e in dump.entries if e.record.module == "fc"]
+    assert forward and all(e.path is None and e.load is None and "outside the dump directory" in (e.error or "")
+                           for e in forward)
+
+
+def test_native_indices_leading_out_are_refused(tmp_path: Path) -> None:
+    rank = _native(tmp_path)
+    ir = rank / _NATIVE_FILES["ir"]
+    ir.unlink()
+    ir.symlink_to(_outside(tmp_path, "g.ir", "# nothing\n"))
+    stat_rows = ("Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,Max Value\n"
+                 "MatMul,Default_fc-Dense_MatMul-op0,1,0,100,output,0,16,float32,\"(1,4)\",31337.0\n")
+    (rank / _NATIVE_FILES["statistic"]).symlink_to(_outside(tmp_path, "statistic.csv", stat_rows))
+    dump = native.read(rank)
+    assert any("graphs/" in p and "outside" in p for p in dump.problems), dump.problems
+    assert any("statistic.csv" in p and "outside" in p for p in dump.problems), dump.problems
+    assert all(e.record.stats is None for e in dump.entries)  # 31337.0 was never read
+    config = rank / _NATIVE_FILES["config"]
+    config.unlink()
+    config.symlink_to(_outside(tmp_path, "config.json", json.dumps({"ms_version": "2.10.0"})))
+    with pytest.raises(AlignerError, match="outside the dump directory"):
+        native.read(rank)
+
+
+def test_native_execution_order_leading_out_is_refused(tmp_path: Path) -> None:
+    rank = _native(tmp_path)
+    order = rank / _NATIVE_FILES["order"]
+    order.unlink()
+    order.symlink_to(_outside(tmp_path, "order.csv", "Default/fc-Dense/MatMul-op0\n"))
+    with pytest.raises(AlignerError, match="execution_order"):
+        native.read(rank)
+
+
+# --- sizes: caps and bombs -----------------------------------------------------------------------------------------
+
+def test_audit_source_caps_a_file_before_parsing_it(tmp_path: Path) -> None:
+    big = tmp_path / "big.py"
+    big.write_text("import mindspore\n" + "#" * 100 + "\n" * (3 << 20))  # 3 MiB: above the 2 MiB cap
+    proc = _align("audit", "--source", big)
+    assert_one_line_error(proc, "cap on Python source files", "ALIGNER_MAX_SOURCE_BYTES")
+    raised = _align("audit", "--source", big, env={"ALIGNER_MAX_SOURCE_BYTES": str(4 << 20)})
+    assert raised.returncode == 0, raised.stderr
+
+
+def test_audit_source_deep_nesting_is_skipped_like_a_syntax_error(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "deep.py").write_text("import mindspore\nx = " + "-" * 20000 + "1\n")
+    proc = align_in_process(capsys, "audit", "--source", tmp_path, "--json", tmp_path / "r.json")
+    assert proc.returncode == 0 and "internal error" not in proc.stderr, proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["skipped"] == [f"{tmp_path / 'deep.py'}:0: too deeply "
+                                                                         "nested to parse"]
+
+
+def test_text_caps_name_their_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "map.yaml").write_text("rename: {a: b}\n" + "#" * 2000 + "\n")
+    (tmp_path / "base.yaml").write_text("[]\n" + "#" * 2000 + "\n")
+    (tmp_path / "loss.json").write_text(json.dumps([{"step": i, "loss": 1.0} for i in range(100)]))
+    monkeypatch.setenv("ALIGNER_MAX_TEXT_BYTES", "1000")
+    monkeypatch.setenv("ALIGNER_MAX_INDEX_BYTES", "1000")
+    with pytest.raises(AlignerError, match="ALIGNER_MAX_TEXT_BYTES"):
+        load_user_map(str(tmp_path / "map.yaml"))
+    with pytest.raises(AlignerError, match="ALIGNER_MAX_TEXT_BYTES"):
+        load_baseline(tmp_path / "base.yaml")
+    with pytest.raises(AlignerError, match="ALIGNER_MAX_INDEX_BYTES"):
+        read_losses(tmp_path / "loss.json")
+
+
+def _bomb(path: Path) -> Path:
+    """A torch zip file whose storage is 70 MB of deflated zeros (about 70 KB on disk)."""
+    raw = io.BytesIO()
+    torch.save(torch.zeros(70 << 18), raw)
+    with zipfile.ZipFile(raw) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
+        for member in src.infolist():
+            out.writestr(member.filename, src.read(member))
+    return path
+
+
+def test_a_deflate_bomb_pt_is_refused_before_torch_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bomb = _bomb(tmp_path / "bomb.pth")
+    assert bomb.stat().st_size < 1 << 20
+    assert_one_line_error(align_in_process(capsys, "inspect", bomb, "--trust-pickle"), "decompression bomb")
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "pt_L0_tensor_fc2" / "step0" / "rank0", run)
+    target = run / "dump_tensor_data" / "Module.mlp.fc2.Linear.forward.0.output.0.pt"
+    _bomb(target)
+    item = next(it for it in read_source(run, trust_pickle=True).items
+                if it.record.io == "output" and it.load is not None)
+    with pytest.raises(ValueError, match="decompression bomb"):
+        load_tensor(item)
+
+
+# --- fuzz: every kind of substitute for every file kind ------------------------------------------------------------
+
+_SUBSTITUTES = ("fifo", "/dev/zero", "/dev/null", "loop", "directory")
+
+
+def _substitute(path: Path, kind: str) -> None:
+    """Put `kind` where the regular file `path` is (or would be)."""
+    if path.is_file() or path.is_symlink():
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "loop":
+        path.symlink_to(path.name)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(kind)
+
+
+def _cli_case(tmp: Path, case: str) -> tuple[Path, list[object]]:
+    """(the file to substitute, the command that reads it) for one kind of file a command opens."""
+    torch.save({"w": torch.zeros(2)}, tmp / "src.pth")
+    for side in ("a", "b"):
+        (tmp / side).mkdir(exist_ok=True)
+        np.save(tmp / side / "x.npy", np.zeros(3, np.float32))
+    (tmp / "run.log").write_text("step 1 loss 1.0\n")
+    target = tmp / {"source": "x.py", "map": "m.yaml", "like": "t.pth", "checkpoint": "c.pth", "log": "l.log",
+                    "input": "in.npy", "npz": "in.npz"}[case]
+    return target, {"source": ["audit", "--source", target],
+                    "map": ["compare", tmp / "a", tmp / "b", "--map", target],
+                    "like": ["convert", tmp / "src.pth", "-o", tmp / "o.ckpt", "--like", target],
+                    "checkpoint": ["inspect", target],
+                    "log": ["losses", target, tmp / "run.log"],
+                    "input": ["inspect", target],
+                    "npz": ["diff", target, target]}[case]
+
+
+class TestFuzzFileKinds:
+    """Any command, any file kind, any substitute: exit 2 with one line, no traceback, no internal error."""
+
+    @settings()
+    @given(case=st.sampled_from(["source", "map", "like", "checkpoint", "log", "input", "npz"]),
+           kind=st.sampled_from(_SUBSTITUTES))
+    def test_commands(self, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str],
+                      case: str, kind: str) -> None:
+        if case == "source" and kind == "directory":
+            kind = "fifo"  # a directory named x.py is a source tree, scanned
+        tmp = tmp_path_factory.mktemp("cli")
+        target, args = _cli_case(tmp, case)
+        _substitute(target, kind)
+        proc = align_in_process(capsys, *args)
+        assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert_one_line_error(proc)
+
+    @settings()
+    @given(which=st.sampled_from(sorted(_NATIVE_FILES)), kind=st.sampled_from((*_SUBSTITUTES, "outside")))
+    def test_native_dump(self, tmp_path_factory: pytest.TempPathFactory, which: str, kind: str) -> None:
+        tmp = tmp_path_factory.mktemp("native")
+        rank = _native(tmp)
+        target = rank / _NATIVE_FILES[which]
+        if kind == "outside":
+            if target.exists():
+                target.unlink()
+            np.save(tmp / "secret.npy", SECRET.reshape(1, 4))
+            target.symlink_to(tmp / "secret.npy")
+        else:
+            _substitute(target, kind)
+        try:
+            dump = native.read(rank)
+        except AlignerError as exc:
+            assert len(str(exc).splitlines()) == 1
+            return
+        said = json.dumps([*dump.problems, *(e.error or "" for e in dump.entries)])
+        stats = [v for e in dump.entries for v in (e.record.stats or {}).values()]
+        assert not any(v in SECRET for v in stats)
+        if which == "tensor":
+            assert all(e.path is None for e in dump.entries) and dump.entries, said
+        elif which in ("config", "order"):
+            pytest.fail(f"read a {kind} as {which}: {said}")
