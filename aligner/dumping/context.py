@@ -72,13 +72,16 @@ class DumpContext:
         if opened is None:
             return self
         sink, first_seq = opened
-        self.session = Session(sink, self.step, first_seq)
+        self.session = session = Session(sink, self.step, first_seq)
         try:
             if self.framework is not None:
                 _install(self.framework, self.model, self.session, self.opts, self._handles)
         except BaseException:
             self._remove_hooks()
-            sink.close()
+            try:
+                sink.close()
+            finally:
+                self._closed(session)
             raise
         self._previous = activate(self.session)
         return self
@@ -126,12 +129,17 @@ class _DirectoryDump(DumpContext):
         self._dir = claim(ranks.directory(self.directory, layout), self.model_framework,
                           framework_version(self.model_framework), self.stats_only, self.overwrite, pinned(),
                           layout.header() if layout.distributed else None)
-        if self.steps is not None and self.step not in self.steps:
-            return None
-        if layout.distributed and self.model_framework == Framework.PYTORCH and self.opts.backward:
-            self._reduced = ranks.ReducedGrads(self.model, self.opts)  # .grad after the all-reduce, at exit
-        sink = StatsSink(self._dir.path) if self.stats_only else \
-            BackgroundWriter(self._dir.path, self._dir.written, progress=self.progress)
+        try:
+            if self.steps is not None and self.step not in self.steps:
+                self._dir.release()
+                return None
+            if layout.distributed and self.model_framework == Framework.PYTORCH and self.opts.backward:
+                self._reduced = ranks.ReducedGrads(self.model, self.opts)  # .grad after the all-reduce, at exit
+            sink = StatsSink(self._dir.path) if self.stats_only else \
+                BackgroundWriter(self._dir.path, self._dir.written, progress=self.progress)
+        except BaseException:
+            self._dir.release()
+            raise
         return sink, self._dir.next_seq
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -145,6 +153,7 @@ class _DirectoryDump(DumpContext):
     def _closed(self, session: Session) -> None:
         if self._dir is not None:
             self._dir.next_seq = session.seq
+            self._dir.release()
 
 
 class MemoryCapture(DumpContext):

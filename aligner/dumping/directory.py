@@ -1,7 +1,14 @@
-"""Claiming a dump directory: checked once per process, then later dump contexts (later steps) append to it."""
+"""Claiming a dump directory: checked once per process, then later dump contexts (later steps) append to it.
+
+Two processes starting on one directory: the manifest is created with O_EXCL, so exactly one claims it, and the
+other fails with one line. While a dump context writes, its process holds an advisory lock (flock) on the manifest:
+another process's overwrite=True refuses the directory rather than delete the records being written, and a later
+step of this process refuses to append to a manifest that another process created since (its records are gone).
+"""
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import re
 import stat
@@ -10,18 +17,30 @@ from pathlib import Path
 from typing import Any
 
 from aligner.core.errors import AlignerError
-from aligner.dumping.manifest import MANIFEST, TENSOR_DIR, Record, iter_manifest, write_header
+from aligner.dumping.manifest import MANIFEST, TENSOR_DIR, Record, create_manifest, iter_manifest
 
 
 @dataclasses.dataclass
 class DumpDir:
-    """A dump directory this process writes: where the next sequence number starts and which tensors it holds."""
+    """A dump directory this process writes: where the next sequence number starts, which tensors it holds, and the
+    manifest it created (held locked while dump contexts write it)."""
 
     path: Path
     framework: str
     stats_only: bool
+    identity: tuple[int, int]  # (st_dev, st_ino) of the manifest this process created
     next_seq: int = 0
     written: set[str] = dataclasses.field(default_factory=set)
+    fd: int | None = None  # the manifest, open and locked while `holders` > 0
+    holders: int = 0
+
+    def release(self) -> None:
+        """One dump context is done writing: the last one unlocks the manifest."""
+        with _lock:
+            self.holders -= 1
+            if self.holders == 0 and self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
 
 
 _claimed: dict[Path, DumpDir] = {}
@@ -31,8 +50,9 @@ _WRITTEN = re.compile(r"(\.)?[0-9a-f]{32}\.npy(\.tmp)?")  # what the writer name
 
 def claim(directory: str | os.PathLike, framework: str, version: str, stats_only: bool, overwrite: bool,
           seed: dict[str, Any] | None, ranks: dict[str, Any] | None = None) -> DumpDir:
-    """The DumpDir for `directory`: created (empty, or cleared with overwrite) on first use in this process; `ranks`
-    goes into the header (a multi-rank run's layout)."""
+    """The DumpDir for `directory`, held for one dump context (call its `release` when the context is done):
+    created (empty, or cleared with overwrite) on first use in this process; `ranks` goes into the header (a
+    multi-rank run's layout)."""
     with _lock:
         return _claim(directory, framework, version, stats_only, overwrite, seed, ranks)
 
@@ -43,41 +63,134 @@ def _claim(directory: str | os.PathLike, framework: str, version: str, stats_onl
     known = _claimed.get(path)
     if known is not None and not (path / MANIFEST).is_file():  # removed since (e.g. shutil.rmtree): start afresh
         del _claimed[path]
+        if known.fd is not None:
+            os.close(known.fd)
         known = None
     if known is not None:
         if (known.framework, known.stats_only) != (framework, stats_only):
             raise AlignerError(f"dump directory {directory} already holds a {known.framework} "
                                f"{'stats' if known.stats_only else 'full'} dump from this process; "
                                "use another directory for a different model or mode")
+        if known.holders == 0:
+            known.fd = _lock_manifest(path, directory, known.identity)
+        known.holders += 1
         return known
-    _prepare(path, directory, overwrite)
+    old = _prepare(path, directory, overwrite)
     try:
-        write_header(path, framework, version, "stats" if stats_only else "full", seed, ranks)
-    except OSError as exc:
-        raise AlignerError(f"cannot write dump directory {directory}: {exc.strerror or exc}") from exc
-    _claimed[path] = DumpDir(path, framework, stats_only)
+        fd = _create(path, directory, framework, version, "stats" if stats_only else "full", seed, ranks)
+    finally:
+        if old is not None:  # the previous dump's lock, held until this one's manifest replaced it
+            os.close(old)
+    info = os.fstat(fd)
+    _claimed[path] = DumpDir(path, framework, stats_only, (info.st_dev, info.st_ino), fd=fd, holders=1)
     return _claimed[path]
 
 
-def _prepare(path: Path, shown: str | os.PathLike, overwrite: bool) -> None:
+def _busy(shown: str | os.PathLike) -> AlignerError:
+    return AlignerError(f"dump directory {shown} was claimed by another dump (another process is writing its "
+                        f"{MANIFEST}); give each run its own directory")
+
+
+def _create(path: Path, shown: str | os.PathLike, framework: str, version: str, mode: str,
+            seed: dict[str, Any] | None, ranks: dict[str, Any] | None) -> int:
+    """Claim the directory: its manifest created with O_EXCL (one manifest that appeared since `_prepare` looked is
+    another dump's claim) and locked; the open descriptor returned."""
+    try:
+        fd = create_manifest(path, framework, version, mode, seed, ranks)
+    except FileExistsError as exc:
+        raise _busy(shown) from exc
+    except OSError as exc:
+        raise AlignerError(f"cannot write dump directory {shown}: {exc.strerror or exc}") from exc
+    try:
+        _flock(fd, path, shown)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _lock_manifest(path: Path, shown: str | os.PathLike, identity: tuple[int, int] | None) -> int:
+    """Open and lock the directory's manifest (never following a link, never blocking on a FIFO); AlignerError when
+    another process holds it, or (`identity` given) when it is not the manifest this process created."""
+    try:
+        fd = os.open(path / MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise _busy(shown) from exc
+    except OSError as exc:
+        raise AlignerError(f"cannot open {path / MANIFEST}: {exc.strerror or exc}") from exc
+    try:
+        _flock(fd, path, shown)
+        info = os.fstat(fd)
+        if identity is not None and (info.st_dev, info.st_ino) != identity:
+            raise AlignerError(f"dump directory {shown} was overwritten by another dump after this process began "
+                               "writing it (this process's records there are gone); give each run its own "
+                               "directory")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _flock(fd: int, path: Path, shown: str | os.PathLike) -> None:
+    """Lock the open manifest `fd` without waiting, and check it is still the one at `path` (another process's
+    overwrite may have replaced it between the open and the lock)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        raise _busy(shown) from exc
+    except OSError:  # a file system without locks: O_EXCL alone decides who starts a dump
+        pass
+    info = os.fstat(fd)
+    try:
+        now = os.lstat(path / MANIFEST)
+    except FileNotFoundError as exc:
+        raise _busy(shown) from exc
+    if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+        raise _busy(shown)
+
+
+def _prepare(path: Path, shown: str | os.PathLike, overwrite: bool) -> int | None:
+    """Check the directory is empty (created if missing) or, with overwrite, delete the previous dump it holds; that
+    dump's manifest is returned open and locked (None: there was none), so no other process starts there until the
+    caller's own manifest replaces it."""
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise AlignerError(f"dump directory {shown} is {'a link' if path.is_symlink() else 'a file'}; give a "
                            "directory path")
+    old = None
     if path.is_dir():
         entries = set(os.listdir(path))
         if entries and not overwrite:
             raise AlignerError(f"dump directory {shown} is not empty; choose a new directory or pass overwrite=True")
-        if entries:
-            for victim in _previous_dump(path, shown, entries):
-                victim.unlink()
-            if TENSOR_DIR in entries:
-                (path / TENSOR_DIR).rmdir()
+        if entries:  # a manifest that is not a regular file is refused by _previous_dump, never opened
+            old = _lock_manifest(path, shown, None) if _regular(path / MANIFEST) else None
+            try:
+                entries = set(os.listdir(path))  # as it is under the lock: no other dump writes it now
+                victims = _previous_dump(path, shown, entries)
+                if old is None:  # a manifest appeared since it was looked at: another dump's
+                    raise _busy(shown)
+                for victim in victims:
+                    victim.unlink()
+                if TENSOR_DIR in entries:
+                    (path / TENSOR_DIR).rmdir()
+            except BaseException:
+                if old is not None:
+                    os.close(old)
+                raise
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AlignerError(f"cannot create dump directory {shown}: {exc.strerror or exc}") from exc
     if not os.access(path, os.W_OK | os.X_OK):
         raise AlignerError(f"dump directory {shown} is not writable; choose a directory you can write to")
+    return old
+
+
+def _regular(path: Path) -> bool:
+    """Whether `path` is a regular file (not following a link)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _previous_dump(path: Path, shown: str | os.PathLike, entries: set[str]) -> list[Path]:

@@ -109,6 +109,36 @@ _OPTIONAL = ("arg", "args", "attrs")
 _DECODER = msgspec.json.Decoder(Record)
 
 
+# How deep a manifest line may nest lists and objects (a call's `args`, the header's `groups`: a few levels). Deeper
+# lines are refused: the decoders recurse once per level (a RecursionError near Python's limit of 1000), and so would
+# whatever walked such a value later.
+MAX_NESTING = 64
+
+
+class NestingError(ValueError):
+    """A manifest line nested deeper than MAX_NESTING."""
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether decoded JSON nests lists and objects more than MAX_NESTING deep (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_NESTING:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+_TOO_DEEP = f"nested more than {MAX_NESTING} lists or objects deep"
+
+
+def _record_too_deep(rec: Record) -> bool:
+    """Whether a record's free-form fields (`args`, `attrs`: the only ones typed Any) nest too deep."""
+    return rec.args is not None and _too_deep(rec.args) or rec.attrs is not None and _too_deep(rec.attrs)
+
+
 def _decode(line: bytes) -> Record:
     """One record line; json.dumps writes a non-finite float in `args` (a fill value of -inf) as -Infinity, which
     is not JSON: such a line is parsed by the json module and then checked the same way."""
@@ -118,19 +148,33 @@ def _decode(line: bytes) -> Record:
         raise
     except msgspec.DecodeError:
         rec = msgspec.convert(json.loads(line), Record)
+    if _record_too_deep(rec):
+        raise NestingError(_TOO_DEEP)
     rec.dtype = canonical(rec.dtype) if rec.kind != "call" else ""  # AlignerError for a dtype no reader supports
     return rec
 
 
-def write_header(path: str | os.PathLike, framework: str, framework_version: str, mode: str,
-                 seed: dict[str, Any] | None = None, ranks: dict[str, Any] | None = None) -> None:
-    """Start a manifest with its header line (the dump writer appends records after it); `ranks`: the rank, world
-    size, groups and comm of a multi-rank run."""
+def create_manifest(path: str | os.PathLike, framework: str, framework_version: str, mode: str,
+                    seed: dict[str, Any] | None = None, ranks: dict[str, Any] | None = None) -> int:
+    """Create a manifest holding its header line and return its open descriptor (the dump writer appends records
+    after it); `ranks`: the rank, world size, groups and comm of a multi-rank run. Created with O_EXCL, so of two
+    writers starting on one directory exactly one gets it: FileExistsError when a manifest is there already."""
     header = {"format": FORMAT, "version": VERSION, "framework": framework, "framework_version": framework_version,
               "aligner_version": __version__, "mode": mode, "seed": seed, "rank": None, "world_size": None,
               "groups": None, "comm": None} | (ranks or {})
-    with open(Path(path) / MANIFEST, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(header) + "\n")
+    fd = os.open(Path(path) / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        os.write(fd, (json.dumps(header) + "\n").encode())
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_header(path: str | os.PathLike, framework: str, framework_version: str, mode: str,
+                 seed: dict[str, Any] | None = None, ranks: dict[str, Any] | None = None) -> None:
+    """`create_manifest`, closed at once (FileExistsError when the directory holds a manifest already)."""
+    os.close(create_manifest(path, framework, framework_version, mode, seed, ranks))
 
 
 def iter_manifest(directory: str | os.PathLike) -> Iterator[tuple[int, Record | dict[str, Any] | ValueError]]:
@@ -146,9 +190,15 @@ def _entry(lineno: int, line: bytes) -> Record | dict[str, Any] | ValueError:
     try:
         if lineno == 1:
             data = json.loads(line)
+            if _too_deep(data):
+                raise NestingError(_TOO_DEEP)
             if isinstance(data, dict) and data.get("format") == FORMAT:
                 return data
         return _decode(line)
+    except NestingError as exc:
+        return NestingError(f"{MANIFEST} line {lineno}: {exc}")
+    except RecursionError:  # msgspec and json raise it, not a DecodeError, for a line nested near Python's limit
+        return NestingError(f"{MANIFEST} line {lineno}: {_TOO_DEEP}")
     except (ValueError, TypeError, AlignerError) as exc:
         return ValueError(f"{MANIFEST} line {lineno}: {exc}")
 
@@ -158,8 +208,8 @@ _BLOCK = 1 << 23  # bytes of record lines decoded in one call (the block's last 
 
 def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, list[Record], list[str]]:
     """The manifest gathered: its header (None when line 1 is not one), its records of known kinds in file order, and
-    a problem line for each line that did not parse or names an unknown kind (that line left out), as
-    `iter_manifest` words them.
+    a problem line for each line that did not parse, nests too deep or names an unknown kind (that line left out), as
+    `iter_manifest` words them; AlignerError when line 1 nests too deep (a header no reader can take).
 
     Record lines are decoded a block at a time (msgspec's decode_lines: 100,000 records in ~0.25 s against ~0.35 s a
     line at a time); a block that does not decode as a whole (a bad line, a blank one, a -Infinity that only the
@@ -172,6 +222,8 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
 
     def take(lineno: int, entry: Record | dict[str, Any] | ValueError) -> None:
         nonlocal header
+        if lineno == 1 and isinstance(entry, NestingError):
+            raise AlignerError(f"{directory}: {entry}; not a manifest aligner wrote")
         if isinstance(entry, ValueError):
             problems.append(str(entry))
         elif isinstance(entry, dict):
@@ -192,7 +244,7 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
             count = block.count(b"\n") + (not block.endswith(b"\n"))
             try:
                 decoded = _DECODER.decode_lines(block)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 decoded = []
             if len(decoded) != count:  # a bad or blank line: one at a time
                 for n, line in enumerate(io.BytesIO(block), lineno):
@@ -200,6 +252,9 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
                         take(n, _entry(n, line))
             else:
                 for n, rec in enumerate(decoded, lineno):  # what _decode and take() do, inlined
+                    if _record_too_deep(rec):
+                        problems.append(f"{MANIFEST} line {n}: {_TOO_DEEP}")
+                        continue
                     if rec.kind == "call":
                         rec.dtype = ""
                     elif rec.dtype in canonical_of:

@@ -17,6 +17,7 @@ import enum
 import json
 import multiprocessing
 import os
+import shlex
 import sys
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -46,7 +47,7 @@ def read_header(folder: Path) -> dict[str, Any]:
     try:
         with open(folder / MANIFEST, encoding="utf-8") as fh:
             header = json.loads(fh.readline())
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested near Python's limit
         return {}
     return header if isinstance(header, dict) else {}
 
@@ -265,7 +266,8 @@ def compare_ranks(dumps_a: str | os.PathLike, dumps_b: str | os.PathLike, *, ref
         if not holds_ranks(mine):
             raise AlignerError(f"mixed world sizes: {other} holds rank folders (a multi-rank dump) but {mine} "
                                f"{'does not' if mine.is_dir() else 'is not a directory'}; compare one rank's "
-                               f"folder with it (align compare {other / 'rank0'} {mine})")
+                               f"folder with it (align compare {shlex.quote(str(other / 'rank0'))} "
+                               f"{shlex.quote(str(mine))})")
     sides = (read_ranks(paths[0]), read_ranks(paths[1]))
     known = [s.world_size for s in sides if s.world_size is not None]
     if len(set(known)) > 1:
