@@ -22,6 +22,7 @@ class RowStatus(str, enum.Enum):
     UNMATCHED = "unmatched"    # the record exists on one side only
     FOLDED = "folded"          # a call that only passes a tensor through, with no twin: not compared
     ERROR = "error"            # a tensor file could not be read
+    SKIPPED = "skipped"        # both records read, but nothing to compare them by (statistics on one side only)
     UNREAD = "unread"          # not evaluated (bisect reads only a few pairs)
 
     def __str__(self) -> str:
@@ -48,9 +49,16 @@ class Row:
             return RowStatus.FOLDED if self.pair.matched_by == "folded" else RowStatus.UNMATCHED
         if self.error:
             return RowStatus.ERROR
+        if self.metrics is None and self.skipped:
+            return RowStatus.SKIPPED
         if self.metrics is None:
             return RowStatus.UNREAD
         return RowStatus.DIVERGED if self.metrics.diverged else RowStatus.OK
+
+    @property
+    def skipped(self) -> str | None:
+        """Why the two records, both present, hold nothing to compare them by (status SKIPPED); None when they do."""
+        return uncomparable(self.pair) if self.metrics is None and not self.error else None
 
     @property
     def above_noise(self) -> float | None:
@@ -67,21 +75,28 @@ def _stats_only(item: Item) -> bool:
     return item.path is None and item.record.stats is not None and not item.error
 
 
+def uncomparable(pair: Pair) -> str | None:
+    """Why two records, both present, hold nothing to compare them by (e.g. a boolean mask msprobe keeps no
+    statistics of): listed like a record on one side only, not an unreadable file. None when they can be compared."""
+    a, b = pair.a, pair.b
+    if a is None or b is None or not (_stats_only(a) or _stats_only(b)) or (a.record.stats and b.record.stats):
+        return None
+    return "one side has only statistics and the other none to compare them with"
+
+
 def evaluate(pair: Pair, tolerance: ToleranceSpec) -> Row:
     """Compare one pair: streamed tensors, or recorded statistics when either side kept only statistics."""
     row = Row(pair, read=True)
     a, b = pair.a, pair.b
-    if a is None or b is None:
+    if a is None or b is None or uncomparable(pair):
         return row
     ref = b.record
     tol = tolerance.chosen(ref.module, (ref.step, ref.seq))  # None: the dtypes' defaults, once the files tell them
     if tol is None and tolerance.floor is not None and a.record.dtype and b.record.dtype:
         tol = tolerance.for_dtype(a.record.dtype, b.record.dtype)
     try:
-        if _stats_only(a) or _stats_only(b):
-            ra, rb = a.record, b.record
-            if not (ra.stats and rb.stats):
-                raise TensorError("one side has only statistics and the other none to compare them with")
+        ra, rb = a.record, b.record
+        if ra.stats is not None and rb.stats is not None and (_stats_only(a) or _stats_only(b)):
             row.metrics = compare_stats(ra.stats, rb.stats, tuple(ra.shape), tuple(rb.shape), ra.dtype, rb.dtype, tol)
         else:
             row.metrics = compare_streams(open_tensor(a), open_tensor(b), tol)

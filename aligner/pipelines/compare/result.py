@@ -60,21 +60,36 @@ class CompareResult:
         return [i for i, r in enumerate(self.rows)
                 if (r.pair.a is None or r.pair.b is None) and r.pair.matched_by != "folded"]
 
+    @functools.cached_property
+    def skipped(self) -> list[int]:
+        """Rows whose two records were read but hold nothing to compare them by (status SKIPPED): listed and counted
+        like records on one side only, a failure only with `strict`."""
+        return [i for i, r in enumerate(self.rows) if r.skipped]
+
+    @functools.cached_property
+    def compared(self) -> int:
+        """How many pairs had their numbers compared: none is never a pass."""
+        return sum(1 for r in self.rows if r.metrics is not None)
+
     @property
     def passed(self) -> bool:
-        """No divergence (and, with `strict`, every record matched). NaN/Inf in the same places on both sides agree:
-        the NaN origin is reported, but it is not a difference between the frameworks."""
-        return not self.verdict.findings and not (self.strict and self.unmatched)
+        """Something was compared and nothing diverged (with `strict`, every record also had a partner and numbers to
+        compare); every tensor file was read. NaN/Inf in the same places on both sides agree: the NaN origin is
+        reported, but it is not a difference between the frameworks."""
+        return self.exit_code is ExitCode.OK
 
     def __bool__(self) -> bool:
         return self.passed
 
     @property
     def exit_code(self) -> ExitCode:
-        """1 for a divergence (or, with `strict`, an unmatched record); else 2 if inputs were unreadable; else 0."""
-        if not self.passed:
+        """1 for a divergence (or, with `strict`, a record without partner or numbers); else 2 if inputs were
+        unreadable; else 1 when nothing was compared; else 0."""
+        if self.verdict.findings or (self.strict and (self.unmatched or self.skipped)):
             return ExitCode.FOUND
-        return ExitCode.USAGE if self.errors or self.problems else ExitCode.OK
+        if self.errors or self.problems:
+            return ExitCode.USAGE
+        return ExitCode.OK if self.compared else ExitCode.FOUND
 
     def module(self, row: int) -> str:
         return self.rows[row].pair.ref.record.module
@@ -90,6 +105,7 @@ class CompareResult:
             "status": row.status.value, "label": self.verdict.labels.get(i),
             "shape_a": a.record.shape if a else None, "shape_b": b.record.shape if b else None,
             "dtype_a": a.record.dtype if a else None, "dtype_b": b.record.dtype if b else None, "error": row.error,
+            "skipped": row.skipped,
         }
         if row.metrics is not None:
             out.update(_metrics(row.metrics))
@@ -110,7 +126,8 @@ class CompareResult:
         v = self.verdict
         return {
             "side_a": self.side_a, "reference": self.side_b, "passed": self.passed, "exit_code": int(self.exit_code),
-            "counts": self.matched, "tolerance": self.tolerance.to_dict(), "strict": self.strict,
+            "counts": self.matched | {"compared": self.compared, "skipped": len(self.skipped)},
+            "tolerance": self.tolerance.to_dict(), "strict": self.strict,
             "findings": [self.finding_dict(f) for f in v.findings],
             "nan_origin": dataclasses.asdict(v.nan_origin) | {"module": self.module(v.nan_origin.row)}
             if v.nan_origin else None,
