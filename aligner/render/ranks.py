@@ -35,12 +35,18 @@ def _detail(o: RankOutcome, result: RankedCompareResult) -> str:
     if o.status is RankStatus.MISSING:
         sides = [result.side_a if s == "first" else result.side_b for s in o.missing]
         return f"no rank{o.rank}/ in {' nor '.join(sides)}: the rank did not dump (a failed run)"
-    if o.status is RankStatus.ERROR:
+    if o.status is RankStatus.ERROR and o.result is None:
         return f"not compared: {o.error}"
     assert o.result is not None
+    r = o.result
+    if o.status is RankStatus.ERROR:
+        return f"{len(r.errors)} record(s) unreadable, {len(r.problems)} manifest line(s) skipped"
     if o.status is RankStatus.DIVERGED:
-        return _first_record(o.result) if o.result.verdict.findings else \
-            f"{len(o.result.unmatched)} record(s) on one side only (--strict)"
+        if r.verdict.findings:
+            return _first_record(r)
+        if r.strict and (r.unmatched or r.skipped):
+            return f"{len(r.unmatched) + len(r.skipped)} record(s) on one side only or not comparable (--strict)"
+        return "nothing compared: no record has a twin with numbers to compare"
     c = o.result.matched
     return f"{c['name'] + c['content']} records match"
 
@@ -91,8 +97,8 @@ def summary(result: RankedCompareResult) -> str:
     elif result.passed:
         parts.append("Every rank matches.")
     for o in result.ranks:
-        if o.status is RankStatus.ERROR:
-            parts.append(f"Rank {o.rank} not compared: {o.error}")
+        if o.status is RankStatus.ERROR or o.status is RankStatus.DIVERGED and o.first is None:
+            parts.append(f"Rank {o.rank}: {_detail(o, result)}.")
     return " ".join(parts)
 
 

@@ -121,7 +121,9 @@ class RankOutcome:
             return RankStatus.MISSING
         if self.result is None:
             return RankStatus.ERROR
-        return RankStatus.MATCH if self.result.passed else RankStatus.DIVERGED
+        code = self.result.exit_code
+        return RankStatus.MATCH if code is ExitCode.OK else RankStatus.DIVERGED if code is ExitCode.FOUND \
+            else RankStatus.ERROR
 
     @property
     def first(self) -> tuple[int, int] | None:
