@@ -37,7 +37,7 @@ from aligner.pipelines.compare.evaluate import Row, RowStatus
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Phase, error_level, phase_of
 from aligner.render.compare import _describe, _fmt, _kind_io, _where, summary
-from aligner.render.zoom import scoped_zoom, zoom_code, zoom_hint
+from aligner.render.zoom import scoped_zoom, side_path, zoom_code, zoom_hint
 
 _CAP = 1e3            # relative errors above this (and inf) are drawn at the top edge of the chart
 _MIN_FLOOR = 1e-16    # the chart's bottom edge never goes below this
@@ -145,8 +145,8 @@ def tolerance_words(result: CompareResult) -> str:
 
 
 def _path(label: str) -> str:
-    """The directory of a side label such as "dumps_ms/ (mindspore)"."""
-    return label.rpartition(" (")[0] or label
+    """The directory of a side label such as "dumps_ms/ (mindspore)", quoted for the command the report suggests."""
+    return side_path(label)
 
 
 def _nan_scope(row: Row) -> str:

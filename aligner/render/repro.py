@@ -1,6 +1,8 @@
 """Render what `align repro` wrote: the directory, its layers, its size, and the command that runs it."""
 from __future__ import annotations
 
+import shlex
+
 from rich.console import Console
 
 from aligner.pipelines.repro import Build, ReproResult
@@ -30,6 +32,7 @@ def print_repro(result: ReproResult, console: Console) -> None:
                       markup=False, highlight=False)
     state = "diverged in the dumps" if result.diverged else "agreed in the dumps"
     console.print(f"  step {result.step}, {state}; tolerance {result.tolerance}", markup=False, highlight=False)
-    console.print(f"run: python {result.directory / 'repro.py'}   (exit 0 agree, 1 differ, 2 failed to run)",
+    console.print(f"run: python {shlex.quote(str(result.directory / 'repro.py'))}   (exit 0 agree, 1 differ, 2 failed "
+                  "to run)",
                   markup=False, highlight=False)
 

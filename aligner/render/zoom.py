@@ -1,14 +1,27 @@
-"""The next command after a module-level verdict: an op-level dump of the module at fault, on both sides."""
+"""The next command after a module-level verdict: an op-level dump of the module at fault, on both sides.
+
+What the user is told to paste holds no text from a dump as code: a side's framework appears only as a known
+`Framework` name (else "unknown framework"), module paths only as `repr` literals, directories only `shlex.quote`d.
+"""
 from __future__ import annotations
+
+import shlex
 
 from aligner.core.frameworks import Framework
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Phase
 
+_SHORT = {Framework.PYTORCH: "pt", Framework.MINDSPORE: "ms", Framework.NUMPY: "np"}
 
-def _framework(label: str) -> str:
-    """"pytorch" from a side label such as "dumps_pt/ (pytorch)"."""
-    return label.rpartition("(")[2].rstrip(")") or "side"
+
+def _framework(label: str) -> Framework | None:
+    """Framework.PYTORCH from a side label such as "dumps_pt/ (pytorch)"; None for a name it does not know."""
+    return Framework.parse(label.rpartition(" (")[2].removesuffix(")"))
+
+
+def side_path(label: str) -> str:
+    """The directory of a side label such as "dumps_ms/ (mindspore)", quoted for a shell command."""
+    return shlex.quote(label.rpartition(" (")[0] or label)
 
 
 def scopes(result: CompareResult, finding: Divergence) -> tuple[str, str]:
@@ -32,15 +45,14 @@ def zoom_code(result: CompareResult, finding: Divergence) -> str:
 def scoped_zoom(result: CompareResult, scope_a: str, scope_b: str, backward: bool) -> str:
     """Code for an op-level dump of `scope_a` on side A and `scope_b` on the reference side, then the compare."""
     run = "    loss = loss_fn(model(batch), target)\n    loss.backward()" if backward else "    model(batch)"
-    names = []
-    blocks = []
-    for label, scope in ((result.side_a, scope_a), (result.side_b, scope_b)):
-        fw = _framework(label)
-        directory = f"zoom_{'pt' if fw == Framework.PYTORCH else 'ms' if fw == Framework.MINDSPORE else fw}/"
-        names.append(directory)
-        blocks.append(f"# {fw}, same weights and batch:\n"
-                      f"with aligner.dump(model, {directory!r}, ops=True, scope={scope!r}):\n{run}")
-    return "\n".join(blocks) + f"\nalign compare {names[0]} {names[1]}"
+    frameworks = (_framework(result.side_a), _framework(result.side_b))
+    names = [f"zoom_{_SHORT[fw] if fw is not None else side}/" for fw, side in zip(frameworks, ("a", "ref"))]
+    if names[0] == names[1]:  # both sides of one framework
+        names = [f"zoom_{_SHORT[fw]}_{side}/" for fw, side in zip(frameworks, ("a", "ref")) if fw is not None]
+    blocks = [f"# {fw or 'unknown framework'}, same weights and batch:\n"
+              f"with aligner.dump(model, {directory!r}, ops=True, scope={scope!r}):\n{run}"
+              for fw, directory, scope in zip(frameworks, names, (scope_a, scope_b))]
+    return "\n".join(blocks) + f"\nalign compare {shlex.quote(names[0])} {shlex.quote(names[1])}"
 
 
 def zoom_hint(result: CompareResult, finding: Divergence) -> str:

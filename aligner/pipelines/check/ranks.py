@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shlex
 from typing import Any, Mapping
 
 import numpy as np
@@ -279,7 +280,8 @@ def _rule_nonfinite(ctx: _Ctx) -> list[Finding]:
     if later:
         message += "; then " + ", ".join(later)
     return [ctx.finding("rank-nonfinite", message, rec.step,
-                        f"look at rank {rank}'s own nonfinite finding (align check {ctx.directory}/rank{rank}): its "
+                        f"look at rank {rank}'s own nonfinite finding "
+                        f"(align check {shlex.quote(f'{ctx.directory}/rank{rank}')}): its "
                         "data shard or its computation; NaN reaching other ranks through the all-reduce is inherited",
                         where=rec.module)]
 

@@ -47,7 +47,9 @@ def choose_reference(ref: str | None, frameworks: tuple[str, str]) -> int:
 
 
 def _label(source: Source) -> str:
-    return f"{source.root} ({source.framework})"
+    """"dumps_ms/ (mindspore)": the framework a known name, or "unknown framework" (never the manifest's own text,
+    which the zoom-in code and commands would otherwise echo)."""
+    return f"{source.root} ({Framework.parse(source.framework) or 'unknown framework'})"
 
 
 # Below either size one worker is fastest: per-pair Python work dominates, threads queue on the GIL and worker

@@ -3,7 +3,9 @@
 Known layers (any torch.nn / mindspore.nn class whose constructor the recorded attributes fill) are built from a
 constructor call written out in full; anything else needs the user's factory, which builds the whole model and
 hands over the submodule. Either way the layer is built here first, its recorded parameters loaded strictly, so a
-repro that could not run is refused before it is written. torch and MindSpore are imported inside the functions.
+repro that could not run is refused before it is written. The layer is built from values `decode` made out of the
+recorded JSON (never by evaluating source), and its class is reached by attribute lookups from the framework's root
+(no module the dump names is imported). torch and MindSpore are imported inside the functions.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import enum
 import importlib
 import inspect
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.dumping.signature import attributes
 from aligner.io.factory import build as build_factory
-from aligner.pipelines.repro.script import ROOT, OpaqueError, SideCode, call_source, identifier, literal
+from aligner.pipelines.repro.script import ROOT, OpaqueError, SideCode, call_source, decode, identifier, literal
 
 # constructor parameter -> the attribute the layer keeps it under, where the names differ
 _ALIASES = {"data_format": "format"}
@@ -61,10 +64,14 @@ class Planned:
     how: Build
 
 
-def _namespace(framework: Framework) -> dict[str, Any]:
-    """What generated source is evaluated against here (the framework module and `float`, no other builtins):
-    source that `literal` wrote from checked values, the same text repro.py runs."""
-    return {"__builtins__": {}, "float": float, ROOT[framework]: importlib.import_module(ROOT[framework])}
+@dataclasses.dataclass(frozen=True)
+class _Arg:
+    """One constructor argument filled from a recorded attribute: the value built here and its source in repro.py."""
+
+    name: str          # the constructor's parameter (from its signature, never from the dump)
+    value: Any         # `decode` of the recorded value
+    text: str          # `literal` of the same recorded value
+    optional: bool     # the parameter has a default
 
 
 def _base(framework: Framework) -> type:
@@ -77,37 +84,30 @@ def _base(framework: Framework) -> type:
     return mindspore.nn.Cell
 
 
-def _resolve(dotted: str) -> Any:
-    """The object at a dotted path, reached by attributes (importing submodules as needed); None if there is none."""
+def _resolve(dotted: str, root: str) -> Any:
+    """The object at a dotted path under the framework `root`, reached by attributes and already-imported modules
+    only: a path from the dump never imports (runs) a module, nor reaches a dunder. None if there is none."""
     parts = dotted.split(".")
-    if not all(identifier(p) for p in parts):
+    if parts[0] != root or not all(identifier(p) and not p.startswith("__") for p in parts):
         return None
-    try:
-        obj: Any = importlib.import_module(parts[0])
-    except ImportError:
-        return None
+    obj: Any = importlib.import_module(root)
     for i, part in enumerate(parts[1:], 2):
         found = getattr(obj, part, None)
-        if found is None:
-            try:
-                found = importlib.import_module(".".join(parts[:i]))
-            except ImportError:
-                return None
-        obj = found
+        obj = found if found is not None else sys.modules.get(".".join(parts[:i]))
+        if obj is None:
+            return None
     return obj
 
 
 def _class(recorded: Recorded) -> tuple[type, str] | None:
-    """(the recorded class, its shortest public spelling) when it is a layer of the side's own framework."""
-    dotted = str(recorded.attrs.get("class", ""))
+    """(the recorded class, its shortest public spelling) when it is a layer of the side's own framework; the
+    spelling is the class's own names (what repro.py writes), never the recorded text."""
     root = ROOT[recorded.framework]
-    if not dotted.startswith(root + "."):
-        return None
-    cls = _resolve(dotted)
+    cls = _resolve(str(recorded.attrs.get("class", "")), root)
     if not isinstance(cls, type) or not issubclass(cls, _base(recorded.framework)):
         return None
-    for spelling in (f"{root}.nn.{cls.__name__}", dotted):
-        if _resolve(spelling) is cls:
+    for spelling in (f"{root}.nn.{cls.__name__}", f"{cls.__module__}.{cls.__qualname__}"):
+        if _resolve(spelling, root) is cls:
             return cls, spelling
     return None
 
@@ -121,38 +121,40 @@ def _has_bias(state: dict[str, np.ndarray]) -> bool:
     return any(name.rsplit(".", 1)[-1].endswith("bias") for name in state)
 
 
-def _constructor(recorded: Recorded, cls: type) -> tuple[list[tuple[str, str, bool]], list[str]]:
-    """([(parameter, its value's source, optional?)] the recorded attributes fill (defaults left out), the required
-    parameters no recorded attribute fills)."""
+def _constructor(recorded: Recorded, cls: type) -> tuple[list[_Arg], list[str], list[str]]:
+    """(the arguments the recorded attributes fill (defaults left out), the required parameters no recorded
+    attribute fills, the optional ones whose recorded value cannot be decoded and is left at its default)."""
     try:
         params = inspect.signature(cls).parameters
     except (TypeError, ValueError):
-        return [], ["(its signature cannot be read)"]
-    ns = _namespace(recorded.framework)
-    filled, missing = [], []
+        return [], ["(its signature cannot be read)"], []
+    filled: list[_Arg] = []
+    missing: list[str] = []
+    undecoded: list[str] = []
     for name, p in params.items():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or name.startswith("_"):
             continue
         key = name if name in recorded.attrs else _ALIASES.get(name, name)
-        try:
-            if key in recorded.attrs and key not in _NOT_CONFIG:
-                text = literal(recorded.attrs[key], recorded.framework)
-            elif name in ("bias", "has_bias"):
-                text = repr(_has_bias(recorded.state))
-            elif p.default is p.empty:
-                missing.append(name)
-                continue
-            else:
-                continue
-        except OpaqueError:
-            if p.default is p.empty:
-                missing.append(name)
-            continue
         optional = p.default is not p.empty
-        if optional and _same(eval(text, ns), p.default):
+        if key in recorded.attrs and key not in _NOT_CONFIG:
+            try:
+                value = decode(recorded.attrs[key], recorded.framework)
+                text = literal(recorded.attrs[key], recorded.framework)
+            except OpaqueError:
+                (undecoded if optional else missing).append(name)
+                continue
+        elif name in ("bias", "has_bias"):
+            value = _has_bias(recorded.state)
+            text = repr(value)
+        elif not optional:
+            missing.append(name)
             continue
-        filled.append((name, text, optional))
-    return filled, missing
+        else:
+            continue
+        if optional and _same(value, p.default):
+            continue
+        filled.append(_Arg(name, value, text, optional))
+    return filled, missing, undecoded
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -162,36 +164,38 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _construct(recorded: Recorded, spelling: str, filled: list[tuple[str, str, bool]]) -> tuple[Any, str]:
-    """Build the layer from its constructor call. Optional arguments the constructor refuses (MindSpore's GELU keeps
-    `approximate` as 'tanh' but takes a bool) or keeps transformed are left out: the attribute fix-ups then set
-    what was left out. Returns (layer, the source of the call that built it)."""
-    ns = _namespace(recorded.framework)
+def _construct(recorded: Recorded, cls: type, spelling: str, filled: list[_Arg]) -> tuple[Any, str]:
+    """Build the layer by calling its class with the decoded arguments. Optional arguments the constructor refuses
+    (MindSpore's GELU keeps `approximate` as 'tanh' but takes a bool) or keeps transformed are left out: the attribute
+    fix-ups then set what was left out. Returns (layer, the source of the same call for repro.py)."""
 
-    def source(args: list[tuple[str, str, bool]]) -> str:
-        return f"{spelling}({', '.join(f'{name}={text}' for name, text, _ in args)})"
+    def make(args: list[_Arg]) -> Any:
+        return cls(**{arg.name: arg.value for arg in args})
+
+    def source(args: list[_Arg]) -> str:
+        return f"{spelling}({', '.join(f'{arg.name}={arg.text}' for arg in args)})"
 
     try:
-        layer = eval(source(filled), ns)
+        layer = make(filled)
         kept = filled
     except Exception:
-        kept = [arg for arg in filled if not arg[2]]
+        kept = [arg for arg in filled if not arg.optional]
         for arg in filled:
-            if arg[2]:
+            if arg.optional:
                 try:
-                    eval(source(kept + [arg]), ns)
+                    make(kept + [arg])
                     kept.append(arg)
                 except Exception:
                     continue
     else:  # an argument the constructor keeps transformed (MindSpore BatchNorm stores 1 - momentum): left out
         have = attributes(layer)
-        transformed = [arg for arg in kept if arg[2] and arg[0] in recorded.attrs and arg[0] in have
-                       and have[arg[0]] != recorded.attrs[arg[0]]]
+        transformed = [arg for arg in kept if arg.optional and arg.name in recorded.attrs and arg.name in have
+                       and have[arg.name] != recorded.attrs[arg.name]]
         if not transformed:
             return layer, source(kept)
         kept = [arg for arg in kept if arg not in transformed]
     try:
-        return eval(source(kept), ns), source(kept)
+        return make(kept), source(kept)
     except Exception as exc:
         raise AlignerError(f"{recorded.path or 'the model'} ({recorded.attrs.get('class')}): its constructor "
                            f"refuses the recorded attributes ({type(exc).__name__}: {exc}); give "
@@ -206,7 +210,6 @@ def _modules(layer: Any, framework: Framework) -> dict[str, Any]:
 
 def _fixups(recorded: Recorded, layer: Any) -> list[str]:
     """Set every recorded attribute the built layer (or a submodule of it) holds differently; the lines doing it."""
-    ns = _namespace(recorded.framework)
     lines = []
     for rel, module in _modules(layer, recorded.framework).items():
         wanted = recorded.attrs if rel == "" else recorded.children.get(rel)
@@ -214,11 +217,11 @@ def _fixups(recorded: Recorded, layer: Any) -> list[str]:
             continue
         have = attributes(module)
         for name, value in wanted.items():
-            if name in _NOT_CONFIG or not identifier(name) or have.get(name, object()) == value:
+            if name in _NOT_CONFIG or not identifier(name) or name.startswith("_") or have.get(name, object()) == value:
                 continue
             try:
                 text = literal(value, recorded.framework)
-                setattr(module, name, eval(text, ns))
+                setattr(module, name, decode(value, recorded.framework))
             except Exception:  # opaque, or a read-only property: the constructor's value stays
                 continue
             where = "layer" if rel == "" else (f"layer.get_submodule({rel!r})" if recorded.framework is
@@ -247,9 +250,9 @@ def _factory(recorded: Recorded) -> tuple[Any, list[str], list[str]]:
                      f"{str(Path(target).resolve())!r})",
                      "_module = importlib.util.module_from_spec(_spec)",
                      "_spec.loader.exec_module(_module)",
-                     f"{name} = _module.{attr}"]
+                     f"{name} = getattr(_module, {attr!r})"]
     else:
-        preamble += [f"from {target} import {attr} as {name}"]
+        preamble += ["import importlib", f"{name} = getattr(importlib.import_module({target!r}), {attr!r})"]
     pick = (f"layer = model.get_submodule({recorded.path!r})" if recorded.framework is Framework.PYTORCH
             else f"layer = dict(model.cells_and_names())[{recorded.path!r}]")
     lines = [f"model = {name}()", "model = model[0] if isinstance(model, tuple) else model", pick]
@@ -327,12 +330,15 @@ def plan(recorded: Recorded, casts: dict[int, str]) -> Planned:
                                f"its recorded attributes; give {recorded.option} MODULE:CALLABLE (or FILE.py:CALLABLE) "
                                "returning the whole model")
         cls, spelling = found
-        filled, missing = _constructor(recorded, cls)
+        filled, missing, undecoded = _constructor(recorded, cls)
         if missing:
             raise AlignerError(f"{where} ({klass}): no recorded attribute gives its constructor's "
                                f"{', '.join(missing)}; give {recorded.option} MODULE:CALLABLE returning the model")
-        layer, source = _construct(recorded, spelling, filled)
+        layer, source = _construct(recorded, cls, spelling, filled)
         lines = [f"layer = {source}"]
+        if undecoded:  # parameter names from the constructor's signature, never from the dump
+            lines.insert(0, f"# recorded as no value repro can decode, left at the constructor's default: "
+                            f"{', '.join(undecoded)}")
     lines += _fixups(recorded, layer)
     state = _state(recorded, layer, how)
     try:

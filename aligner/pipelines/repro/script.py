@@ -1,13 +1,15 @@
 """The text of a repro directory's `repro.py` and README.md: Python source written from recorded JSON values.
 
 Every piece of source comes from `literal` (recorded values through `repr` of checked types), identifiers checked
-with `str.isidentifier`, and class paths that resolved to a framework class: nothing from a manifest reaches the
-script as code.
+with `str.isidentifier`, and class spellings taken from the framework class they resolved to; `decode` builds the
+same values as data (never `eval`). Module paths and class names reach the script only as `repr` literals in its
+`LAYERS` table: nothing from a manifest reaches the script as code, its docstring or its comments.
 """
 from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import keyword
 import textwrap
 from typing import Any
@@ -53,6 +55,30 @@ def literal(value: Any, framework: Framework, tensors: str = "x") -> str:
         return f"float({value['float']!r})"
     if "dtype" in value and value["dtype"] in NUMPY:  # a canonical dtype name, never another attribute
         return f"{ROOT[framework]}.{value['dtype']}"
+    raise OpaqueError(f"a {value.get('type', '?')} ({str(value.get('repr', '?'))[:60]})")
+
+
+def decode(value: Any, framework: Framework) -> Any:
+    """The value `literal` writes as source, built from the recorded JSON value as data (no `eval`): what the layer
+    is built with before repro.py is written. A tensor placeholder is no layer attribute: OpaqueError."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [decode(v, framework) for v in value]
+    if not isinstance(value, dict):
+        raise OpaqueError(f"a recorded {type(value).__name__} cannot be decoded")
+    if "tensor" in value:
+        raise OpaqueError(f"a tensor placeholder {value!r:.80}, which is no attribute value")
+    if "tuple" in value and isinstance(value["tuple"], list):
+        return tuple(decode(v, framework) for v in value["tuple"])
+    if "dict" in value and isinstance(value["dict"], dict):
+        return {k: decode(v, framework) for k, v in value["dict"].items()}
+    if "float" in value and value["float"] in ("inf", "-inf", "nan"):
+        return float(value["float"])
+    if "dtype" in value and value["dtype"] in NUMPY:
+        found = getattr(importlib.import_module(ROOT[framework]), value["dtype"], None)
+        if found is not None:
+            return found
     raise OpaqueError(f"a {value.get('type', '?')} ({str(value.get('repr', '?'))[:60]})")
 
 
@@ -196,8 +222,8 @@ def repro_py(sides: dict[Framework, SideCode], reference: Framework, n_inputs: i
     other = reference.other
     ref, oth = sides[reference], sides[other]
     head = [
-        f'"""Minimal repro of `{ref.path}` ({ref.klass}) against `{oth.path}` ({oth.klass}), written by '
-        "`align repro`.",
+        '"""Minimal repro of one module recorded in two dumps (its path and class on each side: LAYERS below), written',
+        "by `align repro`.",
         "",
         f"Builds the layer in both frameworks, loads each side's recorded parameters, runs both on the {reference} "
         "side's",
@@ -214,6 +240,9 @@ def repro_py(sides: dict[Framework, SideCode], reference: Framework, n_inputs: i
         "",
         "HERE = Path(__file__).resolve().parent",
         f"RTOL, ATOL = {tolerance.rtol!r}, {tolerance.atol!r}",
+        "# each side's module: (its path in the model, its class), as the dumps recorded them",
+        f"LAYERS = {{{reference.value!r}: ({ref.path!r}, {ref.klass!r}), {other.value!r}: ({oth.path!r}, "
+        f"{oth.klass!r})}}",
         "mindspore.set_context(mode=mindspore.PYNATIVE_MODE)",
     ]
     for code in (sides[Framework.PYTORCH], sides[Framework.MINDSPORE]):
@@ -224,6 +253,8 @@ def repro_py(sides: dict[Framework, SideCode], reference: Framework, n_inputs: i
     main = [
         "", "",
         "def main():",
+        "    for side, (path, klass) in LAYERS.items():",
+        '        print(f"{side}: {path!r} ({klass!r})")',
         f"    inputs = [np.load(HERE / 'inputs' / f'{{i}}.npy', allow_pickle=False) for i in range({n_inputs})]",
         f"    expected, actual = {run[reference]}(inputs), {run[other]}(inputs)",
         "    if len(actual) != len(expected):",
@@ -261,12 +292,12 @@ def readme(sides: dict[Framework, SideCode], reference: Framework, tolerance: To
     built = {fw: ("its recorded attributes" if not code.preamble else "the factory named in repro.py")
              for fw, code in sides.items()}
     return "\n".join([
-        f"# Minimal repro: `{ref.path}` ({reference}) vs `{oth.path}` ({other})",
+        f"# Minimal repro: {ref.path!r} ({reference}) vs {oth.path!r} ({other})",
         "",
         "    python repro.py    # exit 0: the two layers agree; 1: they differ; 2: the repro failed to run",
         "",
-        f"- reference: {reference} (`{sources[reference]}`); other side: {other} (`{sources[other]}`)",
-        f"- layers: {ref.klass} built from {built[reference]}; {oth.klass} built from {built[other]}",
+        f"- reference: {reference} ({sources[reference]!r}); other side: {other} ({sources[other]!r})",
+        f"- layers: {ref.klass!r} built from {built[reference]}; {oth.klass!r} built from {built[other]}",
         f"- inputs/: the {reference} layer's recorded inputs, fed to both layers",
         "- torch/params/, mindspore/params/: each layer's own recorded parameters and buffers (module-relative names)",
         "- torch/outputs/, mindspore/outputs/: each layer's recorded outputs (the other side's ran on its own inputs)",
