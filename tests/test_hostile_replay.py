@@ -76,9 +76,9 @@ def _mutated(clean: Path, tmp_path: Path, name: str) -> Path:
 def _assert_handled(proc, what: str) -> None:
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, (what, proc.stderr)
     assert proc.returncode in (0, 1, 2), (what, proc.returncode, proc.stderr)
-    if proc.returncode == 2:  # one error line, or a report that says what could not be checked
-        assert len(proc.stderr.strip().splitlines()) == 1 or (not proc.stderr.strip() and
-                                                              "INCOMPLETE" in proc.stdout), (what, proc.stderr)
+    if proc.returncode == 2:  # one error line, also after a report that says what could not be checked
+        assert len(proc.stderr.strip().splitlines()) == 1, (what, proc.stderr)
+        assert proc.stderr.startswith("align: error: "), (what, proc.stderr)
 
 
 # what `align replay` must answer: 2 where the damage leaves something unchecked; 0 where the damaged field is

@@ -11,12 +11,12 @@ from aligner.cli.options import (
     trust_pickle_option,
     whole_number,
 )
-from aligner.core.errors import AlignerError
+from aligner.core.errors import AlignerError, ExitCode
 from aligner.io.factory import build
 from aligner.pipelines.replay.run import replay_dumps
 from aligner.pipelines.replay.weights import load_weights
 from aligner.render.console import make_console
-from aligner.render.replay import print_table, summary, write_replay_json
+from aligner.render.replay import incomplete, print_table, summary, write_replay_json
 
 _HELP_EPILOG = """\b
 Exit codes: 0 every replayed module agrees; 1 a module makes its own error, or the error accumulates past the
@@ -73,4 +73,6 @@ def command(dumps_a: str, dumps_b: str, factory: str, weights: str | None, ref: 
         console = make_console()
         print_table(result, console, full)
         console.print(summary(result), markup=False)
+    if result.exit_code is ExitCode.USAGE:  # the report is out; exit 2 still says why on stderr, in one line
+        raise AlignerError(f"replay incomplete: {incomplete(result)}")
     return int(result.exit_code)

@@ -87,13 +87,19 @@ def summary(result: ReplayResult) -> str:
                 f"at {row.module} ({_err(row.total)}): the error grows a little at every layer, float rounding rather "
                 "than one wrong layer; calibrate the tolerance on float64 noise (align compare --calibrate)")
     elif result.errors or result.problems:
-        what = [f"{len(result.errors)} call(s) could not be replayed"] if result.errors else []
-        what += [f"{len(result.problems)} manifest line(s) did not parse ({result.problems[0]})"] \
-            if result.problems else []
-        text = f"INCOMPLETE: the replayed modules agree, but {' and '.join(what)}: not checked, so not passed"
+        text = f"INCOMPLETE: {incomplete(result)}"
     else:
         text = "PASSED: every replayed module agrees with the reference within its tolerance"
     return f"{tally}\n{text}{notes}"
+
+
+def incomplete(result: ReplayResult) -> str:
+    """What a replay with damaged rows left unchecked, in one line (the paragraph's verdict and, for exit code 2, the
+    error line on stderr)."""
+    what = [f"{len(result.errors)} call(s) could not be replayed"] if result.errors else []
+    what += [f"{len(result.problems)} manifest line(s) did not parse ({result.problems[0]})"] \
+        if result.problems else []
+    return f"the replayed modules agree, but {' and '.join(what)}: not checked, so not passed"
 
 
 def _owner(parent: str | None) -> str:
