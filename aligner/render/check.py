@@ -2,7 +2,6 @@
 page with per-layer gradient-norm and update-ratio charts over steps (plotly inlined: works offline)."""
 from __future__ import annotations
 
-import html
 import math
 from typing import IO, Any
 
@@ -11,6 +10,8 @@ from rich.table import Table
 
 from aligner.core.findings import Severity
 from aligner.pipelines.check import CheckReport, Verdict
+from aligner.render.htmltext import page_text as _e
+from aligner.render.htmltext import plotly_text
 from aligner.render.jsonout import dumps
 from aligner.render.severity import SEVERITY_ORDER, SEVERITY_STYLE
 
@@ -55,19 +56,18 @@ def write_check_json(report: CheckReport, fh: IO[str]) -> None:
     fh.write(dumps(report.to_dict()) + "\n")
 
 
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def _series_figure(series: dict[str, dict[int, float]], title: str, ytitle: str,
                    band: tuple[float, float] | None = None) -> dict[str, Any]:
-    """A plotly figure (plain dict): one log-scale line per layer over steps; non-finite and zero points left out."""
+    """A plotly figure (plain dict): one log-scale line per layer over steps; non-finite and zero points left out.
+    The layer's name is plotly text, escaped, and reaches the hover as point text, never inside the template (where
+    a name holding %{...} would be read as a field)."""
     data = []
     for name, points in series.items():
         xs = [s for s, v in sorted(points.items()) if math.isfinite(v) and v > 0]
-        data.append({"type": "scatter", "mode": "lines+markers", "name": name, "x": xs,
-                     "y": [points[s] for s in xs], "hovertemplate": f"{html.escape(name)}<br>step %{{x}}: %{{y:.3g}}"
-                     "<extra></extra>"})
+        label = plotly_text(name)
+        data.append({"type": "scatter", "mode": "lines+markers", "name": label, "x": xs,
+                     "y": [points[s] for s in xs], "text": [label] * len(xs),
+                     "hovertemplate": "%{text}<br>step %{x}: %{y:.3g}<extra></extra>"})
     shapes = []
     if band is not None:
         shapes = [{"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": band[0], "y1": band[1],

@@ -9,6 +9,7 @@ from typing import IO, Any, Sequence
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
+from aligner.core.text import spreadsheet_text
 from aligner.pipelines.compare.evaluate import Row, RowStatus
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Verdict, error_level
@@ -220,13 +221,22 @@ def write_json(result: CompareResult, fh: IO[str]) -> None:
     fh.write('"rows": [\n' + ",\n".join(map(json.dumps, rows)) + "\n]}\n")
 
 
+def _csv_cell(value: Any) -> Any:
+    """One CSV cell: a list as JSON, a number as it is (a non-finite one as "inf"/"nan"), text as spreadsheet-safe
+    text (a name such as =HYPERLINK(...) gets a leading ', so opening the file runs no formula)."""
+    cell = jsonable(value)
+    if isinstance(cell, (list, tuple)):
+        return json.dumps(cell)
+    return spreadsheet_text(cell) if isinstance(cell, str) and not isinstance(value, float) else cell
+
+
 def write_csv(result: CompareResult, fh: IO[str]) -> None:
+    """One row per record pair; text cells neutralised against spreadsheet formulas, numbers left as numbers."""
     fields = _CSV_FIELDS + (_CALIBRATION_FIELDS if result.calibration is not None else [])
     writer = csv.DictWriter(fh, fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for i in range(len(result.rows)):
-        writer.writerow({k: (json.dumps(v) if isinstance(v, (list, tuple)) else v)
-                         for k, v in jsonable(result.row_dict(i)).items()})
+        writer.writerow({k: _csv_cell(v) for k, v in result.row_dict(i).items()})
 
 
 def _shown(result: CompareResult, full: bool) -> list[int | None]:
@@ -308,5 +318,5 @@ def print_table(result: CompareResult, console: Console, full: bool = False) -> 
         table.add_row(*cells, status, style=_style(i, row, v))
     console.print(table)
     if not full and len(result.rows) > _SHORT_TABLE:
-        console.print(f"[dim]{len(result.rows)} rows; the table shows the context of each finding "
-                      "(--all for every row)[/]")
+        console.print(f"{len(result.rows)} rows; the table shows the context of each finding (--all for every row)",
+                      style="dim")

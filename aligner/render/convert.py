@@ -6,6 +6,7 @@ import os
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from aligner.mapping import FAILING, Plan
 from aligner.mapping.fused import FusedSplit
@@ -51,7 +52,7 @@ def plan_table(plan: Plan, verbose: bool = False) -> Table | None:
         table.add_column(col, overflow="fold")
     for e in rows:
         why = e.reason + ("; layer type guessed (see the warning below)" if e.guessed else "")
-        table.add_row(f"[{STYLE.get(e.status, '')}]{e.status.value}[/]", ", ".join(e.sources) or "-", e.target or "-",
+        table.add_row(Text(e.status.value, style=STYLE.get(e.status, "")), ", ".join(e.sources) or "-", e.target or "-",
                       "x".join(map(str, e.info.shape)) if e.info else "", why)
     return table
 

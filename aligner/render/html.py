@@ -27,9 +27,7 @@ plotly with validation off, and the table is one string join: 10,000 rows take a
 """
 from __future__ import annotations
 
-import html
 import math
-import re
 from typing import IO, Any, NamedTuple, Sequence
 
 from aligner.core.tolerance import Tolerance
@@ -37,6 +35,8 @@ from aligner.pipelines.compare.evaluate import Row, RowStatus
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Phase, error_level, phase_of
 from aligner.render.compare import _describe, _fmt, _kind_io, _where, summary
+from aligner.render.htmltext import page_text as _e
+from aligner.render.htmltext import plotly_text as _pe
 from aligner.render.zoom import scoped_zoom, side_path, zoom_code, zoom_hint
 
 _CAP = 1e3            # relative errors above this (and inf) are drawn at the top edge of the chart
@@ -71,20 +71,6 @@ tr.diverged { color: #b00; } tr.error, tr.unmatched { background: #fff8d6; } tr.
 tr.nearzero { color: #888; }
 tr.origin { background: #c62828; color: white; font-weight: bold; } tr.origin:target { outline: 3px solid #000; }
 """
-
-
-_SPECIAL = re.compile(r"""[&<>"']""")
-
-
-def _e(value: Any) -> str:
-    """HTML-escaped text (most names need no escaping: a quick search skips html.escape's five replaces)."""
-    text = str(value)
-    return html.escape(text, quote=True) if _SPECIAL.search(text) else text
-
-
-def _pe(value: str) -> str:
-    """Text for plotly labels, which take a little HTML and decode &lt; &gt; &amp; (but not &quot;)."""
-    return html.escape(value, quote=False) if _SPECIAL.search(value) else value
 
 
 def near_zero(row: Row) -> bool:

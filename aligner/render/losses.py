@@ -2,29 +2,30 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from aligner.pipelines.losses import LossCurve, LossReport, NoiseSource, StepStatus, Verdict
+from aligner.render.console import styled
 from aligner.render.jsonout import write_json
 
-_MARKS = {StepStatus.OK: "[green]ok[/]", StepStatus.UNRESOLVED: "[yellow]unresolved[/]",
-          StepStatus.ABOVE_NOISE: "[red]differs (above noise)[/]", StepStatus.DIFFERS: "[red]differs[/]"}
+_MARKS = {StepStatus.OK: ("ok", "green"), StepStatus.UNRESOLVED: ("unresolved", "yellow"),
+          StepStatus.ABOVE_NOISE: ("differs (above noise)", "red"), StepStatus.DIFFERS: ("differs", "red")}
 
 
 def print_report(console: Console, report: LossReport, show: int) -> None:
     """Sources, bounds, the first `show` steps (plus the step where the curves part) and the diagnosis."""
     for label, curve in (("A", report.a), ("B", report.b)):
-        console.print(f"[bold]{label}[/]: {escape(curve.path)} ({escape(_describe(curve))})")
+        console.print(styled((label, "bold"), f": {curve.path} ({_describe(curve)})"))
     console.print(f"tolerance: |A-B| <= atol + rtol*max(|A|,|B|), {report.tolerance}", highlight=False)
-    console.print(f"noise: {escape(_describe_noise(report))}", highlight=False)
+    console.print(f"noise: {_describe_noise(report)}", highlight=False)
     if show:
         console.print(_table(report, show))
     style = {Verdict.AGREE: "green", Verdict.UNDECIDED: "yellow"}.get(report.verdict, "red")
-    console.print(f"[bold {style}]{escape(report.summary)}[/]")
-    console.print(escape(report.advice), highlight=False)
+    console.print(report.summary, style=f"bold {style}")
+    console.print(report.advice, highlight=False)
     if report.next_command:
-        console.print(f"  [bold]{escape(report.next_command)}[/]", highlight=False)
+        console.print(styled("  ", (report.next_command, "bold")), highlight=False)
 
 
 def print_warnings(console: Console, report: LossReport) -> None:
@@ -66,7 +67,7 @@ def _table(report: LossReport, show: int) -> Table:
             continue
         row = report.steps[i]
         table.add_row(str(row.step), f"{row.a:.8g}", f"{row.b:.8g}", f"{row.abs_diff:.2e}", f"{row.rel_diff:.2e}",
-                      f"{row.noise_ratio:.3g}", _MARKS[row.status])
+                      f"{row.noise_ratio:.3g}", Text(*_MARKS[row.status]))
     return table
 
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from aligner.core.atomic import atomic_path
 from aligner.core.errors import AlignerError
+from aligner.core.text import printable
 from aligner.pipelines.losses import LossReport
 
 SUFFIXES = (".png", ".svg", ".pdf")
@@ -20,7 +21,8 @@ def check_plot_suffix(path: Path) -> None:
 
 
 def plot_report(report: LossReport, path: Path) -> None:
-    """Top: both curves; bottom: |A-B|, the noise bound and the relative difference (log scale), the parting step."""
+    """Top: both curves; bottom: |A-B|, the noise bound and the relative difference (log scale), the parting step.
+    The legend names the loss files as plain text (no mathtext, no TeX, control characters escaped)."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
     from matplotlib.ticker import MaxNLocator
 
@@ -32,8 +34,8 @@ def plot_report(report: LossReport, path: Path) -> None:
     fig = Figure(figsize=(8, 6), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True)
     marker = "o" if max(len(a.steps), len(b.steps)) <= 50 else None
-    top.plot(a.steps, a.losses, marker=marker, label=f"A: {Path(a.path).name}")
-    top.plot(b.steps, b.losses, marker=marker, linestyle="--", label=f"B: {Path(b.path).name}")
+    top.plot(a.steps, a.losses, marker=marker, label=f"A: {printable(Path(a.path).name)}")
+    top.plot(b.steps, b.losses, marker=marker, linestyle="--", label=f"B: {printable(Path(b.path).name)}")
     top.set_ylabel("loss")
     with np.errstate(invalid="ignore"):
         positive = lambda x: np.where(x > 0, x, np.nan)  # noqa: E731 - zeros have no place on a log axis
@@ -51,7 +53,9 @@ def plot_report(report: LossReport, path: Path) -> None:
         for side, step in (("A", report.first_nan_a), ("B", report.first_nan_b)):
             if step is not None:
                 axis.axvline(step, color="black", linestyle=":", label=f"{side}: first NaN/inf (step {step})")
-        axis.legend(fontsize="small")
+        for text in axis.legend(fontsize="small").get_texts():  # file names are data: `$...$` is no mathtext
+            text.set_parse_math(False)
+            text.set_usetex(False)
     top.set_title("Loss curves" if part is None else f"Loss curves part at step {part}")
     try:
         with atomic_path(path) as tmp:

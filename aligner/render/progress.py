@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Iterator
 from rich.console import Console
 
 from aligner.core.progress import SILENT, Progress
+from aligner.core.text import printable
 from aligner.render.console import make_console
 
 if TYPE_CHECKING:
@@ -24,10 +25,10 @@ def _start_bar(description: str, total: int, completed: int, console: Console) -
     appears, not by every run that could show one: most end before DELAY_S, and on a pipe none shows a bar."""
     from rich import progress as bars
 
-    bar = bars.Progress(bars.TextColumn("{task.description}"), bars.BarColumn(), bars.MofNCompleteColumn(),
-                        bars.TimeRemainingColumn(), transient=True, console=console)
+    bar = bars.Progress(bars.TextColumn("{task.description}", markup=False), bars.BarColumn(),
+                        bars.MofNCompleteColumn(), bars.TimeRemainingColumn(), transient=True, console=console)
     bar.start()
-    return bar, bar.add_task(description, total=total, completed=completed)
+    return bar, bar.add_task(printable(description), total=total, completed=completed)
 
 
 class _DelayedTask:

@@ -4,8 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from aligner.pipelines.diff import DiffResult
 from aligner.pipelines.update_rule import SideFit, UpdateReport
@@ -26,9 +26,9 @@ def rules_table(report: UpdateReport) -> Table:
         table.add_column(col)
     for side in (report.a, report.b):
         for group in side.groups:
-            table.add_row(_side_name(side), escape(group.rule.describe()), escape(group.description))
+            table.add_row(_side_name(side), group.rule.describe(), group.description)
         for fit in side.unfitted:
-            table.add_row(_side_name(side), "[red]no rule fits[/red]", escape(fit.name))
+            table.add_row(_side_name(side), Text("no rule fits", style="red"), fit.name)
     return table
 
 
@@ -65,7 +65,7 @@ def print_update_report(report: UpdateReport, console: Console) -> None:
     console.print(rules_table(report))
     for line in _side_notes(report.a) + _side_notes(report.b) + finding_lines(report):
         style = "red" if line.startswith("error") else "yellow" if line.startswith("warning") else None
-        console.print(escape(line), style=style, soft_wrap=True)
+        console.print(line, style=style, soft_wrap=True)
 
 
 def write_update_json(diff: DiffResult, report: UpdateReport, path: str) -> None:
