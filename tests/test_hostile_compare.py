@@ -137,3 +137,15 @@ def test_error_messages_naming_hostile_paths_stay_one_escaped_line(tmp_path):
     proc = run_align("compare", evil, tmp_path)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "\x1b" not in proc.stderr and "dir\\nwith\\x1b[31mnewline" in proc.stderr
+
+
+def test_a_nul_character_in_a_file_field_is_a_row_error_not_a_crash(tmp_path):
+    """A manifest `file` holding a NUL (JSON "\\u0000") names no possible file: that row is an error, the rest
+    compared (os calls raise ValueError on it: `align repro` gave "internal error: embedded null byte")."""
+    sides = [_dump(tmp_path / side, [_rec(0, "ok", "tensors/x.npy"), _rec(1, "nul", "tensors/x.npy\u0000.txt")],
+                   {"x": np.arange(4.0)}) for side in ("a", "b")]
+    proc = run_align("compare", *sides, "--json", "-")
+    assert proc.returncode == 2 and "internal error" not in proc.stderr, proc.stderr
+    status = {r["module"]: (r["status"], r["error"]) for r in json.loads(proc.stdout)["rows"]}
+    assert status["ok"] == ("ok", None) and status["nul"][0] == "error" and "NUL" in status["nul"][1]
+    assert len(proc.stderr.strip().splitlines()) <= 1

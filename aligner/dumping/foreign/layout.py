@@ -71,6 +71,8 @@ def inside(base: Path, name: str, real: Path | None = None) -> tuple[Path | None
     """(path, None) for a file a dump's index names inside `base`, else (None, why): a plain relative name, no `..`,
     no absolute path, no symlink leading out, so a hostile index cannot make aligner read a file the user did not
     name. `real`: `base` already resolved (a caller checking many files resolves it once)."""
+    if "\x00" in name:  # no file system names such a file (os calls raise ValueError on it)
+        return None, f"names no possible file ({name!r}: a NUL character): refused"
     candidate = Path(name)
     if not name or candidate.is_absolute() or ".." in candidate.parts:
         return None, f"names a file outside the dump directory ({name!r}): refused"
