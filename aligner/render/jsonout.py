@@ -1,4 +1,6 @@
-"""JSON output, the one way: non-finite floats become the strings "nan", "inf", "-inf" (JSON has no Infinity)."""
+"""JSON output, the one way: non-finite floats become the strings "nan", "inf", "-inf" (JSON has no Infinity).
+Strings stay exact: json's default ensure_ascii writes a lone surrogate from a name as its \\ud800 escape, which
+reads back as the same string (raw, no UTF-8 writer could encode it)."""
 from __future__ import annotations
 
 import enum
