@@ -188,7 +188,7 @@ def test_a_header_nested_too_deep_is_one_error_line(tmp_path, capsys, depth, com
 def test_overwrite_refuses_a_manifest_nested_too_deep(tmp_path):
     target = _stats_dump(tmp_path / "d")
     _insert(target, json.dumps({"seq": 9, "module": "m", "kind": "call", "dtype": "", "shape": []})[:-1]
-            + f', "args": {_deep(5000)}}}', 2)
+            + f', "args": {{"x": {_deep(5000)}}}}}', 2)
     with pytest.raises(AlignerError, match="not an aligner dump's own file"):
         _dump(target, overwrite=True)
 
@@ -265,3 +265,17 @@ class TestFuzzManifests:
             assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, (argv, proc.stderr)
             if proc.returncode == 2 and proc.stderr.strip():
                 assert len(proc.stderr.strip().splitlines()) == 1, (argv, proc.stderr)
+
+
+# -- record limit ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["compare", "check"])
+def test_a_manifest_over_the_record_limit_is_one_error_line_naming_the_knob(tmp_path, capsys, monkeypatch, command):
+    a, b = _stats_dump(tmp_path / "a"), _stats_dump(tmp_path / "b")
+    argv = (command, a, *([b] if command == "compare" else []))
+    monkeypatch.setenv(manifest.MAX_RECORDS_VARIABLE, "3")  # each side holds 3 records: at the limit, read
+    assert align_in_process(capsys, *argv).returncode in (0, 1)
+    monkeypatch.setenv(manifest.MAX_RECORDS_VARIABLE, "2")
+    assert_one_line_error(align_in_process(capsys, *argv), str(a), "more than 2 records", "ALIGNER_MAX_RECORDS")
+    monkeypatch.setenv(manifest.MAX_RECORDS_VARIABLE, "lots")
+    assert_one_line_error(align_in_process(capsys, *argv), "ALIGNER_MAX_RECORDS='lots'")

@@ -29,6 +29,7 @@ import msgspec
 
 from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
+from aligner.core.files import open_input
 from aligner.core.version import __version__
 
 MANIFEST = "manifest.jsonl"
@@ -47,8 +48,9 @@ KINDS = ("forward", "backward", "param_grad", "probe", "op", "buffer", "param", 
 _KNOWN_KINDS = frozenset(KINDS)
 
 
-class Record(msgspec.Struct, kw_only=True):
-    """One dumped tensor.
+class Record(msgspec.Struct, kw_only=True, gc=False):
+    """One dumped tensor (not tracked by the cycle collector, gc=False: a record never refers back to what holds it,
+    and a million records would otherwise be walked at every full collection).
 
     kind/io: forward -> io "input"|"output"; backward -> io "grad_input" (gradient w.r.t. the module's inputs, i.e.
     flowing out of it) | "grad_output"; param_grad -> module is the full parameter name, io "grad"; probe (aligner.save)
@@ -204,12 +206,41 @@ def _entry(lineno: int, line: bytes) -> Record | dict[str, Any] | ValueError:
 
 
 _BLOCK = 1 << 23  # bytes of record lines decoded in one call (the block's last line is read to its end)
+# The most lines `read_manifest` takes from one manifest (records and problem lines): a stats-only record costs ~1.1 KB
+# once read, and `align compare` holds two sides and a row per pair (~3.3 GiB for 1M records a side), so the default
+# keeps a comparison of two 4M-record dumps near 13 GiB; ALIGNER_MAX_RECORDS raises it.
+MAX_RECORDS = 4_000_000
+MAX_RECORDS_VARIABLE = "ALIGNER_MAX_RECORDS"
+
+
+def max_records() -> int:
+    """The most lines one manifest may hold: `MAX_RECORDS_VARIABLE` when set, else MAX_RECORDS."""
+    value = os.environ.get(MAX_RECORDS_VARIABLE, "").strip()
+    if not value:
+        return MAX_RECORDS
+    if not value.isdigit():
+        raise AlignerError(f"{MAX_RECORDS_VARIABLE}={value[:40]!r}: expected a whole number of records")
+    return int(value)
+
+
+def _share(rec: Record, strings: dict[str, str], shapes: dict[tuple[int, ...], list[int]]) -> None:
+    """Make `rec` hold the one copy of each string and shape equal ones of earlier records hold (the decoder makes a
+    new object per field: ~300 of a stats-only record's ~1.3 KB are names, types and shapes other records repeat)."""
+    rec.module = strings.setdefault(rec.module, rec.module)
+    rec.type = strings.setdefault(rec.type, rec.type)
+    rec.kind = strings.setdefault(rec.kind, rec.kind)
+    rec.io = strings.setdefault(rec.io, rec.io)
+    if rec.parent is not None:
+        rec.parent = strings.setdefault(rec.parent, rec.parent)
+    rec.shape = shapes.setdefault(tuple(rec.shape), rec.shape)
 
 
 def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, list[Record], list[str]]:
     """The manifest gathered: its header (None when line 1 is not one), its records of known kinds in file order, and
     a problem line for each line that did not parse, nests too deep or names an unknown kind (that line left out), as
-    `iter_manifest` words them; AlignerError when line 1 nests too deep (a header no reader can take).
+    `iter_manifest` words them; AlignerError when line 1 nests too deep (a header no reader can take) or the manifest
+    holds more lines than `max_records()` (memory grows with each record kept: refused before it runs out).
+    Records share equal strings and shapes (`_share`): treat them as read-only.
 
     Record lines are decoded a block at a time (msgspec's decode_lines: 100,000 records in ~0.25 s against ~0.35 s a
     line at a time); a block that does not decode as a whole (a bad line, a blank one, a -Infinity that only the
@@ -219,6 +250,9 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
     records: list[Record] = []
     problems: list[str] = []
     canonical_of: dict[str, str] = {}  # dtype as written -> canonical name
+    strings: dict[str, str] = {}
+    shapes: dict[tuple[int, ...], list[int]] = {}
+    limit = max_records()
 
     def take(lineno: int, entry: Record | dict[str, Any] | ValueError) -> None:
         nonlocal header
@@ -231,9 +265,10 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
         elif entry.kind not in _KNOWN_KINDS:
             problems.append(f"{MANIFEST} line {lineno}: unknown kind {entry.kind!r}")
         else:
+            _share(entry, strings, shapes)
             records.append(entry)
 
-    with open(Path(directory) / MANIFEST, "rb") as fh:
+    with open_input(Path(directory) / MANIFEST) as fh:  # a FIFO or device refused before it is opened
         first = fh.readline()
         if first.strip():
             take(1, _entry(1, first))
@@ -266,8 +301,13 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
                             problems.append(f"{MANIFEST} line {n}: {exc}")
                             continue
                     if rec.kind in _KNOWN_KINDS:
+                        _share(rec, strings, shapes)
                         records.append(rec)
                     else:
                         problems.append(f"{MANIFEST} line {n}: unknown kind {rec.kind!r}")
             lineno += count
+            if len(records) + len(problems) > limit:
+                raise AlignerError(f"{directory}: {MANIFEST} holds more than {limit:,} records, the most read at "
+                                   f"once (each takes ~1 KB of memory, and compare holds two sides); set "
+                                   f"{MAX_RECORDS_VARIABLE} to a larger number to read it")
     return header, records, problems

@@ -45,9 +45,9 @@ class NpyHeader:
     data_offset: int
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Item:
-    """One record of one side, with where its tensor lives and anything wrong with it."""
+    """One record of one side, with where its tensor lives and anything wrong with it (slots: one per record)."""
 
     record: manifest.Record
     path: Path | None = None

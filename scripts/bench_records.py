@@ -1,0 +1,89 @@
+"""Memory per manifest record of `align compare` and `align check` on long stats-only dumps: what a 1M-record run
+costs, measured against a smaller run in the same invocation.
+
+    .venv/bin/python scripts/bench_records.py [--records 1000000] [--baseline 100000] [--keep DIR]
+
+Writes two stats-only dumps of `records` module outputs per side (MindSpore vs PyTorch names, the last 10% diverging,
+the manifests a long stats-only run writes) and the same for `baseline` records, then runs `align compare A B` and
+`align check A` on each in a child process of its own (peak RSS from `os.wait4`: the kernel's figure for that process
+alone) and prints the peak, the wall time, and the bytes per record above the baseline:
+(peak(records) - peak(baseline)) / (records - baseline).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from aligner.dumping.manifest import FORMAT, MANIFEST, VERSION
+
+
+def write_stats_dump(root: Path, framework: str, records: int, diverge: bool) -> None:
+    """One stats-only dump of `records` forward outputs (the last 10% shifted when `diverge`)."""
+    root.mkdir(parents=True)
+    with open(root / MANIFEST, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps({"format": FORMAT, "version": VERSION, "framework": framework, "framework_version": "x",
+                             "aligner_version": "x", "mode": "stats", "seed": None, "rank": None,
+                             "world_size": None}) + "\n")
+        kind = "Dense" if framework == "mindspore" else "Linear"
+        for i in range(records):
+            v = 1.0 + (i % 97) / 100 + (0.5 if diverge and i > records * 0.9 else 0.0)
+            stats = {"min": -v, "max": v, "mean": v / 10, "l2": v * 30, "nan": 0, "inf": 0, "zeros": 0.0,
+                     "near_zero": 0.01, "near_one": 0.2, "tiny": 0.0, "numel": 4096}
+            fh.write(json.dumps({"seq": i, "step": 0, "module": f"layers.{i // 10}.fc{i % 10}", "type": kind,
+                                 "kind": "forward", "io": "output", "index": 0, "dtype": "float32",
+                                 "shape": [4, 1024], "stats": stats, "file": None, "call": i + 1,
+                                 "parent": f"layers.{i // 10}"}) + "\n")
+
+
+def run(argv: list[str]) -> tuple[float, float, int]:
+    """(peak RSS in MiB, wall seconds, exit code) of one `align` child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "aligner.cli", *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if code not in (0, 1):
+        raise SystemExit(f"align {' '.join(argv)} exited {code}: {err.strip()}")
+    return usage.ru_maxrss / 1024, wall, code
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="records per side of the long run")
+    parser.add_argument("--baseline", type=int, default=100_000, help="records per side of the baseline run")
+    parser.add_argument("--keep", type=Path, help="write the dumps here (reused when present) instead of a temp dir")
+    args = parser.parse_args()
+    root = args.keep or Path(tempfile.mkdtemp(prefix="bench_records_"))
+    try:
+        peaks: dict[tuple[str, int], float] = {}
+        for count in (args.baseline, args.records):
+            a, b = root / f"{count}" / "a", root / f"{count}" / "b"
+            if not (a / MANIFEST).exists():
+                shutil.rmtree(root / f"{count}", ignore_errors=True)
+                write_stats_dump(a, "mindspore", count, diverge=True)
+                write_stats_dump(b, "pytorch", count, diverge=False)
+            for command, argv in (("compare", ["compare", str(a), str(b)]), ("check", ["check", str(a)])):
+                peak, wall, code = run(argv)
+                peaks[(command, count)] = peak
+                print(f"{command:8s} {count:>9,d} records/side: peak RSS {peak:8.1f} MiB, {wall:7.1f} s "
+                      f"(exit {code})", flush=True)
+        span = args.records - args.baseline
+        for command in ("compare", "check"):
+            per = (peaks[(command, args.records)] - peaks[(command, args.baseline)]) * (1 << 20) / span
+            print(f"{command}: {per:,.0f} bytes per record above the {args.baseline:,d}-record baseline")
+    finally:
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
