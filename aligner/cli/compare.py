@@ -15,13 +15,13 @@ from aligner.cli.options import (
 )
 from aligner.core.atomic import atomic_files
 from aligner.core.collect import gc_paused
-from aligner.core.errors import AlignerError
+from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.tolerance import CALIBRATION_K, ToleranceSpec, parse_nonnegative
 from aligner.pipelines import compare as pipeline  # multi-rank dumps: loaded on first use (compare/__init__.py)
 from aligner.pipelines.compare.engine import ENGINES, Engine, open_engine
 from aligner.pipelines.compare.run import compare
 from aligner.pipelines.compare.sources import holds_ranks
-from aligner.render.compare import print_table, summary, write_csv, write_json, zoom
+from aligner.render.compare import incomplete, print_table, summary, write_csv, write_json, zoom
 from aligner.render.console import make_console
 from aligner.render.jsonout import write_json as write_output
 from aligner.render.progress import terminal_progress
@@ -128,6 +128,8 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
         code = zoom(result)
         if code is not None:
             console.print(code, markup=False, highlight=False)
+    if result.exit_code is ExitCode.USAGE:  # the reports are out; exit 2 still says why on stderr, in one line
+        raise AlignerError(f"compare incomplete: {incomplete(result)}")
     return int(result.exit_code)
 
 

@@ -97,12 +97,11 @@ def plan_conversion(source: TensorSource, dst: str | None = None, src: str | Non
     src = source_framework(source, src)
     if dst is None and like is not None:
         dst = source_framework(like)
-    if src is None and dst is None:
-        if like is None:
-            raise AlignerError(f"{source.path}: cannot tell which framework's names it uses: pass --from")
-        src = dst = Framework.PYTORCH  # neither side's convention shows: pair the names as they are
     if src is None:
-        src = dst
+        if dst is None and like is None:
+            raise AlignerError(f"{source.path}: cannot tell which framework's names it uses: pass --from")
+        # neither side's convention shows (diff, convert --like): pair the names as they are
+        src = dst = dst or Framework.PYTORCH
     if dst is None:
         dst = Framework.MINDSPORE if src == Framework.PYTORCH else Framework.PYTORCH
     user = load_user_map(map_path) if map_path else None

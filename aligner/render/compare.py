@@ -168,7 +168,11 @@ def summary(result: CompareResult) -> str:
         parts.append(_finding_text(f, rows))
     if v.findings and v.findings[0].culprit is not Culprit.OP and v.findings[0].culprit is not Culprit.MODEL_INPUT:
         parts.append(zoom_hint(result, v.findings[0]))
-    if not v.findings:
+    if not v.findings and not result.compared and not result.errors:
+        parts.append("Nothing was compared: no record has a twin on the other side with numbers to compare, so this "
+                     "is not a pass (are both dumps of the same model and step? a --map file pairs names that "
+                     "differ).")
+    elif not v.findings:
         parts.append("No divergence: every compared record matches within tolerance." if v.bisect_reads is None
                      else "No divergence at the last record of either phase.")
     if v.nan_origin is not None:
@@ -178,10 +182,24 @@ def summary(result: CompareResult) -> str:
                      f"from finite inputs.")
     if result.errors:
         first = rows[result.errors[0]]
-        parts.append(f"{len(result.errors)} record(s) could not be compared (first: {_name(first)}: {first.error}).")
+        parts.append(f"{len(result.errors)} record(s) could not be read (first: {_name(first)}: {first.error}).")
+    if result.skipped:
+        first = rows[result.skipped[0]]
+        parts.append(f"{len(result.skipped)} record(s) could not be compared (first: {_name(first)}: {first.skipped}; "
+                     + ("a failure under --strict" if result.strict else "listed, not a failure without --strict")
+                     + ").")
     if result.problems:
         parts.append(f"{len(result.problems)} manifest line(s) were skipped (first: {result.problems[0]}).")
     return " ".join(parts)
+
+
+def incomplete(result: CompareResult) -> str:
+    """Why a comparison ends with exit code 2, in one line: what could not be read (the error line on stderr)."""
+    what = [f"{len(result.errors)} record(s) could not be read (first: {_name(result.rows[result.errors[0]])}: "
+            f"{result.rows[result.errors[0]].error})"] if result.errors else []
+    what += [f"{len(result.problems)} manifest line(s) were skipped (first: {result.problems[0]})"] \
+        if result.problems else []
+    return f"{' and '.join(what)}: not checked, so not passed"
 
 
 def calibration_text(result: CompareResult) -> str:
@@ -253,6 +271,7 @@ def _shown(result: CompareResult, full: bool) -> list[int | None]:
         keep.add(v.nan_origin.row)
     keep.update(result.errors[:_CONTEXT])
     keep.update(result.unmatched[:_CONTEXT])
+    keep.update(result.skipped[:_CONTEXT])
     out: list[int | None] = []
     for i in sorted(keep):
         if out and out[-1] is not None and i != out[-1] + 1:
@@ -268,7 +287,7 @@ def _style(i: int, row: Row, verdict: Verdict) -> str:
         return "bold white on red"
     if row.status is RowStatus.DIVERGED:
         return "red"
-    if row.status in (RowStatus.ERROR, RowStatus.UNMATCHED):
+    if row.status in (RowStatus.ERROR, RowStatus.UNMATCHED, RowStatus.SKIPPED):
         return "yellow"
     return "dim" if row.status is RowStatus.UNREAD else ""
 
@@ -284,6 +303,8 @@ def _verdict_cell(i: int, row: Row, v: Verdict) -> str:
         return "pass-through (folded)"
     if row.status is RowStatus.ERROR:
         return f"error: {row.error}"
+    if row.status is RowStatus.SKIPPED:
+        return f"not compared: {row.skipped}"
     return row.status.value
 
 

@@ -67,7 +67,7 @@ table { border-collapse: collapse; font-size: 12px; width: 100%; }
 th { position: sticky; top: 0; background: #eee; } td, th { border: 1px solid #ddd; padding: 2px 6px; }
 td.num { text-align: right; font-family: ui-monospace, Menlo, Consolas, monospace; }
 td.mod { font-family: ui-monospace, Menlo, Consolas, monospace; word-break: break-all; }
-tr.diverged { color: #b00; } tr.error, tr.unmatched { background: #fff8d6; } tr.unread { color: #999; }
+tr.diverged { color: #b00; } tr.error, tr.unmatched, tr.skipped { background: #fff8d6; } tr.unread { color: #999; }
 tr.nearzero { color: #888; }
 tr.origin { background: #c62828; color: white; font-weight: bold; } tr.origin:target { outline: 3px solid #000; }
 """
@@ -166,6 +166,10 @@ def next_step(result: CompareResult) -> tuple[str, str]:
     if result.errors or result.problems:
         return ("Re-dump the records that could not be read (marked in the table) and compare again.",
                 f"align compare {a} {b}")
+    if not result.compared:
+        return ("Pair the records: check both dumps are of the same model and step, or write a name map (rename/regex "
+                "rules from the first side's module paths to the reference's) and compare again.",
+                f"align compare {a} {b} --map map.yaml\n# map.yaml:  regex: [['^old_prefix\\.', 'new_prefix.']]")
     if any(r.metrics is not None and phase_of(r) == Phase.BACKWARD for r in rows):
         return ("Forward and backward match. Next, compare the weights after one optimizer step: a difference there is "
                 "in the update itself (learning rate, weight decay, momentum, clipping).",
@@ -212,11 +216,12 @@ def _headline(result: CompareResult) -> str:
             if other is not finding:
                 extra.append(f"Also a {_e(other.phase.value)} divergence, introduced at {_link(rows, other.origin)}: "
                              f"{_e(other.reason)}.")
-    elif result.strict and result.unmatched:
-        origin = result.unmatched[0]
+    elif result.strict and (result.unmatched or result.skipped):
+        origin = min(result.unmatched[:1] + result.skipped[:1])
         cls, label = "bad", "records on one side only"
-        reason = (f"{len(result.unmatched)} record(s) have no partner on the other side (a failure under --strict); "
-                  f"the first is shown. Every matched record agrees within tolerance.")
+        reason = (f"{len(result.unmatched) + len(result.skipped)} record(s) have no partner on the other side, or no "
+                  f"numbers to compare with it (a failure under --strict); the first is shown. Every compared record "
+                  f"agrees within tolerance.")
     elif v.nan_origin is not None:
         cls, label, origin = "warn", "no divergence, but NaN/Inf", v.nan_origin.row
         side = result.side_a if v.nan_origin.side == "a" else result.side_b
@@ -226,15 +231,21 @@ def _headline(result: CompareResult) -> str:
         cls, label, origin = "warn", "could not compare every record", result.errors[0]
         reason = (f"{len(result.errors)} record(s) could not be read, the first shown: {rows[origin].error}. "
                   f"Every record that was read agrees within tolerance.")
+    elif not result.compared:
+        cls, label, origin = "bad", "nothing compared", None
+        reason = ("No record has a twin on the other side with numbers to compare, so this is not a pass: are both "
+                  "dumps of the same model and step? A --map file pairs names that differ.")
     else:
         cls, label, origin = "good", "verdict", None
-        compared = sum(r.metrics is not None for r in rows)
-        reason = f"All {compared} compared records match within tolerance."
+        reason = f"All {result.compared} compared records match within tolerance."
     if finding is not None and v.nan_origin is not None:
         extra.append(f"First NaN/Inf at {_link(rows, v.nan_origin.row)}.")
     if result.unmatched and not result.strict:
         extra.append(f"{len(result.unmatched)} record(s) exist on one side only (listed in the table; they fail the "
                      f"comparison only with --strict).")
+    if result.skipped and not result.strict:
+        extra.append(f"{len(result.skipped)} record(s) could not be compared: {_e(rows[result.skipped[0]].skipped)} "
+                     f"(listed in the table; they fail the comparison only with --strict).")
     if result.problems:
         extra.append(f"{len(result.problems)} manifest line(s) were skipped (first: {_e(result.problems[0])}).")
     if origin is not None:
@@ -276,6 +287,8 @@ def _texts(result: CompareResult) -> list[_Text]:
             verdict = "only in reference" if row.pair.a is None else "only in first"
         elif status is RowStatus.ERROR:
             verdict = f"error: {row.error}"
+        elif status is RowStatus.SKIPPED:
+            verdict = f"not compared: {row.skipped}"
         else:
             verdict = status.value
         if status is RowStatus.OK and near_zero(row):
