@@ -168,10 +168,11 @@ def summary(result: CompareResult) -> str:
         parts.append(_finding_text(f, rows))
     if v.findings and v.findings[0].culprit is not Culprit.OP and v.findings[0].culprit is not Culprit.MODEL_INPUT:
         parts.append(zoom_hint(result, v.findings[0]))
-    if not v.findings and not result.compared and not result.errors:
-        parts.append("Nothing was compared: no record has a twin on the other side with numbers to compare, so this "
-                     "is not a pass (are both dumps of the same model and step? a --map file pairs names that "
-                     "differ).")
+    if not v.findings and not result.compared:
+        parts.append("Nothing was compared: " + (
+            "no paired record could be read, so this is not a pass." if result.errors else
+            "no record has a twin on the other side with numbers to compare, so this is not a pass (are both dumps "
+            "of the same model and step? a --map file pairs names that differ)."))
     elif not v.findings:
         parts.append("No divergence: every compared record matches within tolerance." if v.bisect_reads is None
                      else "No divergence at the last record of either phase.")

@@ -227,13 +227,16 @@ def _headline(result: CompareResult) -> str:
         side = result.side_a if v.nan_origin.side == "a" else result.side_b
         reason = (f"Both sides agree, NaN/Inf included; this is the first record producing non-finite values from "
                   f"finite inputs: {v.nan_origin.count} on {side}.")
-    elif result.errors:
+    elif result.errors and result.compared:
         cls, label, origin = "warn", "could not compare every record", result.errors[0]
         reason = (f"{len(result.errors)} record(s) could not be read, the first shown: {rows[origin].error}. "
                   f"Every record that was read agrees within tolerance.")
     elif not result.compared:
-        cls, label, origin = "bad", "nothing compared", None
-        reason = ("No record has a twin on the other side with numbers to compare, so this is not a pass: are both "
+        cls, label = "bad", "nothing compared"
+        origin = result.errors[0] if result.errors else None
+        reason = (f"No paired record could be read ({len(result.errors)}; the first shown: "
+                  f"{rows[result.errors[0]].error}), so this is not a pass." if result.errors else
+                  "No record has a twin on the other side with numbers to compare, so this is not a pass: are both "
                   "dumps of the same model and step? A --map file pairs names that differ.")
     else:
         cls, label, origin = "good", "verdict", None
