@@ -55,12 +55,28 @@ def cli() -> None:
     """aligner: prove a PyTorch <-> MindSpore migration computes the same numbers, and find where it doesn't.
 
     \b
-    Typical workflow:
-      align inspect model.pth                     # parameters, shapes, dtypes
-      align convert model.pth -o model.ckpt       # same weights on both sides
-      align losses train_ms.log train_pt.log      # step 1 / step 2 diagnosis
-      align compare dumps_ms/ dumps_pt/           # first divergent layer
-      align diff after_step_ms.ckpt after_step_pt.pth
+    Typical workflow (README's workflow table, step by step):
+      0. audit: defaults that differ between the two models
+         align audit make_pt.py:build make_ms.py:build --input-shape 1,3,224,224
+      1. check parameters: counts, shapes
+         align inspect model.pth; align diff ms.ckpt pt.pth
+      2. same starting weights
+         align convert model.pth -o model.ckpt
+      3. pin randomness (in both training scripts)
+         aligner.fix_random(0); aligner.disable_dropout(model)
+      3a. same data: aligner.save("batch", x) before the forward, both sides
+      4. compare losses: step 1 differs: forward; step 2: backward/optimizer
+         align losses train_ms.log train_pt.log
+      4a. forward differs: dump both sides, find the first divergent layer
+         with aligner.dump(model, "dumps_pt/"): ...   (and "dumps_ms/")
+         align compare dumps_ms/ dumps_pt/
+      4b. update differs: the weights after one optimizer step
+         align diff step1_ms.ckpt step1_pt.pth --init init.pth
+      4c. training health (one side)
+         align check dumps_pt/
+      5. confirm, hand off: the layer's own error; a standalone script
+         align replay dumps_pt/ dumps_ms/ --factory port.py:build_ms
+         align repro dumps_ms/ dumps_pt/ --module PATH -o repro/
     """
 
 
