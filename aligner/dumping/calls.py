@@ -43,7 +43,7 @@ class CallHooks:
         kept: list[Any] = []
         if (self.selected or (outermost and self.opts.selects_name(self.path))) and self.opts.inputs is not False:
             # the model's own inputs are always recorded: a divergence there is in the data, not in any module
-            self._inputs(frame, inputs)
+            self._guarded(frame, "input", self._inputs, frame, inputs)
             frame.first_seq = session.seq  # what the children record starts here
         elif self.fallback:
             kept = [inputs]  # references only: recorded at exit if nothing inside was
@@ -70,16 +70,29 @@ class CallHooks:
         frame, kept = self.frames.pop()
         session = self.session
         try:
-            record = self.selected or (self.fallback and session.seq == frame.first_seq)
-            if record:
-                if not self.selected and kept and self.opts.inputs is not False:
-                    self._inputs(frame, kept[0])
-                parent = session.parent(frame)
-                for i, t in enumerate(tensors_in(output)):
-                    session.emit_output(self.path, self.type, "forward", i, t, call=frame.call, parent=parent)
-                if getattr(module, "training", False):
-                    for name, value in self.buffers(module):
-                        session.emit(self.path, self.type, "buffer", BUFFERS[name], 0, value, call=frame.call,
-                                     parent=parent)
+            self._guarded(frame, "output", self._outputs, frame, kept, module, output)
         finally:
             session.leave(frame)
+
+    def _outputs(self, frame: Frame, kept: list[Any], module: Any, output: Any) -> None:
+        """The call's outputs (and its inputs, for a non-leaf recorded as a leaf), then BatchNorm buffers."""
+        session = self.session
+        if self.selected or (self.fallback and session.seq == frame.first_seq):
+            if not self.selected and kept and self.opts.inputs is not False:
+                self._inputs(frame, kept[0])
+            parent = session.parent(frame)
+            for i, t in enumerate(tensors_in(output)):
+                session.emit_output(self.path, self.type, "forward", i, t, call=frame.call, parent=parent)
+            if getattr(module, "training", False):
+                for name, value in self.buffers(module):
+                    session.emit(self.path, self.type, "buffer", BUFFERS[name], 0, value, call=frame.call,
+                                 parent=parent)
+
+    def _guarded(self, frame: Frame, io: str, record: Callable[..., None], *args: Any) -> None:
+        """Run `record(*args)`; an exception it meets becomes a skipped record of this call (`Session.failed`), never
+        one raised into the user's forward."""
+        try:
+            record(*args)
+        except Exception as exc:  # a hook never breaks the forward it records
+            self.session.failed(self.path, self.type, "forward", io, exc, call=frame.call,
+                                parent=self.session.parent(frame))

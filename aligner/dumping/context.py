@@ -8,6 +8,7 @@ See README "Determinism and dumping" for the on-disk format (aligner/dumping/man
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -59,6 +60,8 @@ class DumpContext:
         self.session: Session | None = None
         self._handles: list[Any] = []
         self._previous: Session | None = None
+        # reason -> records this context wrote without data (a tensor no reader supports, an exception a hook met)
+        self.skipped: collections.Counter[str] = collections.Counter()
 
     def _open(self) -> tuple[Any, int] | None:
         """The sink and first sequence number for this entry, or None when this step is not recorded."""
@@ -93,6 +96,7 @@ class DumpContext:
         session, self.session = self.session, None
         self._remove_hooks()
         session.close()
+        self.skipped.update(session.skipped)
         activate(self._previous)
         try:
             session.sink.close()

@@ -73,7 +73,10 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     args: for a call record, the call's arguments as JSON (`aligner.dumping.signature`): tensors as {"tensor": i}
     (i the input index), other values as they were, so a replay can call the module the same way;
     attrs: for a call record, the module's class and scalar attributes (on its first call in a step), so a repro can
-    build the layer without the user's code.
+    build the layer without the user's code;
+    skipped: why the tensor was not stored (``"unsupported dtype complex64"``, an exception its hook met): such a
+    record has no file and no statistics, its `dtype` is the tensor's own name even where no reader supports it, and
+    compare lists it as not compared with this reason (a dump never aborts the user's forward to store a tensor).
     """
 
     seq: int
@@ -94,6 +97,7 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     arg: str | None = None
     args: dict[str, Any] | None = None
     attrs: dict[str, Any] | None = None
+    skipped: str | None = None
 
     def to_json(self) -> str:
         data = msgspec.structs.asdict(self)
@@ -104,7 +108,7 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
 
 
 
-_OPTIONAL = ("arg", "args", "attrs")
+_OPTIONAL = ("arg", "args", "attrs", "skipped")
 # Manifest lines are decoded and type-checked in one pass by msgspec (100,000 records: ~0.5 s instead of ~7 s for
 # json.loads and a field-by-field check): a missing field, a bool where a number belongs or a negative dimension is
 # a ValueError naming the field.
@@ -152,7 +156,10 @@ def _decode(line: bytes) -> Record:
         rec = msgspec.convert(json.loads(line), Record)
     if _record_too_deep(rec):
         raise NestingError(_TOO_DEEP)
-    rec.dtype = canonical(rec.dtype) if rec.kind != "call" else ""  # AlignerError for a dtype no reader supports
+    if rec.kind == "call":
+        rec.dtype = ""
+    elif rec.skipped is None:  # a skipped record keeps the name of the dtype no reader supports
+        rec.dtype = canonical(rec.dtype)  # AlignerError for a dtype no reader supports
     return rec
 
 
@@ -292,6 +299,8 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
                         continue
                     if rec.kind == "call":
                         rec.dtype = ""
+                    elif rec.skipped is not None:  # the name of a dtype no reader supports, kept
+                        pass
                     elif rec.dtype in canonical_of:
                         rec.dtype = canonical_of[rec.dtype]
                     else:

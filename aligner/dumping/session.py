@@ -13,7 +13,7 @@ import numpy as np
 from aligner.core.dtypes import canonical
 from aligner.dumping.fstats import fast_stats_of, on_host, stats_of
 from aligner.dumping.manifest import Record
-from aligner.dumping.tensors import dtype_name, shape_of, to_host, view_key
+from aligner.dumping.tensors import dtype_label, dtype_name, failure, shape_of, to_host, unstorable, view_key
 
 # False: stats-only captures copy every tensor to the host and the sink computes its statistics there (the path
 # before in-framework statistics; scripts/bench_dump.py switches it off for its "before" column)
@@ -28,7 +28,8 @@ RECENT_VIEWS = 16
 class Sink(Protocol):
     """Receives each record with its host array (BackgroundWriter or MemorySink); None for a record without data (an
     input that is an earlier record's tensor, `same_as`) and, when `host_arrays` is False (StatsSink), for every
-    record: its `stats` were computed where the tensor lives and no tensor is copied to the host."""
+    record: its `stats` were computed where the tensor lives and no tensor is copied to the host. A sink that cannot
+    write keeps its error and raises it from `close` (put may raise it too: the session does not pass it on)."""
 
     host_arrays: bool
 
@@ -73,6 +74,7 @@ class Session:
         # memory cannot be reused while a later gradient is compared with it
         self._last_grad: tuple[Any, Hashable, int, int] | None = None
         self._lock = threading.Lock()  # autograd may run hooks on another thread (CUDA devices)
+        self.skipped: collections.Counter[str] = collections.Counter()  # reason -> records skipped for it
 
     def close(self) -> None:
         """Stop recording (late gradient hooks are ignored) and let go of every tensor held for links: the hooks left
@@ -131,21 +133,48 @@ class Session:
              arg: str | None = None) -> int:
         """Queue `tensor`'s record with the next sequence number (returned): with a host copy of the tensor (full
         dumps), or (a sink without `host_arrays`) with its statistics, computed now where the tensor lives: on its
-        accelerator (`stats_of`), or in host memory in one pass without a copy (`fast_stats_of`)."""
+        accelerator (`stats_of`), or in host memory in one pass without a copy (`fast_stats_of`). A tensor that cannot
+        be stored (a dtype no reader supports, a layout without strides) is a skipped record saying why: a dump never
+        breaks the forward it records."""
         array: np.ndarray | None = None
-        if self.host_arrays:
-            array = host = to_host(tensor)
-            dtype, shape, stats = canonical(host.dtype), list(host.shape), None
-        else:
+        stats: dict[str, int | float | None] | None = None
+        skipped: str | None = None
+        try:
             dtype, shape = dtype_name(tensor), shape_of(tensor)
-            stats = fast_stats_of(tensor) if on_host(tensor) else stats_of(tensor)
+            if self.host_arrays:
+                array = host = to_host(tensor)
+                dtype, shape = canonical(host.dtype), list(host.shape)
+            else:
+                stats = fast_stats_of(tensor) if on_host(tensor) else stats_of(tensor)
+        except Exception as exc:  # whatever the tensor is, the user's forward goes on
+            array, stats, skipped = None, None, unstorable(tensor, exc)
+            dtype, shape = dtype_label(tensor), _shape(tensor)
         with self._lock:
             seq = self.seq
             record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index, dtype=dtype,
-                            shape=shape, step=self.step, stats=stats, call=call, parent=parent, source=source, arg=arg)
-            self.seq += 1
-            self.sink.put(record, array)
+                            shape=shape, step=self.step, stats=stats, call=call, parent=parent, source=source, arg=arg,
+                            skipped=skipped)
+            self._put(record, array)
         return seq
+
+    def failed(self, module: str, type_: str, kind: str, io: str, exc: Exception, *, call: int | None = None,
+               parent: str | None = None) -> None:
+        """Record that a hook of `module` met `exc` (what it would have recorded is skipped, with the reason) instead
+        of raising it into the user's forward or backward."""
+        with self._lock:
+            self._put(Record(seq=self.seq, module=module, type=type_, kind=kind, io=io, index=0, dtype="", shape=[],
+                             step=self.step, call=call, parent=parent, skipped=failure(exc)), None)
+
+    def _put(self, record: Record, array: np.ndarray | None) -> None:
+        """Hand a record to the sink with the next sequence number (the lock held), counting a skipped one. A sink
+        that fails keeps its error and raises it at close (the context's exit), not inside the hook that wrote."""
+        self.seq += 1
+        if record.skipped is not None:
+            self.skipped[record.skipped] += 1
+        try:
+            self.sink.put(record, array)
+        except Exception:  # a write error of the sink's: Sink.close raises it
+            pass
 
     def emit_output(self, module: str, type_: str, kind: str, index: int, tensor: Any, *, call: int | None,
                     parent: str | None, source: str | None = None) -> int:
@@ -208,8 +237,7 @@ class Session:
         with self._lock:
             record = Record(seq=self.seq, module=module, type=type_, kind="call", io="signature", index=0, dtype="",
                             shape=[], step=self.step, call=call, parent=parent, args=args, attrs=attrs)
-            self.seq += 1
-            self.sink.put(record, None)
+            self._put(record, None)
 
     def emit_input(self, module: str, type_: str, kind: str, index: int, tensor: Any, *, call: int | None,
                    parent: str | None, link: bool, source: str | None = None, arg: str | None = None) -> None:
@@ -227,14 +255,20 @@ class Session:
 
     def _emit_link(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *, call: int | None,
                    parent: str | None, same: int, source: str | None = None, arg: str | None = None) -> int:
-        """A record without data (its seq returned): `tensor` is what record `same` holds."""
+        """A record without data (its seq returned): `tensor` is what record `same` holds (a skipped record too when
+        its dtype is one no reader supports, as the record it links to is)."""
+        dtype = dtype_label(tensor)
+        skipped = None
+        try:
+            dtype = dtype_name(tensor)
+        except Exception as exc:  # never raised into the user's forward
+            skipped = unstorable(tensor, exc)
         with self._lock:
             seq = self.seq
-            record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index,
-                            dtype=dtype_name(tensor), shape=shape_of(tensor), step=self.step, call=call,
-                            parent=parent, same_as=same, source=source, arg=arg)
-            self.seq += 1
-            self.sink.put(record, None)
+            record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index, dtype=dtype,
+                            shape=_shape(tensor), step=self.step, call=call, parent=parent, same_as=same,
+                            source=source, arg=arg, skipped=skipped)
+            self._put(record, None)
         return seq
 
     def probe(self, name: str, tensor: Any) -> None:
@@ -243,6 +277,14 @@ class Session:
             index = self._probes[name]
             self._probes[name] += 1
         self.emit(name, "probe", "probe", "output", index, tensor, parent=self.parent())
+
+
+def _shape(tensor: Any) -> list[int]:
+    """A tensor's shape as a list of ints, [] when it has none to read (never raises)."""
+    try:
+        return shape_of(tensor)
+    except Exception:  # an object without a readable shape: its record says what else it knows
+        return []
 
 
 class _Active(threading.local):

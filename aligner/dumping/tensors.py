@@ -6,7 +6,7 @@ from typing import Any, Hashable, Iterator
 
 import numpy as np
 
-from aligner.core.dtypes import canonical, to_numpy, torch_to_numpy
+from aligner.core.dtypes import NUMPY, canonical, to_numpy, torch_to_numpy
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 
@@ -91,6 +91,26 @@ def to_host(tensor: Any) -> np.ndarray:
 def dtype_name(tensor: Any) -> str:
     """The canonical dtype name of a torch/MindSpore tensor or numpy array, without copying it."""
     return canonical(tensor.dtype)
+
+
+def dtype_label(tensor: Any) -> str:
+    """A tensor's dtype as a name, also for one no reader supports ("complex64", "uint32"); never raises: what a
+    skipped record says it held."""
+    name = str(getattr(tensor, "dtype", type(tensor).__name__)).lower()
+    return name.removeprefix("torch.").removeprefix("mindspore.")
+
+
+def unstorable(tensor: Any, exc: Exception) -> str:
+    """Why `tensor` could not be recorded (the reason of its skipped record): its dtype when no reader supports it,
+    else the exception met, in one line."""
+    label = dtype_label(tensor)
+    return f"unsupported dtype {label}" if label not in NUMPY else failure(exc)
+
+
+def failure(exc: Exception) -> str:
+    """An exception a hook met, in one line of at most ~250 characters (a skipped record's reason)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:200]}"
 
 
 def shape_of(tensor: Any) -> list[int]:

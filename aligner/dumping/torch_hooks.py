@@ -62,9 +62,20 @@ class _ModuleHooks(CallHooks):
             self.session.emit_grad(self.path, self.type, io, index, grad)
 
     def pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        self.enter((args, kwargs))
+        frame = self.enter((args, kwargs))
         if not (self.grads and torch.is_grad_enabled()):
             return None
+        try:
+            return self._aliased(args, kwargs)
+        except Exception as exc:  # the module runs on its own inputs, without gradient records
+            self.pending.append([])
+            self.session.failed(self.path, self.type, "backward", "grad_input", exc, call=frame.call,
+                                parent=self.session.parent(frame))
+            return None
+
+    def _aliased(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """The call's arguments with an alias of each input that requires grad (see the module docstring), or None
+        when the module gets its inputs themselves; pushes what `post` hooks the gradients on."""
         aliases: list[tuple[int, torch.Tensor, int, torch.Tensor, Any]] = []
         position = itertools.count()  # flat index over all input tensors, as in forward input records
 
@@ -88,10 +99,18 @@ class _ModuleHooks(CallHooks):
         if handed_back and any(id(o) in handed_back for o in tensors_in(output)):
             swapped = output = _map_tensors(lambda o: handed_back.get(id(o), o), output)
         self.exit(module, output)
-        if not live:
-            return swapped
-        # hooks on a handed-back input go first (see the module docstring), so they are registered last to first
-        first = {id(t) for t in handed_back.values()} if swapped is not None else set()
+        if live:
+            try:
+                first = {id(t) for t in handed_back.values()} if swapped is not None else set()
+                self._hook_grads(aliases, first, output)
+            except Exception as exc:  # a hook never breaks the forward it records
+                self.session.failed(self.path, self.type, "backward", "grad_output", exc)
+        return swapped
+
+    def _hook_grads(self, aliases: list[tuple[int, torch.Tensor, int, torch.Tensor, Any]],
+                    first: set[int], output: Any) -> None:
+        """Register the gradient hooks of one call: on its inputs (`aliases`) and its outputs; those of a handed-back
+        input (`first`: its ids) go first (see the module docstring), so they are registered last to first."""
         for index, a, version, original, before in reversed(aliases):
             emit = functools.partial(self.emit_grad, "grad_input", index)
             if id(original) in first:
@@ -109,7 +128,6 @@ class _ModuleHooks(CallHooks):
                     _first_hook(t, emit)
                 else:
                     t.register_hook(emit)
-        return swapped
 
 
 def _buffers(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:

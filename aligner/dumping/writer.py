@@ -131,9 +131,12 @@ class StatsSink:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._lines: list[str] = []
+        self._error: AlignerError | None = None  # the first failed append: raised again by every put and by close
 
     def put(self, record: Record, array: np.ndarray | None) -> None:
-        """Keep one record (a write error of an earlier batch was raised by the put that flushed it)."""
+        """Keep one record (after a failed append, raise that failure: the records since cannot be written)."""
+        if self._error is not None:
+            raise self._error
         if array is not None:
             record.stats = fast_stats(array)
         self._lines.append(record.to_json())
@@ -141,8 +144,11 @@ class StatsSink:
             self._flush()
 
     def close(self) -> None:
-        """Append what is left."""
-        self._flush()
+        """Append what is left; raise the first failed append."""
+        if self._error is None:
+            self._flush()
+        if self._error is not None:
+            raise self._error
 
     def _flush(self) -> None:
         lines, self._lines = self._lines, []
@@ -152,7 +158,8 @@ class StatsSink:
             with open(self.directory / MANIFEST, "a", encoding="utf-8") as manifest:
                 manifest.write("\n".join(lines) + "\n")
         except OSError as exc:
-            raise AlignerError(f"writing dump {self.directory} failed: {exc}") from exc
+            self._error = AlignerError(f"writing dump {self.directory} failed: {exc}")
+            raise self._error from exc
 
 
 class BackgroundWriter:

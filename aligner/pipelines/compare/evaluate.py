@@ -22,7 +22,8 @@ class RowStatus(str, enum.Enum):
     UNMATCHED = "unmatched"    # the record exists on one side only
     FOLDED = "folded"          # a call that only passes a tensor through, with no twin: not compared
     ERROR = "error"            # a tensor file could not be read
-    SKIPPED = "skipped"        # both records read, but nothing to compare them by (statistics on one side only)
+    SKIPPED = "skipped"        # both records read, nothing to compare them by (statistics on one side only, or a
+                               # record the dump skipped: a dtype no reader supports)
     UNREAD = "unread"          # not evaluated (bisect reads only a few pairs)
 
     def __str__(self) -> str:
@@ -76,10 +77,17 @@ def _stats_only(item: Item) -> bool:
 
 
 def uncomparable(pair: Pair) -> str | None:
-    """Why two records, both present, hold nothing to compare them by (e.g. a boolean mask msprobe keeps no
-    statistics of): listed like a record on one side only, not an unreadable file. None when they can be compared."""
+    """Why two records, both present, hold nothing to compare them by (a record the dump skipped, with the dump's
+    reason; a boolean mask msprobe keeps no statistics of): listed like a record on one side only, not an unreadable
+    file. None when they can be compared."""
     a, b = pair.a, pair.b
-    if a is None or b is None or not (_stats_only(a) or _stats_only(b)) or (a.record.stats and b.record.stats):
+    if a is None or b is None:
+        return None
+    skipped = [f"the {side} dump did not store it ({item.record.skipped})"
+               for side, item in (("first", a), ("reference", b)) if item.record.skipped is not None]
+    if skipped:
+        return "; ".join(skipped)
+    if not (_stats_only(a) or _stats_only(b)) or (a.record.stats and b.record.stats):
         return None
     return "one side has only statistics and the other none to compare them with"
 

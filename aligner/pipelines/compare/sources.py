@@ -264,6 +264,7 @@ def _resolve(item: Item, by_seq: dict[int, Item]) -> None:
         item.error = f"{rec.io} links to record {rec.same_as!r}, which {manifest.MANIFEST} does not hold before it"
         return
     rec.file, rec.stats = producer.record.file, producer.record.stats
+    rec.skipped = rec.skipped or producer.record.skipped
     item.path, item.error, item.header = producer.path, producer.error, producer.header
 
 
