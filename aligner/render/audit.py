@@ -8,7 +8,7 @@ from rich.console import Console
 
 from aligner.core.findings import Finding
 from aligner.pipelines.audit.optimizers import OptimizerAudit
-from aligner.pipelines.audit.report import AuditReport
+from aligner.pipelines.audit.report import AuditReport, FindingGroup
 from aligner.render.jsonout import write_json
 from aligner.render.severity import SEVERITY_ORDER, SEVERITY_STYLE
 
@@ -31,10 +31,11 @@ def audit_lines(report: AuditReport) -> list[tuple[str, str | None]]:
         lines.append((optimizer_line(report.optimizer), None))
     lines += [(f"note: {n}", "dim") for n in report.notes]
     for severity in SEVERITY_ORDER:
-        group = [f for f in report.findings if f.severity == severity]
-        if group:
-            lines.append((f"{severity.value.upper()} ({len(group)})", f"bold {SEVERITY_STYLE[severity]}"))
-            lines += [(f"  {finding_line(f)}", SEVERITY_STYLE[severity]) for f in group]
+        count = sum(1 for f in report.findings if f.severity == severity)
+        if count:
+            lines.append((f"{severity.value.upper()} ({count})", f"bold {SEVERITY_STYLE[severity]}"))
+            lines += [(f"  {group_line(g)}", SEVERITY_STYLE[severity]) for g in _groups(report)
+                      if g.severity == severity]
     if report.accepted:
         lines.append((f"accepted by the baseline ({len(report.accepted)}): "
                       + ", ".join(sorted(Counter(f.rule for f in report.accepted))), "dim"))
@@ -45,11 +46,33 @@ def audit_lines(report: AuditReport) -> list[tuple[str, str | None]]:
                 (f" and {len(lone) - 12} more" if len(lone) > 12 else "")
             lines.append((f"unpaired {'torch' if framework == 'pytorch' else 'MindSpore'} layers ({len(lone)}): "
                           f"{names}", "dim"))
+    if report.not_audited:
+        lines.append((f"NOT AUDITED ({len(report.not_audited)}): layers of kinds the rules cover that nothing "
+                      "checked", "bold red"))
+        lines += [(f"  {n.torch_path or '-'} / {n.ms_path or '-'} ({n.kind}, {n.class_name}): {n.why}", "red")
+                  for n in report.not_audited]
     counts = Counter(f.severity for f in report.findings)
     verdict = ", ".join(f"{counts[s]} {s.value}{'s' if counts[s] != 1 else ''}" for s in SEVERITY_ORDER)
-    lines.append((f"{'FAILED' if report.errors else 'PASSED'}: {verdict}",
-                  "bold red" if report.errors else "bold green"))
+    verdict += f", {len(report.not_audited)} layer{'s' if len(report.not_audited) != 1 else ''} not audited"
+    word = "FAILED" if report.errors else "INCOMPLETE (not a pass)" if report.not_audited else "PASSED"
+    lines.append((f"{word}: {verdict}", "bold green" if word == "PASSED" else "bold red"))
     return lines
+
+
+def _groups(report: AuditReport) -> tuple[FindingGroup, ...]:
+    """The report's groups; a report read back from an older JSON has none: one group per finding then."""
+    if report.groups or not report.findings:
+        return report.groups
+    return tuple(FindingGroup(f.rule, f.severity, f.message, f.fix, ()) for f in report.findings)
+
+
+def group_line(g: FindingGroup) -> str:
+    """One line: the finding (alone) or what the group shares and every place, then the fix."""
+    if len(g.where) > 1:
+        text = f"{g.text} [{len(g.where)} places: {', '.join(g.where)}]"
+    else:
+        text = g.text
+    return text + (f"  fix: {g.fix}" if g.fix else "")
 
 
 def optimizer_line(o: OptimizerAudit) -> str:

@@ -1,10 +1,13 @@
 """Name the law a freshly initialised parameter was drawn from, and decide whether two sides' laws differ beyond
 sampling error.
 
-The family comes from the sample's shape: every |x| <= sqrt(3) std for a uniform draw, while a normal draw of 30 or more
-values reaches past 1.9 std almost surely; the scale is then matched to the named laws of mappings/audit_init.yaml
-within the sampling tolerance (5 standard errors of the sample std, which is std / sqrt(2n) for a normal draw and less
-for a uniform one), else reported as a free law (normal(0, 0.02)).
+The name does not depend on the draw: a family is named only where the sample rules the other one out, else the law is
+"not identified" (its moments are still compared). Uniform: every |x| <= sqrt(3) std, so a value beyond sqrt(3) x the
+sample std, allowing 5 standard errors of that std (sqrt(0.2 / n) for a uniform draw), rules it out; normal: n normal
+values all within r sample stds has probability (2 Phi(r') - 1)^n, r' = r widened by 5 standard errors of the std
+(1 / sqrt(2n)), and below 1e-6 that rules it out (a 96-value bias is too small to tell; from about 400 values a uniform
+draw is named). Within the family, the scale is matched to the nearest of the named laws of mappings/audit_init.yaml
+within 5 standard errors of the sample std, else reported as a free law with two significant digits (normal(0, 0.02)).
 """
 from __future__ import annotations
 
@@ -22,9 +25,8 @@ from aligner.core.frameworks import Framework
 LAWS_FILE = "audit_init.yaml"
 Z = 5.0                 # standard errors: a sampling tolerance with negligible false alarms over thousands of tensors
 MIN_FAMILY = 30         # fewer values: no family is named, only the moments compared
-UNIFORM_RATIO = 1.9     # max|x| / std below this: uniform
-MIN_COMPARE_FAMILY = 256   # two sides' families are compared only from this many values (a 32-value uniform draw
-                           # can reach 1.9 sample stds); below it only the moments are
+NORMAL_MISS = 1e-6      # a normal draw is ruled out when all its values lying that close to the mean is this unlikely
+MIN_COMPARE_FAMILY = 256   # two sides' families are compared only from this many values; below it only the moments are
 
 
 @functools.cache
@@ -46,7 +48,21 @@ class Law:
     lines: dict[str, str]             # framework -> initializer line template ({param}, {shape})
 
     def describe(self) -> str:
-        return f"{self.name}, std {self.std:.3g}" if self.family != "constant" else self.name
+        """The name, the sample's std and size (the size says how sure the name is)."""
+        return f"{self.name}, std {self.std:.3g}, n={self.n}" if self.family != "constant" else self.name
+
+
+def family(x: np.ndarray, std: float) -> str:
+    """uniform, normal, or unknown when the sample does not rule either out (module docstring: the confidence)."""
+    n = x.size
+    ratio = float(np.abs(x - x.mean()).max()) / std
+    if ratio > math.sqrt(3) / max(1 - Z * math.sqrt(0.2 / n), 1e-9):
+        return "normal"
+    widened = ratio * (1 + Z / math.sqrt(2 * n))
+    inside = math.erf(widened / math.sqrt(2))          # P(|x| < widened std) for one normal value
+    if n * math.log(max(inside, 1e-300)) < math.log(NORMAL_MISS):
+        return "uniform"
+    return "unknown"
 
 
 def fans(shape: tuple[int, ...], weight_shape: tuple[int, ...] | None = None) -> tuple[int, int]:
@@ -76,23 +92,27 @@ def fit(values: np.ndarray, weight_shape: tuple[int, ...] | None = None) -> Law:
         value = _short(mean) if mean not in (0.0, 1.0) else str(int(mean))
         name = {"0": "zeros", "1": "ones"}.get(value, free["name"].format(value=value))
         return Law(name, "constant", n, mean, std, low, high, _lines(free, value))
-    if n < MIN_FAMILY:
-        return Law(f"mean {mean:.3g}", "unknown", n, mean, std, low, high, {})
-    family = "uniform" if max(abs(low), abs(high)) / std < UNIFORM_RATIO else "normal"
+    kind = family(x, std) if n >= MIN_FAMILY else "unknown"
+    if kind == "unknown":
+        return Law(f"law not identified (mean {mean:.2g})", "unknown", n, mean, std, low, high, {})
     fan_in, fan_out = fans(values.shape, weight_shape)
     tol = Z / math.sqrt(2 * n)
     if abs(mean) <= Z * std / math.sqrt(n):
+        fitting = []
         for law in table["scaled"]:
-            if law["family"] != family:
+            if law["family"] != kind:
                 continue
             scale = math.sqrt(law["numerator"] / (fan_in if law["fan"] == "in" else fan_in + fan_out))
-            expected = scale / math.sqrt(3) if family == "uniform" else scale
+            expected = scale / math.sqrt(3) if kind == "uniform" else scale
             if abs(std - expected) <= tol * expected:
-                return Law(law["name"], family, n, mean, std, low, high, _lines(law, None))
-    free = table["free"][family]
-    value = _short(std * math.sqrt(3), n) if family == "uniform" else _short(std, n)
+                fitting.append((abs(std - expected) / expected, law))
+        if fitting:
+            law = min(fitting, key=lambda t: t[0])[1]
+            return Law(law["name"], kind, n, mean, std, low, high, _lines(law, None))
+    free = table["free"][kind]
+    value = f"{std * math.sqrt(3) if kind == 'uniform' else std:.2g}"
     name = free["name"].format(value=value) + (f" + {mean:.2g}" if abs(mean) > Z * std / math.sqrt(n) else "")
-    return Law(name, family, n, mean, std, low, high, _lines(free, value))
+    return Law(name, kind, n, mean, std, low, high, _lines(free, value))
 
 
 def _lines(entry: dict[str, Any], value: str | None) -> dict[str, str]:

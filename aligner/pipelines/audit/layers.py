@@ -32,17 +32,37 @@ class Layer:
     dtype: str | None = None
     order: int = 0
     input_shape: tuple[int, ...] | None = None
+    recognised: str = "class"     # "class" (a framework class, forward its own), "subclass" (its own forward) or
+                                  # "name" (a third-party class taken by its name: only a probe can check it)
+    tensors: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)   # neutral leaf -> the parameter
+    called: bool = True           # False when example inputs ran and never reached it
+
+    @property
+    def needs_probe(self) -> bool:
+        """Whether only running it tells what it computes (a forward of its own, or no framework class at all)."""
+        return self.recognised != "class"
 
     @property
     def class_name(self) -> str:
         return type(self.module).__name__
 
 
-def kind_of(module: Any, framework: Framework, book: RuleBook) -> tuple[str, str] | None:
-    """(kind, framework class) from the first class in the module's hierarchy that the rules name."""
-    for cls in type(module).__mro__:
+_FORWARD = {Framework.PYTORCH: "forward", Framework.MINDSPORE: "construct"}
+
+
+def kind_of(module: Any, framework: Framework, book: RuleBook) -> tuple[str, str, str] | None:
+    """(kind, class that gave it, how recognised): the first framework class in the module's hierarchy that the rules
+    name ("class", or "subclass" when the module's own class overrides its forward), else the first class whose name
+    the rules know (`by_name`: a third-party layer subclassing no framework layer)."""
+    mro = type(module).__mro__
+    for cls in mro:
         if cls.__module__.startswith(_ROOTS[framework]) and cls.__name__ in book.kinds[framework]:
-            return book.kinds[framework][cls.__name__], qualname(cls)
+            forward = _FORWARD[framework]
+            own = getattr(type(module), forward, None) is getattr(cls, forward, None)
+            return book.kinds[framework][cls.__name__], qualname(cls), "class" if own else "subclass"
+    for cls in mro:
+        if not cls.__module__.startswith(_ROOTS[framework]) and cls.__name__ in book.by_name:
+            return book.by_name[cls.__name__], qualname(cls), "name"
     return None
 
 
@@ -95,14 +115,15 @@ def collect(model: Any, framework: Framework, book: RuleBook) -> list[Layer]:
         found = kind_of(module, framework, book)
         if found is None:
             continue
-        kind, base = found
+        kind, base, how = found
         own = _own_params(module, framework)
         own = {leaf.rpartition(".")[2]: p for leaf, p in own.items() if p is not None}
         layer = Layer(path, kind, base, module, order=i,
-                      dtype=_compute_dtype(module, framework, kind, own, book))
+                      dtype=_compute_dtype(module, framework, kind, own, book), recognised=how)
         for leaf, p in own.items():
             layer.params[neutral_leaf(leaf)] = _numpy(p)
             layer.leaves[neutral_leaf(leaf)] = leaf
+            layer.tensors[neutral_leaf(leaf)] = p
         out.append(layer)
     return out
 
@@ -161,6 +182,7 @@ def trace(model: Any, framework: Framework, layers: list[Layer], inputs: dict[st
             layer.order, layer.input_shape = calls[id(layer.module)]
         else:
             layer.order = len(calls) + layer.order   # not called: after every called layer, in definition order
+            layer.called = False
 
 
 def _save_state(model: Any, framework: Framework) -> dict[str, Any]:

@@ -9,6 +9,7 @@ carries the fix for the migrated side (MindSpore unless `ref` names it as the re
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
 import re
@@ -24,8 +25,17 @@ from aligner.pipelines.audit import initlaw
 from aligner.pipelines.audit.layers import Layer, collect, trace
 from aligner.pipelines.audit.optimizers import DEFAULT_STEPS, OptimizerAudit, audit_optimizers
 from aligner.pipelines.audit.pairing import LayerPair, pair_layers
-from aligner.pipelines.audit.report import AuditReport, PairRecord, Unpaired, apply_baseline, load_baseline
-from aligner.pipelines.audit.rules import Rule, RuleBook, load_rulebook
+from aligner.pipelines.audit.probe import probe
+from aligner.pipelines.audit.report import (
+    AuditReport,
+    FindingGroup,
+    NotAudited,
+    PairRecord,
+    Unpaired,
+    apply_baseline,
+    load_baseline,
+)
+from aligner.pipelines.audit.rules import Rule, RuleBook, load_rulebook, qualname, short_class
 from aligner.pipelines.audit.windows import Geometry, geometry, spatial_rank
 
 PT, MS = Framework.PYTORCH, Framework.MINDSPORE
@@ -42,10 +52,9 @@ def _lit(value: Any) -> str:
     return repr(value)
 
 
-def short_class(base: str) -> str:
-    """nn.MaxPool2d / mint.nn.GELU from a framework class's qualified name."""
-    name = base.rpartition(".")[2]
-    return f"mint.nn.{name}" if base.startswith("mindspore.mint") else f"nn.{name}"
+def where_text(torch_path: str | None, ms_path: str | None) -> str:
+    """'torch path / MindSpore path' of a pair (<top> for the model itself)."""
+    return f"{torch_path or '<top>'} / {ms_path or '<top>'}"
 
 
 def _equal(a: Any, b: Any, rtol: float | None) -> bool:
@@ -61,9 +70,12 @@ class _Auditor:
     def __init__(self, book: RuleBook, reference: Framework, traced: bool) -> None:
         self.book, self.reference, self.traced = book, reference, traced
         self.migrated = reference.other
+        self.shared: dict[int, tuple[str, str]] = {}   # id(finding) -> (text, fix) without its paths, for grouping
 
     def pair_findings(self, pair: LayerPair) -> list[Finding]:
         out: list[Finding] = []
+        if "name" in (pair.torch.recognised, pair.ms.recognised):
+            return out      # no setting of a class taken by its name can be read: the probe checks it
         for rule in self.book.for_kind(pair.torch.kind):
             if pair.ms.kind != pair.torch.kind:
                 continue
@@ -95,10 +107,22 @@ class _Auditor:
 
     def _finding(self, rule: Rule, pair: LayerPair, message: str, fix: str, values: tuple[Any, Any],
                  severity: Severity | None = None) -> Finding:
-        where = f"{pair.torch.path or '<top>'} / {pair.ms.path or '<top>'}"
-        text = f"{where} ({pair.torch.kind}): {message}" + (f"; {rule.why}" if rule.why else "")
-        return Finding(rule.id, severity or rule.severity, text, (pair.torch.path, pair.ms.path), fix=fix,
-                       attribute=rule.attribute, values=values)
+        detail = f"({pair.torch.kind}): {message}" + (f"; {rule.why}" if rule.why else "")
+        found = Finding(rule.id, severity or rule.severity, f"{where_text(pair.torch.path, pair.ms.path)} {detail}",
+                        (pair.torch.path, pair.ms.path), fix=fix, attribute=rule.attribute, values=values)
+        self.shared[id(found)] = (detail, fix)
+        return found
+
+    @staticmethod
+    def _default_note(layer: Layer, arg: str | None, value: Any, side: str) -> str:
+        """'; MindSpore 1e-07 is nn.LayerNorm's default' when the value found is its class's constructor default."""
+        try:
+            default = inspect.signature(type(layer.module).__init__).parameters[arg or ""].default
+        except (KeyError, TypeError, ValueError):
+            return ""
+        if default is inspect.Parameter.empty or not _equal(default, value, 1e-9):
+            return ""
+        return f"; {side} {_lit(value)} is {short_class(qualname(type(layer.module)))}'s default"
 
     def _values(self, rule: Rule, pair: LayerPair) -> tuple[Any, Any]:
         return (rule.sides[PT].value(pair.torch.module, pair.torch.base),
@@ -110,7 +134,10 @@ class _Auditor:
             return None
         t_arg, m_arg = self._arg(rule, PT, pair.torch, tv), self._arg(rule, MS, pair.ms, mv)
         note = f" (torch's meaning: {_lit(mv)})" if _lit(m_arg) != _lit(mv) else ""
-        message = f"{rule.attribute} torch {_lit(t_arg)} vs MindSpore {_lit(m_arg)}{note}"
+        defaults = "".join(self._default_note(layer, fix.arg if fix is not None else None, arg, NAMES[fw])
+                           for fw, layer, arg in ((PT, pair.torch, t_arg), (MS, pair.ms, m_arg))
+                           for fix in [rule.sides[fw].fix_for(layer.base)])
+        message = f"{rule.attribute} torch {_lit(t_arg)} vs MindSpore {_lit(m_arg)}{note}{defaults}"
         ref_value = tv if self.reference == PT else mv
         return self._finding(rule, pair, message, self._fix(rule, pair, ref_value), (t_arg, m_arg))
 
@@ -256,15 +283,85 @@ class _Auditor:
                 continue
             ref, mig = laws[self.reference], laws[self.migrated]
             layer = self._side_layer(pair, self.migrated)
-            name = f"{layer.path}.{layer.leaves[leaf]}" if layer.path else layer.leaves[leaf]
+            own = layer.leaves[leaf]
+            name = f"{layer.path}.{own}" if layer.path else own
             line = ref.lines.get(self.migrated.value, "")
             fix = line.format(param=name, shape=tuple(layer.params[leaf].shape)) if line else \
                 f"initialise {name} with mean {ref.mean:.3g}, std {ref.std:.3g}"
-            message = (f"{NAMES[self.migrated]} {name} ~ {mig.describe()}; {NAMES[self.reference]} ~ "
-                       f"{ref.describe()}")
-            out.append(Finding("init-law", Severity.WARNING, message, (pair.torch.path, pair.ms.path), fix=fix,
-                               attribute=f"init:{leaf}", values=(laws[PT].name, laws[MS].name)))
+            each = f"{line.format(param='P', shape='P.shape')} for each P" if line else \
+                "initialise each with the reference's mean and std"
+            message = (f"{where_text(pair.torch.path, pair.ms.path)} {NAMES[self.migrated]} {name} ~ "
+                       f"{mig.describe()}; {NAMES[self.reference]} ~ {ref.describe()}")
+            found = Finding("init-law", Severity.WARNING, message, (pair.torch.path, pair.ms.path), fix=fix,
+                            attribute=f"init:{leaf}", values=(laws[PT].name, laws[MS].name))
+            self.shared[id(found)] = (f"{own}: {NAMES[self.migrated]} ~ {mig.name}; {NAMES[self.reference]} ~ "
+                                      f"{ref.name}", each)
+            out.append(found)
         return out
+
+    # --- probes -----------------------------------------------------------------------------------------------------
+    def probe_pair(self, pair: LayerPair) -> tuple[str, list[Finding], NotAudited | None]:
+        """(what the probe showed, its finding, the pair as not audited when it had to be probed and could not)."""
+        if not (pair.torch.needs_probe or pair.ms.needs_probe):
+            return "", [], None
+        result = probe(pair.torch, pair.ms, self.reference, self.book)
+        tol = f"{self.book.probe_atol:.0e} + {self.book.probe_rtol:.0e} x |torch|"
+        if not result.ran:
+            lost = None
+            if "name" in (pair.torch.recognised, pair.ms.recognised):
+                lost = NotAudited(pair.torch.path, pair.ms.path, pair.torch.kind,
+                                  f"{pair.torch.class_name} / {pair.ms.class_name}", f"not probed: {result.why}")
+            return f"not probed: {result.why}", [], lost
+        shape = "x".join(map(str, result.shapes[0]))
+        if result.equal:
+            return f"outputs equal within {tol} (max {result.max_diff:.2g})", [], None
+        classes = f"{qualname(type(pair.torch.module))} vs {qualname(type(pair.ms.module))}"
+        detail = f"({pair.torch.kind}): outputs differ on one input (standard normal x 3, same parameters); {classes}"
+        fix = result.fix + " (reproduces the reference's outputs on the probe)" if result.fix else \
+            f"make the {NAMES[self.migrated]} layer compute what the reference's does (no framework layer tried did)"
+        message = (f"{where_text(pair.torch.path, pair.ms.path)} ({pair.torch.kind}): outputs differ by up to "
+                   f"{result.max_diff:.2g} on one {shape} input (standard normal x 3, same parameters); {classes}")
+        found = Finding("probe", Severity.ERROR, message, (pair.torch.path, pair.ms.path), fix=fix, attribute="outputs",
+                        values=(qualname(type(pair.torch.module)), qualname(type(pair.ms.module))))
+        self.shared[id(found)] = (detail, fix)
+        return f"outputs differ (max {result.max_diff:.2g})", [found], None
+
+    # --- weight sharing -------------------------------------------------------------------------------------------
+    def sharing_findings(self, pairs: list[LayerPair]) -> list[Finding]:
+        """A parameter shared by two paired layers on one side (a head tied to the embedding) and two parameters on
+        the other: equal at the start, they drift apart from the second step (checklist cg.01)."""
+        slots = [(pair, leaf) for pair in pairs for leaf in pair.torch.tensors if leaf in pair.ms.tensors]
+        out: list[Finding] = []
+        for fw in (PT, MS):
+            other = fw.other
+            groups: dict[int, list[tuple[LayerPair, str]]] = {}
+            for pair, leaf in slots:
+                groups.setdefault(id(self._side_layer(pair, fw).tensors[leaf]), []).append((pair, leaf))
+            for members in groups.values():
+                twins = {id(self._side_layer(p, other).tensors[leaf]) for p, leaf in members}
+                if len({(p.torch.path, leaf) for p, leaf in members}) < 2 or len(twins) == 1:
+                    continue
+                out.append(self._sharing_finding(fw, members))
+        return out
+
+    def _sharing_finding(self, shared_side: Framework, members: list[tuple[LayerPair, str]]) -> Finding:
+        def names(fw: Framework) -> list[str]:
+            return [f"{layer.path}.{layer.leaves[leaf]}" if layer.path else layer.leaves[leaf]
+                    for p, leaf in members for layer in [self._side_layer(p, fw)]]
+
+        shared, separate = names(shared_side), names(shared_side.other)
+        detail = (f"{NAMES[shared_side]} shares one parameter between {' and '.join(shared)}; "
+                  f"{NAMES[shared_side.other]} has {len(separate)} separate ones ({', '.join(separate)}): equal "
+                  "after a conversion, they train apart from the second step (each gets only its own gradient)")
+        mig = names(self.migrated)
+        tied = shared_side == self.reference
+        fix = (f"tie them: {mig[0]} is the one Parameter of {', '.join(mig[1:])} as well" if tied
+               else f"untie them: give {', '.join(mig[1:])} a parameter of its own (a copy of {mig[0]})")
+        found = Finding("weight-sharing", Severity.WARNING, detail,
+                        tuple(x for p, _ in members for x in (p.torch.path, p.ms.path)), fix=fix,
+                        attribute="shared", values=(tuple(names(PT)), tuple(names(MS))))
+        self.shared[id(found)] = (detail, fix)
+        return found
 
 
 def _framework_of(model: Any, which: str) -> Framework:
@@ -323,10 +420,19 @@ def audit(model_a: Any, model_b: Any, example_inputs: Any = None, ref: str | Fra
     pairs, lone_t, lone_m = pair_layers(layers[PT], layers[MS])
     auditor = _Auditor(book, reference, given is not None)
     findings: list[Finding] = []
+    probes: dict[int, str] = {}
+    not_audited: list[NotAudited] = []
     for pair in pairs:
         findings += auditor.pair_findings(pair)
+        probes[id(pair)], found, lost = auditor.probe_pair(pair)
+        findings += found
+        not_audited += [lost] if lost is not None else []
+    findings += auditor.sharing_findings(pairs)
     for pair in pairs:
         findings += auditor.init_findings(pair)
+    not_audited += [NotAudited(x.path if fw == PT else None, x.path if fw == MS else None, x.kind, x.class_name,
+                               "unpaired: no layer of its kind on the other side at its place")
+                    for fw, lone in ((PT, lone_t), (MS, lone_m)) for x in lone if _counts(x, fw, book)]
     notes = [] if given is not None else ["no example inputs: padding that depends on the input size is a warning"]
     optim = _optimizer_audit(models, optimizers, schedulers, steps, reference, notes)
     if optim is not None:
@@ -337,9 +443,39 @@ def audit(model_a: Any, model_b: Any, example_inputs: Any = None, ref: str | Fra
         [Unpaired(MS, x.path, x.kind, x.class_name) for x in lone_m]
     return AuditReport(type(models[PT]).__name__, type(models[MS]).__name__, reference,
                        {k: list(v.shape) for k, v in given[0].items()} if given is not None else None,
-                       tuple(PairRecord(p.torch.path, p.ms.path, p.torch.kind, p.how) for p in pairs),
+                       tuple(PairRecord(p.torch.path, p.ms.path, p.torch.kind, p.how, probes[id(p)]) for p in pairs),
                        tuple(unpaired), tuple(new), tuple(accepted), tuple(notes),
-                       dataclasses.replace(optim, findings=(), notes=()) if optim is not None else None)
+                       dataclasses.replace(optim, findings=(), notes=()) if optim is not None else None,
+                       tuple(not_audited), _groups(new, auditor.shared))
+
+
+def _counts(layer: Layer, fw: Framework, book: RuleBook) -> bool:
+    """Whether an unpaired layer is one nothing audited: it ran (or no inputs did), and it is no identity (a Dropout
+    with p=0: `noop` in the rules)."""
+    if not layer.called:
+        return False
+    for rule_id, value in book.noop.items():
+        rule = book.rule(rule_id)
+        if rule is not None and layer.kind in rule.kinds and layer.recognised != "name" \
+                and _equal(rule.sides[fw].value(layer.module, layer.base), value, 1e-12):
+            return False
+    return True
+
+
+def _groups(findings: list[Finding], shared: dict[int, tuple[str, str]]) -> tuple[FindingGroup, ...]:
+    """Findings saying the same thing (rule, severity, text and fix without the paths) as one group each, in the
+    order of their first; a group of one keeps the finding's own message and fix."""
+    keyed: dict[tuple[Any, ...], list[Finding]] = {}
+    for f in findings:
+        text, fix = shared.get(id(f), (f.message, f.fix))
+        keyed.setdefault((f.rule, f.severity, text, fix), []).append(f)
+    out = []
+    for (rule, severity, text, fix), members in keyed.items():
+        where = tuple(where_text(f.torch_path, f.ms_path) for f in members if f.where)
+        if len(members) == 1:
+            text, fix = members[0].message, members[0].fix
+        out.append(FindingGroup(rule, severity, text, fix, where))
+    return tuple(out)
 
 
 def _optimizer_audit(models: dict[Framework, Any], optimizers: Sequence[Any], schedulers: Sequence[Any], steps: int,

@@ -22,6 +22,7 @@ class PairRecord:
     ms_path: str
     kind: str
     how: str
+    probe: str = ""      # what running both showed ("outputs equal within 1e-5 (max 2.4e-07)", ...), "" when not run
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -39,6 +40,39 @@ class Unpaired:
     def to_dict(self) -> dict[str, Any]:
         return {"framework": self.framework.value, "path": self.path, "kind": self.kind,
                 "class_name": self.class_name}
+
+
+@dataclasses.dataclass(frozen=True)
+class NotAudited:
+    """A layer of a kind the rules cover that nothing checked: unpaired, or taken by its class name and not probed."""
+
+    torch_path: str | None
+    ms_path: str | None
+    kind: str
+    class_name: str
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class FindingGroup:
+    """Findings that say the same thing (rule, severity, text and fix without the paths) at several places."""
+
+    rule: str
+    severity: Severity
+    text: str                     # the finding itself when alone, else what they share
+    fix: str
+    where: tuple[str, ...]        # "torch path / MindSpore path" of each
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "severity": self.severity.value, "text": self.text, "fix": self.fix,
+                "where": list(self.where)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FindingGroup":
+        return cls(data["rule"], Severity(data["severity"]), data["text"], data["fix"], tuple(data["where"]))
 
 
 def finding_key(f: Finding) -> tuple[str, str | None, str | None, str | None]:
@@ -60,6 +94,8 @@ class AuditReport:
     accepted: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
     optimizer: OptimizerAudit | None = None     # what the optimizer audit compared; its findings are in `findings`
+    not_audited: tuple[NotAudited, ...] = ()    # covered layers nothing checked: the audit is no pass while any is
+    groups: tuple[FindingGroup, ...] = ()       # `findings` with the repeated ones grouped, in order
 
     @property
     def migrated(self) -> Framework:
@@ -71,7 +107,8 @@ class AuditReport:
 
     @property
     def exit_code(self) -> ExitCode:
-        return ExitCode.FOUND if self.errors else ExitCode.OK
+        """1 on an error finding, or when a layer of a covered kind was not audited (never a silent pass)."""
+        return ExitCode.FOUND if self.errors or self.not_audited else ExitCode.OK
 
     def __bool__(self) -> bool:
         return self.exit_code == ExitCode.OK
@@ -82,6 +119,7 @@ class AuditReport:
                 "unpaired": [u.to_dict() for u in self.unpaired], "findings": [f.to_dict() for f in self.findings],
                 "accepted": [f.to_dict() for f in self.accepted], "notes": list(self.notes),
                 "optimizer": self.optimizer.to_dict() if self.optimizer is not None else None,
+                "not_audited": [n.to_dict() for n in self.not_audited], "groups": [g.to_dict() for g in self.groups],
                 "exit_code": int(self.exit_code)}
 
     @classmethod
@@ -92,7 +130,9 @@ class AuditReport:
                          for u in data["unpaired"]),
                    tuple(Finding.from_dict(f) for f in data["findings"]),
                    tuple(Finding.from_dict(f) for f in data["accepted"]), tuple(data["notes"]),
-                   OptimizerAudit.from_dict(data["optimizer"]) if data.get("optimizer") else None)
+                   OptimizerAudit.from_dict(data["optimizer"]) if data.get("optimizer") else None,
+                   tuple(NotAudited(**n) for n in data.get("not_audited", ())),
+                   tuple(FindingGroup.from_dict(g) for g in data.get("groups", ())))
 
 
 def load_baseline(path: str | os.PathLike) -> set[tuple[str, str | None, str | None, str | None]]:
@@ -132,4 +172,5 @@ def apply_baseline(findings: list[Finding], accepted_keys: set) -> tuple[list[Fi
     return new, [f for f in findings if finding_key(f) in accepted_keys]
 
 
-__all__ = ["AuditReport", "PairRecord", "Unpaired", "Severity", "apply_baseline", "finding_key", "load_baseline"]
+__all__ = ["AuditReport", "FindingGroup", "NotAudited", "PairRecord", "Unpaired", "Severity", "apply_baseline",
+           "finding_key", "load_baseline"]

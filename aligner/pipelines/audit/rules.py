@@ -26,6 +26,12 @@ def qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__name__}"
 
 
+def short_class(base: str) -> str:
+    """nn.MaxPool2d / mint.nn.GELU from a framework class's qualified name."""
+    name = base.rpartition(".")[2]
+    return f"mint.nn.{name}" if base.startswith("mindspore.mint") else f"nn.{name}"
+
+
 def _fits(prefix: str | None, base: str) -> bool:
     """Whether a rule entry limited to `prefix` (a module or a class's qualified name) applies to class `base`."""
     return prefix is None or base == prefix or base.startswith(prefix + ".")
@@ -111,15 +117,32 @@ class Rule:
 
 
 @dataclasses.dataclass(frozen=True)
+class ProbeFix:
+    """A framework layer tried in a probe: its class's qualified name and constructor arguments."""
+
+    cls: str
+    args: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
 class RuleBook:
-    """Layer kinds per framework class name, the rules, and amp O1's float16 kinds."""
+    """Layer kinds per framework class name (and third-party class names), the rules, amp O1's float16 kinds, and
+    the probe's tolerance, fix candidates and no-op settings."""
 
     kinds: dict[Framework, dict[str, str]]     # framework -> class name -> kind
     rules: tuple[Rule, ...]
     amp_o1_float16: frozenset[str]
+    by_name: dict[str, str] = dataclasses.field(default_factory=dict)    # any class name -> kind
+    probe_atol: float = 1e-5
+    probe_rtol: float = 1e-5
+    probe_fixes: dict[str, dict[Framework, tuple[ProbeFix, ...]]] = dataclasses.field(default_factory=dict)
+    noop: dict[str, Any] = dataclasses.field(default_factory=dict)      # rule id -> neutral value of an identity
 
     def for_kind(self, kind: str) -> list[Rule]:
         return [r for r in self.rules if kind in r.kinds]
+
+    def rule(self, rule_id: str) -> Rule | None:
+        return next((r for r in self.rules if r.id == rule_id), None)
 
 
 def _side(data: dict[str, Any] | None) -> Side:
@@ -141,4 +164,11 @@ def load_rulebook(name: str = RULES_FILE) -> RuleBook:
     rules = tuple(Rule(r["id"], tuple(r["kinds"]), r["attribute"], Severity(r["severity"]), r.get("compare", "equal"),
                        r.get("rtol"), {fw: _side(r.get(fw.value)) for fw in (Framework.PYTORCH, Framework.MINDSPORE)},
                        r.get("why", "")) for r in data["rules"])
-    return RuleBook(kinds, rules, frozenset(data.get("amp_o1_float16") or ()))
+    by_name = {cls: kind for per_fw in kinds.values() for cls, kind in per_fw.items()}
+    by_name.update({cls: kind for kind, names in (data.get("by_name") or {}).items() for cls in names})
+    fixes = {kind: {Framework(fw): tuple(ProbeFix(f["class"], dict(f.get("args") or {})) for f in entries)
+                    for fw, entries in per_fw.items()}
+             for kind, per_fw in (data.get("probe_fixes") or {}).items()}
+    return RuleBook(kinds, rules, frozenset(data.get("amp_o1_float16") or ()), by_name,
+                    float(data.get("probe_atol", 1e-5)), float(data.get("probe_rtol", 1e-5)), fixes,
+                    dict(data.get("noop") or {}))
