@@ -89,6 +89,7 @@ class Plan:
     notes: list[str] = dataclasses.field(default_factory=list)
     guesses: list[Guess] = dataclasses.field(default_factory=list)   # layer types read from names/shapes alone
     splits: list[FusedSplit] = dataclasses.field(default_factory=list)   # fused tensors split to fit --like
+    by_position: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (source, target) by position alone
 
     @property
     def outputs(self) -> list[Entry]:
@@ -260,6 +261,30 @@ def _split_fused(plan: Plan, by_name: dict[str, Entry], like: dict[str, TensorIn
         plan.splits.append(dataclasses.replace(split, source=entry.sources[0]))
 
 
+def _place_by_position(plan: Plan, by_name: dict[str, Entry], like: dict[str, TensorInfo], claimed: set[str],
+                       ambiguous: set[str], tied: dict[str, str]) -> None:
+    """Fill the target keys still free that are the only unplaced tensor of their shape in a block whose other
+    tensors are paired (structural.by_position), and record each such pairing on the plan: it rests on shapes and
+    positions alone. Sources tied to another name and names already reported ambiguous are left alone."""
+    placed = [(s, e.target) for e in plan.entries if e.target in claimed for s in e.sources]
+    origin = {e.sources[0]: key for key, e in by_name.items() if len(e.sources) == 1
+              and e.status != EntryStatus.CREATED and e.sources[0] not in tied and key not in ambiguous}
+    free = {k: v.shape for k, v in like.items() if k not in claimed and k not in ambiguous}
+    shapes = {s: by_name[key].written_as()[1].shape for s, key in origin.items()}
+    for source, target, reason in structural.by_position(placed, shapes, free):
+        entry = by_name.pop(origin[source])
+        entry.status = EntryStatus.STRUCTURAL
+        _fit(entry, target, like[target], reason)
+        claimed.add(target)
+        plan.by_position.append((source, target))
+    if plan.by_position:
+        shown = ", ".join(f"{s} -> {t}" for s, t in plan.by_position[:3])
+        more = len(plan.by_position) - 3
+        plan.notes.append(f"{len(plan.by_position)} tensor(s) placed by shape and position alone, each the only "
+                          f"unplaced tensor of its shape in a block whose other tensors are paired: {shown}"
+                          f"{f' and {more} more' if more > 0 else ''}; check them (--save-map lists them all)")
+
+
 def _reconcile(plan: Plan, infos: dict[str, TensorInfo], like: dict[str, TensorInfo], tied: dict[str, str]) -> None:
     """Make the plan fill exactly the target's keys: direct hits, then structural matches; report the rest."""
     claimed: set[str] = set()
@@ -287,6 +312,8 @@ def _reconcile(plan: Plan, infos: dict[str, TensorInfo], like: dict[str, TensorI
             entry.status = EntryStatus.STRUCTURAL
         _fit(entry, tname, like[tname], reason)
         claimed.add(tname)
+    _place_by_position(plan, by_name, like, claimed, set(ambiguous) | {c for cs in ambiguous.values() for c in cs},
+                       tied)
     for entry in leftovers:
         if entry.target in by_name and entry is by_name[entry.target]:
             src = entry.sources[0] if entry.sources else None

@@ -46,7 +46,12 @@ def resolved_map(plan: Plan) -> dict[str, Any]:
 
 
 def write_map(plan: Plan, path: str) -> None:
-    """Write the resolved mapping for review and reuse (atomic)."""
+    """Write the resolved mapping for review and reuse (atomic); the renames that rest on shape and position alone
+    are listed in its header, to be checked before reuse."""
     header = f"# resolved by align convert: {plan.src_framework} -> {plan.dst_framework}; reuse with --map\n"
+    if plan.by_position:
+        header += (f"# {len(plan.by_position)} rename(s) below were placed by shape and position alone (each the only "
+                   "unplaced tensor of its shape in a block whose other tensors are paired); check them:\n")
+        header += "".join(f"#   {source!r} -> {target!r}\n" for source, target in plan.by_position)
     with atomic_open(path, "w") as fh:
         fh.write(header + yaml.safe_dump(resolved_map(plan), sort_keys=False))

@@ -5,12 +5,18 @@ framework-neutral way, shapes without unit axes). Groups with the same signature
 have the same number of them; otherwise by path similarity, and a near tie is reported as ambiguous, never guessed.
 Tensors still left over are paired one by one only when their shape is unique among the leftovers on both sides and
 their leaf names share a word stem (`cls_token` -> `embeddings.cls_token`, `pos_embed` -> `position_embeddings`).
+Last, by position (`by_position`): within two modules that are twins (every tensor paired into the target module came
+from the source module, and none of the source module's went elsewhere), a leftover that is the only unplaced
+tensor of its shape on both sides is paired, and the plan says so (ConvNeXt's layer scale `stages.0.blocks.0.gamma`
+-> `feature.1.0.gamma_`).
 """
 from __future__ import annotations
 
 import difflib
 import functools
 import re
+from collections import Counter
+from typing import Iterable, Iterator
 
 from aligner.io.base import TensorInfo
 from aligner.mapping.rules import load_rules, split_name
@@ -129,3 +135,63 @@ def _lone(sources: dict[str, tuple[int, ...]], targets: dict[str, tuple[int, ...
             out.append((sname, tname, f"structural: the only leftover of shape {list(shape)} on both sides, "
                                       f"names alike ({split_name(sname)[1]} ~ {split_name(tname)[1]})"))
     return out
+
+
+
+def _modules(name: str) -> Iterator[str]:
+    """The modules holding a tensor name, innermost first, the root ("") excluded."""
+    scope = split_name(name)[0]
+    while scope:
+        yield scope
+        scope = split_name(scope)[0]
+
+
+def _common_module(names: Iterable[str]) -> str:
+    """The deepest module holding every one of these tensor names ("" when only the root does)."""
+    paths = [split_name(n)[0].split(".") for n in names]
+    common: list[str] = []
+    for parts in zip(*paths):
+        if len(set(parts)) != 1:
+            break
+        common.append(parts[0])
+    return ".".join(common)
+
+
+def _by_module(names: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """{module: the `value`s of every (key, value) whose key name it holds}, every module above each key."""
+    out: dict[str, list[str]] = {}
+    for key, value in names:
+        for scope in _modules(key):
+            out.setdefault(scope, []).append(value)
+    return out
+
+
+def by_position(placed: list[tuple[str, str]], sources: dict[str, tuple[int, ...]],
+                targets: dict[str, tuple[int, ...]]) -> list[tuple[str, str, str]]:
+    """Pair the leftovers that are the only unplaced tensor of their shape (unit axes aside) inside twin modules.
+
+    The twin of a leftover target's nearest module holding paired tensors (`placed`: (source, target) names) is the
+    module holding all their sources, provided every tensor paired from it went into that target module (the two are
+    one block). A layer-scale `gamma` left over beside a block's paired convs and norms is placed; two leftovers of
+    one shape in a block stay unplaced (no guess). Returns [(source, target, reason)], each name at most once.
+    """
+    sources_in = _by_module((t, s) for s, t in placed)        # target module -> sources paired into it
+    targets_of = _by_module(placed)                            # source module -> targets its tensors went to
+    left_s = _by_module((s, s) for s in sources)
+    left_t = _by_module((t, t) for t in targets)
+    found: dict[str, tuple[str, str]] = {}
+    for target, shape in targets.items():
+        t_scope = next((m for m in _modules(target) if m in sources_in), None)
+        if t_scope is None:
+            continue
+        s_scope = _common_module(sources_in[t_scope])
+        if not s_scope or not all(t == t_scope or t.startswith(t_scope + ".") for t in targets_of[s_scope]):
+            continue
+        want = squeeze_shape(shape)
+        same_t = [t for t in left_t[t_scope] if squeeze_shape(targets[t]) == want]
+        same_s = [s for s in left_s.get(s_scope, []) if squeeze_shape(sources[s]) == want]
+        if len(same_t) == 1 and len(same_s) == 1:
+            found[target] = (same_s[0], f"by position: the only unplaced tensor of shape {list(want)} in "
+                                        f"{s_scope} and in its twin {t_scope}")
+    taken = Counter(s for s, _ in found.values())
+    return [(s, t, why) for t, (s, why) in found.items() if taken[s] == 1]

@@ -87,7 +87,9 @@ class ConvertResult:
                 "tensors_written": len(self.plan.outputs) if self.written else 0,
                 "counts": {str(k): v for k, v in self.plan.counts().items()}, **self.summary(),
                 "splits": [s.to_dict() for s in self.plan.splits],
-                "guesses": [g.to_dict() for g in self.plan.guesses], "notes": list(self.plan.notes),
+                "guesses": [g.to_dict() for g in self.plan.guesses],
+                "by_position": [{"source": s, "target": t} for s, t in self.plan.by_position],
+                "notes": list(self.plan.notes),
                 "entries": [e.to_dict() for e in self.plan.entries]}
 
 
