@@ -25,7 +25,8 @@ HEADER = "from mindspore import nn, ops\n"
 # rule id -> (a call that fires that rule and no other, the fix the audit must give for it)
 ONE_PER_RULE = {
     "conv.has_bias": ("nn.Conv2d(3, 64, 3, pad_mode='valid')", "nn.Conv2d(3, 64, 3, pad_mode='valid', has_bias=True)"),
-    "conv.pad_mode": ("nn.Conv1d(3, 64, 3, has_bias=True)", "nn.Conv1d(3, 64, 3, has_bias=True, pad_mode='valid')"),
+    "conv.pad_mode": ("nn.Conv1d(3, 64, 3, 2, has_bias=True)",
+                      "nn.Conv1d(3, 64, 3, 2, has_bias=True, pad_mode='pad', padding=1)"),
     "conv_transpose.pad_mode": ("nn.Conv2dTranspose(3, 4, 2, 2, has_bias=True)",
                                 "nn.Conv2dTranspose(3, 4, 2, 2, has_bias=True, pad_mode='valid')"),
     "pool.stride": ("nn.AvgPool2d(3)", "nn.AvgPool2d(3, stride=3)"),
@@ -127,11 +128,12 @@ def test_every_rule_found_once_on_its_line_with_its_fix(tmp_path: Path) -> None:
 
 
 def test_one_call_several_defaults_gets_one_fix_for_all() -> None:
-    """The issue's example: both Conv2d defaults reported, each with the call that fixes both."""
-    tree_text = HEADER + "layer = nn.Conv2d(3, 64, 3)\n"
+    """Both Conv2d defaults reported, each with the call that fixes both (stride 2: 'same' is not a torch padding)."""
+    tree_text = HEADER + "layer = nn.Conv2d(3, 64, 3, stride=2)\n"
     report = _audit_text(tree_text)
     assert _lines(report) == [("conv.has_bias", 2), ("conv.pad_mode", 2)]
-    assert {f.fix for f in report.findings} == {"nn.Conv2d(3, 64, 3, has_bias=True, pad_mode='valid')"}
+    assert {f.fix for f in report.findings} == {"nn.Conv2d(3, 64, 3, stride=2, has_bias=True, pad_mode='pad', "
+                                                "padding=1)"}
     assert "has_bias defaults to False" in report.findings[0].message
     assert "bias=True" in report.findings[0].message
     assert "pad_mode defaults to 'same'" in report.findings[1].message
@@ -377,5 +379,6 @@ def test_cli_source_json_report(tmp_path):
     proc = run_align("audit", "--source", src, "--json", tmp_path / "r.json")
     data = json.loads((tmp_path / "r.json").read_text())
     assert proc.returncode == data["exit_code"] == 1
-    assert {f["rule"] for f in data["findings"]} == {"source.conv.has_bias", "source.conv.pad_mode"}
+    assert {f["rule"] for f in data["findings"]} == {"source.conv.has_bias"}   # 'same' at stride 1: assumed equal
     assert all(f["where"] == [f"{src}:2"] for f in data["findings"])
+    assert [w for w, _ in data["assumed"]] == [f"{src}:2"] and "padding=1 or padding='same'" in data["assumed"][0][1]

@@ -104,8 +104,17 @@ def source_lines(findings: Sequence[Finding], skipped: Sequence[str]) -> list[tu
     return lines
 
 
+def assumed_lines(assumed: Sequence[tuple[str, str]]) -> list[tuple[str, str | None]]:
+    """What the scan took the torch reference to be, one line per assumption with every call that relies on it."""
+    places: dict[str, list[str]] = {}
+    for where, text in assumed:
+        places.setdefault(text, []).append(where)
+    return [(f"assumed ({len(w)} call{'s' if len(w) != 1 else ''}): {text}: {', '.join(w)}", "dim")
+            for text, w in places.items()]
+
+
 def print_source(report: Any, console: Console) -> None:
     """A SourceAuditReport (`.findings`, `.skipped`)."""
     console.print(f"source audit: {len(report.findings)} finding(s)", style="bold", markup=False)
-    for text, style in source_lines(report.findings, report.skipped):
+    for text, style in source_lines(report.findings, report.skipped) + assumed_lines(report.assumed):
         console.print(text, style=style, markup=False, highlight=False)

@@ -66,6 +66,8 @@ class DefaultRule:
     fix: tuple[tuple[str, str], ...]             # (argument name, expression template) for each argument to write
     why: str
     convention: str | None = None                # "complement": the argument means 1 - the torch one
+    window: str | None = None                    # "same": judged by what pad_mode='same' pads for the call's
+                                                 # kernel, stride and dilation (equal to a torch padding: no finding)
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> DefaultRule:
@@ -78,7 +80,7 @@ class DefaultRule:
                    kind, threshold, {arg: tuple(_ABSENT if v is None else _hashable(v) for v in values)
                                      for arg, values in (data.get("skip_when") or {}).items()},
                    tuple((name.strip(), template.strip()) for name, _, template in (f.partition("=") for f in fixes)),
-                   " ".join(data["why"].split()), data.get("convention"))
+                   " ".join(data["why"].split()), data.get("convention"), data.get("window"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +122,8 @@ class SourceAuditReport:
     files: int                                   # Python files read
     findings: list[Finding]
     skipped: list[str]                           # "file:line: why" of each file that did not parse
+    assumed: list[tuple[str, str]] = dataclasses.field(default_factory=list)   # (file:line, what the scan took
+                                                 # the torch reference to be, for a call it therefore did not flag)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -136,12 +140,12 @@ class SourceAuditReport:
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "files": self.files, "passed": bool(self), "exit_code": int(self.exit_code),
                 "counts": self.counts(), "findings": [f.to_dict() for f in self.findings],
-                "skipped": list(self.skipped)}
+                "skipped": list(self.skipped), "assumed": [list(a) for a in self.assumed]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SourceAuditReport:
         return cls(data["path"], data["files"], [Finding.from_dict(f) for f in data["findings"]],
-                   list(data["skipped"]))
+                   list(data["skipped"]), [(str(w), str(t)) for w, t in data.get("assumed", ())])
 
 
 def audit_source(path: str | os.PathLike[str]) -> SourceAuditReport:
@@ -159,6 +163,7 @@ def audit_source(path: str | os.PathLike[str]) -> SourceAuditReport:
     table = load_defaults()
     findings: list[Finding] = []
     skipped: list[str] = []
+    assumed: list[tuple[str, str]] = []
     files = 0
     for file in _python_files(root):
         files += 1
@@ -179,17 +184,19 @@ def audit_source(path: str | os.PathLike[str]) -> SourceAuditReport:
         try:
             tree = ast.parse(data, filename=str(file))
             text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0], errors="replace")
-            findings += scan_tree(tree, text.encode("utf-8").splitlines(), str(file), table)
+            findings += scan_tree(tree, text.encode("utf-8").splitlines(), str(file), table, assumed)
         except (RecursionError, MemoryError):   # the parser's or the scan's stack: nesting no real code has
             skipped.append(f"{file}:0: too deeply nested to parse")
         except (SyntaxError, ValueError) as exc:  # ValueError: null bytes
             line = getattr(exc, "lineno", None)
             skipped.append(f"{file}:{line or 0}: {getattr(exc, 'msg', None) or exc}")
-    return SourceAuditReport(str(path), files, findings, skipped)
+    return SourceAuditReport(str(path), files, findings, skipped, assumed)
 
 
-def scan_tree(tree: ast.Module, lines: list[bytes], filename: str, table: DefaultsTable) -> list[Finding]:
-    """The findings of one parsed file (its lines as UTF-8 bytes, for the calls as written), in line order."""
+def scan_tree(tree: ast.Module, lines: list[bytes], filename: str, table: DefaultsTable,
+              assumed: list[tuple[str, str]] | None = None) -> list[Finding]:
+    """The findings of one parsed file (its lines as UTF-8 bytes, for the calls as written), in line order; what the
+    scan assumed of the torch reference for a call it did not flag is appended to `assumed`."""
     nodes = list(ast.walk(tree))
     names = _ImportedNames.of(nodes)
     if not names.aliases and not names.star_modules:
@@ -199,7 +206,7 @@ def scan_tree(tree: ast.Module, lines: list[bytes], filename: str, table: Defaul
     for call in calls:
         api = names.resolve(call.func, table)
         if api is not None:
-            findings += _check_call(call, api, lines, filename, table)
+            findings += _check_call(call, api, lines, filename, table, assumed if assumed is not None else [])
     return findings
 
 
@@ -268,12 +275,19 @@ def _canonical(name: str) -> str:
     return name
 
 
-def _check_call(call: ast.Call, api: str, lines: list[bytes], filename: str, table: DefaultsTable) -> list[Finding]:
-    """Every rule this call fires, each as a finding whose fix is the call with all of them applied."""
+def _check_call(call: ast.Call, api: str, lines: list[bytes], filename: str, table: DefaultsTable,
+                assumed: list[tuple[str, str]]) -> list[Finding]:
+    """Every rule this call fires, each as a finding whose fix is the call with all of them applied; a 'same' window
+    equal to a torch padding is no finding but an assumption about the reference (appended to `assumed`)."""
     params = table.signatures[api]
     given, opaque = _bound_arguments(call, params)
     fired = [(rule, value) for rule in table.by_api[api]
              for value in [given.get(rule.mindspore.argument, _ABSENT)] if _fires(rule, value, given, opaque)]
+    for rule, value in list(fired):
+        equal = _same_equals_torch(given, opaque, value is _ABSENT) if rule.window == "same" else None
+        if equal is not None:
+            fired.remove((rule, value))
+            assumed.append((f"{filename}:{call.lineno}", equal))
     if not fired:
         return []
     written = _source(call, lines)
@@ -301,6 +315,50 @@ def _difference(rule: DefaultRule, torch_api: str, value: ast.expr | object, lin
     if rule.convention == "complement":
         return f"{ms.argument}={written} is {torch_api}({pt.argument}={_one_minus(value, lines)})"
     return f"{ms.argument}={written}, where {torch_api} has {pt.argument}={pt.default!r}"
+
+
+def _ints(node: ast.expr | None, default: int) -> tuple[int, ...] | None:
+    """An int or tuple-of-ints argument as a tuple (`default` when not passed), None when the source does not tell."""
+    if node is None:
+        return (default,)
+    value = _literal(node)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,)
+    if isinstance(value, tuple) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return value
+    return None
+
+
+def _same_equals_torch(given: dict[str, ast.expr], opaque: bool, by_default: bool) -> str | None:
+    """The torch padding that pad_mode='same' equals for this call's literal kernel, stride and dilation, as the
+    assumption the scan makes about the reference; None where it depends on the input size (a stride above 1 with a
+    larger kernel: TF-style padding puts the odd pixel after) or the source does not tell.
+
+    At stride 1 'same' pads d*(k-1) in all, the smaller half before, exactly as torch's padding='same' (and, for an
+    odd kernel, torch's padding=d*(k-1)/2); with every kernel <= its stride it pads nothing where the input size
+    divides by the stride, as torch's padding=0 (tests/test_audit_source.py runs both frameworks' convs to show it)."""
+    if opaque:
+        return None
+    kernel, stride, dilation = (_ints(given.get("kernel_size"), 1), _ints(given.get("stride"), 1),
+                                _ints(given.get("dilation"), 1))
+    if kernel is None or stride is None or dilation is None or "kernel_size" not in given:
+        return None
+    rank = max(len(kernel), len(stride), len(dilation))
+    kernel, stride, dilation = (t * rank if len(t) == 1 else t for t in (kernel, stride, dilation))
+    if len({len(kernel), len(stride), len(dilation)}) != 1:
+        return None
+    spelled = "pad_mode='same' (the default)" if by_default else "pad_mode='same'"
+    if all(s == 1 for s in stride):
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        odd = all(t % 2 == 0 for t in totals)
+        pads = tuple(t // 2 for t in totals)
+        same = f"padding={pads[0] if len(set(pads)) == 1 else pads} or padding='same'" if odd else "padding='same'"
+        return (f"{spelled} at stride 1 taken as the torch reference's {same} (equal); if the reference pads 0, "
+                "write pad_mode='valid'")
+    if all(k <= s for k, s in zip(kernel, stride)):
+        return (f"{spelled} with kernel <= stride taken as the torch reference's padding=0: equal where the input "
+                "size divides by the stride (it pads nothing there)")
+    return None
 
 
 def _bound_arguments(call: ast.Call, params: tuple[str, ...]) -> tuple[dict[str, ast.expr], bool]:
