@@ -4,6 +4,9 @@
   input size 'same' pads (0, 1), so exactly one error, with the one-line fix; the zoo's patched pair has none.
 * timm ViT vs mindcv ViT: mindcv's defaults (tanh GELU, LayerNorm epsilon 1e-7 vs timm's 1e-6) give one error per GELU
   and per LayerNorm; the zoo's pair, built with the fixes the audit names, has none.
+* timm ConvNeXt vs mindcv ConvNeXt (tests/zoo/convnext.py): timm's GELU is a plain nn.Module (exact), mindcv's tanh
+  nn.GELU; the probe finds each (before: PASSED, the GELUs unpaired or unseen), and the pair with equal GELUs passes
+  in either argument order, every LayerNorm subclass probed equal.
 
 Skipped when the zoo is not installed (scripts/install_zoo.sh).
 """
@@ -23,7 +26,7 @@ for _name in ("timm", "mindcv"):
 
 from aligner.core.findings import Finding, Severity  # noqa: E402
 from aligner.pipelines.audit import AuditReport, audit  # noqa: E402
-from tests.zoo import cnn, vit  # noqa: E402
+from tests.zoo import cnn, convnext, vit  # noqa: E402
 
 
 def _errors(report: AuditReport) -> list[Finding]:
@@ -68,3 +71,28 @@ def test_vit_gelu_and_layernorm_eps() -> None:
     assert {f.values for f in eps} == {(1e-6, 1e-7)}
     fixed = vit.build()
     assert not _errors(audit(fixed.torch_model, fixed.ms_model, fixed.torch_inputs["x"]))
+
+
+def test_convnext_third_party_gelu_found_by_probe() -> None:
+    pair = convnext.build(exact_gelu=False)
+    report = audit(pair.torch_model, pair.ms_model, pair.torch_inputs["x"])
+    errors = _errors(report)
+    blocks = sum(convnext.DEPTHS)
+    assert [f.rule for f in errors] == ["probe"] * blocks, [f.message for f in errors]
+    assert all(f.fix.startswith("nn.GELU(approximate=False)") for f in errors)
+    assert {f.ms_path.rpartition(".")[2] for f in errors if f.ms_path} == {"act"}
+    assert report.exit_code == 1 and not report.not_audited
+
+
+@pytest.mark.parametrize("torch_first", [True, False])
+def test_convnext_equal_gelus_pass_in_either_order(torch_first: bool) -> None:
+    pair = convnext.build(exact_gelu=True)
+    models = (pair.torch_model, pair.ms_model) if torch_first else (pair.ms_model, pair.torch_model)
+    report = audit(*models, pair.torch_inputs["x"])
+    assert report.exit_code == 0, [f.message for f in _errors(report)] + [n.why for n in report.not_audited]
+    probed = [p for p in report.pairs if p.probe]
+    assert {p.kind for p in probed} == {"GELU", "LayerNorm"}
+    assert all(p.probe.startswith("outputs equal") for p in probed), [p.probe for p in probed]
+    # the init-law warnings are grouped: far fewer lines than findings
+    warnings = [f for f in report.findings if f.severity == Severity.WARNING]
+    assert len([g for g in report.groups if g.severity == Severity.WARNING]) < len(warnings) / 2

@@ -94,7 +94,7 @@ def fit(values: np.ndarray, weight_shape: tuple[int, ...] | None = None) -> Law:
         return Law(name, "constant", n, mean, std, low, high, _lines(free, value))
     kind = family(x, std) if n >= MIN_FAMILY else "unknown"
     if kind == "unknown":
-        return Law(f"law not identified (mean {mean:.2g})", "unknown", n, mean, std, low, high, {})
+        return Law("law not identified", "unknown", n, mean, std, low, high, {})
     fan_in, fan_out = fans(values.shape, weight_shape)
     tol = Z / math.sqrt(2 * n)
     if abs(mean) <= Z * std / math.sqrt(n):
