@@ -356,3 +356,67 @@ def test_names_of_no_known_convention_are_paired_as_they_are(align, tmp_path):
     assert "1 of 2 tensors compared, all agree" in proc.stdout and "not compared: 1 only in B" in proc.stdout
     other = align("diff", tmp_path / "a.safetensors", tmp_path / "b.safetensors", "--strict")
     assert other.returncode == 1, other.stdout + other.stderr
+
+
+def test_saved_map_of_convert_works_in_the_natural_order(align, tmp_path):
+    """`convert pt -> ms --save-map map.yaml`, then `diff converted.ckpt pt.pth --map map.yaml` (A the converted
+    file, B the original: the map names B's tensors as its sources). diff refused it ("rename target(s) not in
+    pt.pth"); it now reads the map backwards, as compare does either way round. The map crosses two blocks of one
+    layout (structural matching would pair them in order, wrongly) and splits a fused qkv, so only the map, applied
+    backwards (renames inverted, the split as a concat), pairs every tensor with its own values."""
+    import mindspore as ms
+    import torch
+
+    rng = np.random.default_rng(0)
+    pt = {"first.weight": rng.standard_normal((4, 3)), "second.weight": rng.standard_normal((4, 3)),
+          "attn.qkv.weight": rng.standard_normal((12, 4)), "attn.qkv.bias": rng.standard_normal(12)}
+    torch.save({k: torch.tensor(v, dtype=torch.float32) for k, v in pt.items()}, tmp_path / "pt.pth")
+    like = {"x.weight": (4, 3), "y.weight": (4, 3), **{f"attn.{p}.{leaf}": (4, 4) if leaf == "weight" else (4,)
+                                                         for p in "qkv" for leaf in ("weight", "bias")}}
+    ms.save_checkpoint([{"name": k, "data": ms.Tensor(np.zeros(s, np.float32))} for k, s in like.items()],
+                       str(tmp_path / "like.ckpt"))
+    (tmp_path / "cross.yaml").write_text("rename: {first.weight: y.weight, second.weight: x.weight}\n")
+    conv = align("convert", tmp_path / "pt.pth", "-o", tmp_path / "conv.ckpt", "--like", tmp_path / "like.ckpt",
+                 "--map", tmp_path / "cross.yaml", "--save-map", tmp_path / "map.yaml")
+    assert conv.returncode == 0, conv.stdout + conv.stderr
+    assert "op: split" in (tmp_path / "map.yaml").read_text()
+    proc = align("diff", tmp_path / "conv.ckpt", tmp_path / "pt.pth", "--map", tmp_path / "map.yaml", "--json", "-")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["compared"] == 4 and not result["differences"] and not result["one_side"]
+    rows = {p["name"]: p["sources"] for p in result["params"]}
+    assert rows["first.weight"] == ["y.weight"] and rows["attn.qkv.weight"] == ["attn.q.weight", "attn.k.weight",
+                                                                                "attn.v.weight"]
+    assert any("applied in reverse" in n for n in result["notes"])
+    # the map's own direction still works; without the map diff cannot pair them (no pass)
+    assert align("diff", tmp_path / "pt.pth", tmp_path / "conv.ckpt", "--map", tmp_path / "map.yaml").returncode == 0
+    assert align("diff", tmp_path / "conv.ckpt", tmp_path / "pt.pth").returncode != 0
+
+
+def test_reversed_map_inverts_each_transform(tmp_path):
+    """UserMap.reversed: a tied rename's second name dropped, transpose by the inverse permutation, reshape back
+    to the source's shape, concat of equal parts as a split; regex rules cannot run backwards (one clear error)."""
+    from aligner.core.errors import AlignerError
+    from aligner.io.base import TensorInfo
+    from aligner.mapping import load_user_map
+    from aligner.mapping.transforms import Concat, Reshape, Split, Transpose
+
+    path = tmp_path / "m.yaml"
+    path.write_text("rename: {e.weight: [emb.w, head.w]}\ntransforms:\n"
+                    "  - {op: transpose, source: t, perm: [1, 2, 0], target: t2}\n"
+                    "  - {op: reshape, source: r, shape: [4, 1, 3], target: r2}\n"
+                    "  - {op: concat, sources: [a, b], axis: 0, target: ab}\n")
+    shapes = {"r": TensorInfo((4, 3), "float32"), "a": TensorInfo((2, 3), "float32"),
+              "b": TensorInfo((2, 3), "float32")}
+    back = load_user_map(str(path)).reversed(shapes)
+    assert back.rename == {"emb.w": ["e.weight"]} and back.targets("head.w") == []
+    ops = {t.sources: t.outputs for t in back.transforms}
+    assert ops[("t2",)] == (("t", Transpose((2, 0, 1))),) and ops[("r2",)] == (("r", Reshape((4, 3))),)
+    assert ops[("ab",)] == (("a", Split(0, 2, 0)), ("b", Split(0, 2, 1)))
+    x = np.arange(24).reshape(2, 3, 4)
+    assert np.array_equal(Transpose((2, 0, 1)).apply([Transpose((1, 2, 0)).apply([x])]), x)
+    path.write_text("transforms:\n  - {op: split, source: qkv, axis: 0, targets: [q, k, v]}\n")
+    assert load_user_map(str(path)).reversed({}).transforms[0].outputs == (("qkv", Concat(0)),)
+    path.write_text("regex: [['^a\\\\.(.*)', 'b.\\\\1']]\n")
+    with pytest.raises(AlignerError, match="regex rules cannot be read backwards"):
+        load_user_map(str(path)).reversed({})

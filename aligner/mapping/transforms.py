@@ -112,6 +112,10 @@ class Transpose(Op):
         return np.transpose(_one(arrays), self.perm)
 
 
+    def inverse(self) -> Transpose:
+        """The permutation that puts the axes back."""
+        return Transpose(tuple(sorted(range(len(self.perm)), key=self.perm.__getitem__)))
+
 @dataclasses.dataclass(frozen=True)
 class Unsqueeze(Op):
     """The source with a unit axis inserted at `axis`."""

@@ -28,10 +28,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from aligner.core.errors import AlignerError
 from aligner.core.files import TEXT, read_text
+from aligner.io.base import TensorInfo
 from aligner.mapping.transforms import Concat, Op, OpKind, Reshape, Split, Transpose
 
 # each section's YAML type, and how a message names it
@@ -107,6 +108,34 @@ class UserMap:
                 return ".".join([self.modules[head], *parts[cut:]])
         return name
 
+    def hits(self, sources: Collection[str], targets: Collection[str]) -> int:
+        """How many of the names this map spells out exactly are in `sources` (as sources) or `targets` (as
+        targets): which way round a map fits two checkpoints."""
+        literal = [t for t in self.transforms if not t.regex]
+        return (sum(s in sources for s in self.rename) + sum(t in targets for ts in self.rename.values() for t in ts)
+                + sum(s in sources for t in literal for s in t.sources)
+                + sum(target in targets for t in literal for target, _ in t.outputs))
+
+    def reversed(self, shapes: dict[str, TensorInfo]) -> "UserMap":
+        """The same map read from its targets back to its sources (a `--save-map` file of A -> B used for B -> A):
+        renames inverted (a tied second name dropped), splits as concats and back, reshapes to the source's shape
+        (`shapes`: the original sources' infos), transposes by the inverse permutation; drops, which name original
+        sources, do not apply. AlignerError for what cannot run backwards: regex rules, a reshaped source `shapes`
+        lacks, a concat of unequal parts."""
+        if self.regex or any(t.regex for t in self.transforms):
+            raise AlignerError(f"{self.path}: its names run the other way (from the second checkpoint's tensors to "
+                               "the first's), and regex rules cannot be read backwards: write the map from the "
+                               "first checkpoint's names")
+        back = UserMap(path=self.path)
+        for source, targets in self.rename.items():
+            back.rename.setdefault(targets[0], []).append(source)
+            back.drop += [re.compile(f"^{re.escape(t)}$") for t in targets[1:]]
+        back.transforms = [_reversed(self.path, t, shapes) for t in self.transforms]
+        back.modules = module_renames([(s, ts[0]) for s, ts in back.rename.items() if len(set(ts)) == 1]
+                                      + [(t.sources[0], t.outputs[0][0]) for t in back.transforms
+                                         if len(t.sources) == 1 and len(t.outputs) == 1])
+        return back
+
     def resolve_transforms(self, names: Iterable[str]) -> list[ResolvedTransform]:
         """The transforms applied to these source names (patterns expanded); AlignerError for an unknown source, a
         pattern matching nothing, an incomplete or ambiguous concat group, or a name consumed or produced twice."""
@@ -168,6 +197,32 @@ class UserMap:
             out.append(ResolvedTransform(t.label, sources, tuple((match.expand(target), op)
                                                                  for target, op in t.outputs), regex=True))
         return out
+
+
+def _reversed(path: str, t: UserTransform, shapes: dict[str, TensorInfo]) -> UserTransform:
+    """One literal transform run from its targets back to its sources (see UserMap.reversed)."""
+    targets = tuple(target for target, _ in t.outputs)
+    if t.kind == OpKind.SPLIT:
+        op = t.outputs[0][1]
+        assert isinstance(op, Split)
+        return UserTransform(t.number, OpKind.CONCAT, targets, ((t.sources[0], Concat(op.axis)),))
+    if t.kind == OpKind.CONCAT:
+        op = t.outputs[0][1]
+        assert isinstance(op, Concat)
+        sizes = {shapes[s].shape for s in t.sources if s in shapes}
+        if len(sizes) != 1 or not all(s in shapes for s in t.sources):
+            raise AlignerError(f"{path}: {t.label} joins tensors of unequal or unknown shapes; it cannot be split "
+                               "back: write the map from the first checkpoint's names")
+        return UserTransform(t.number, OpKind.SPLIT, targets, tuple((s, Split(op.axis, len(t.sources), i))
+                                                                  for i, s in enumerate(t.sources)))
+    op = t.outputs[0][1]
+    source = t.sources[0]
+    if isinstance(op, Transpose):
+        return UserTransform(t.number, OpKind.TRANSPOSE, targets, ((source, op.inverse()),))
+    if source not in shapes:
+        raise AlignerError(f"{path}: {t.label} reshapes {source}, which the second checkpoint lacks: it cannot be "
+                           "reshaped back")
+    return UserTransform(t.number, OpKind.RESHAPE, targets, ((source, Reshape(shapes[source].shape)),))
 
 
 def module_renames(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:

@@ -107,7 +107,15 @@ def plan_conversion(source: TensorSource, dst: str | None = None, src: str | Non
     if dst is None:
         dst = Framework.MINDSPORE if src == Framework.PYTORCH else Framework.PYTORCH
     user = load_user_map(map_path) if map_path else None
+    reversed_note = None
+    if user is not None and like is not None and user.hits(like.infos, source.infos) > user.hits(source.infos,
+                                                                                                  like.infos):
+        user = user.reversed(like.infos)
+        reversed_note = (f"{map_path} names {like.path}'s tensors as its sources and {source.path}'s as its targets "
+                         "(a --save-map of the other direction): applied in reverse")
     plan = build_plan(source.infos, src, dst, user, like.infos if like is not None else None, source.tied)
+    if reversed_note is not None:
+        plan.notes.append(reversed_note)
     if user and like is not None:
         unknown = sorted({t for ts in user.rename.values() for t in ts} - set(like.infos))
         if unknown:
