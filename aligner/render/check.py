@@ -13,6 +13,7 @@ from aligner.pipelines.check import CheckReport, Verdict
 from aligner.render.htmltext import page_text as _e
 from aligner.render.htmltext import plotly_text
 from aligner.render.jsonout import dumps
+from aligner.render.plotlyjs import plotly_loader
 from aligner.render.severity import SEVERITY_ORDER, SEVERITY_STYLE
 
 
@@ -92,6 +93,7 @@ def write_check_html(report: CheckReport, fh: IO[str]) -> None:
              "header.good{border-color:#2e7d32;background:#edf7ed}table{border-collapse:collapse;font-size:13px;"
              "width:100%}td,th{border:1px solid #ddd;padding:3px 6px;vertical-align:top}th{background:#eee}"
              "tr.error{color:#b00}tr.warning{color:#8a5300}tr.info{color:#666}.note{color:#555;font-size:.9em}"
+             "td.name{white-space:nowrap}"
              "</style></head><body><main>\n")
     fh.write(f'<header class="{cls}"><h1>align check</h1><p>{_e(report.directory)}: {_e(report.framework)}, '
              f"{_e(report.mode)} dump, steps {_e(', '.join(map(str, ev.steps)))}</p>"
@@ -99,9 +101,12 @@ def write_check_html(report: CheckReport, fh: IO[str]) -> None:
     fh.write('<section id="findings"><h2>Findings</h2><table><tr><th>severity</th><th>rule</th><th>where</th>'
              "<th>step</th><th>finding</th><th>next thing to try</th></tr>")
     for f in report.findings:
-        fh.write(f'<tr class="{f.severity.value}"><td>{f.severity.value}</td><td>{_e(f.rule)}</td>'
+        fh.write(f'<tr class="{f.severity.value}"><td>{f.severity.value}</td><td class="name">{_e(f.rule)}</td>'
                  f"<td>{_e(f.where[0] if f.where and f.where[0] else '-')}</td>"
                  f"<td>{'-' if f.step is None else f.step}</td><td>{_e(f.message)}</td><td>{_e(f.fix)}</td></tr>")
+    if not report.findings:
+        fh.write('<tr><td colspan="6">No findings from the rules checked (the skipped rules below were not checked).'
+                 "</td></tr>")
     fh.write("</table>")
     if report.skipped:
         fh.write("<h3>Skipped rules (not checked)</h3><ul>" + "".join(
@@ -116,12 +121,12 @@ def write_check_html(report: CheckReport, fh: IO[str]) -> None:
     if ev.loss:
         charts.append(("loss", _series_figure({"loss": ev.loss}, "Loss (probe 'loss')", "loss")))
     fh.write('<section id="charts"><h2>Over steps</h2>\n')
-    included = False  # plotly.js goes inline once, with the first chart drawn
+    if any(figure["data"] for _, figure in charts):
+        fh.write(plotly_loader())  # plotly.js once, before the first chart
     for div_id, figure in charts:
         if not figure["data"]:
             fh.write(f'<p class="note">{_e(figure["layout"]["title"]["text"])}: no data in this dump.</p>')
             continue
-        fh.write(plotly.io.to_html(figure, include_plotlyjs=not included, full_html=False, validate=False,
+        fh.write(plotly.io.to_html(figure, include_plotlyjs=False, full_html=False, validate=False,
                                    div_id=div_id, config={"displaylogo": False}, default_height="420px"))
-        included = True
     fh.write("</section></main></body></html>\n")
