@@ -3,7 +3,8 @@
 Real migrations do not call the same modules in the same order: a zoo model calls Identity modules the other side
 lacks, or reuses one activation cell where the other has one module per call. So, per side, calls that only pass a
 tensor through (their outputs are bitwise their inputs or the record before them) are *folded* into their producer
-and kept out of the pairing. Records with the same key (kind, module, io, index, step, occurrence) on both sides are
+and kept out of the pairing. Records with the same key (kind, module, io, index, step, occurrence; a call's input
+keyed by the argument it was passed as, `arg`, instead of its index when both sides record it) on both sides are
 matched by name; the name matches that keep execution order (longest increasing subsequence, O(n log n)) anchor the
 order; between consecutive anchors, the leftovers are aligned by a weighted sequence alignment whose score needs the
 same kind, io and shape and rewards similar content (the recorded statistics), module type and path. A record with
@@ -155,9 +156,18 @@ def _unwrapped(names: list[str | None], prefix: str) -> list[str | None]:
             _spelling(n).startswith(prefix) else n for n in names]
 
 
-def _keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[str, str]) -> list[Hashable | None]:
+def _named_inputs(items: Sequence[Item]) -> bool:
+    """Whether a side's call inputs carry the argument they were passed as (`arg`: aligner dumps from version 2,
+    msprobe dumps)."""
+    return any(it.record.arg is not None for it in items if it.record.io == "input")
+
+
+def _keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[str, str],
+          by_arg: bool = False) -> list[Hashable | None]:
     """Name keys in order (`names`: each record's name under its side's namer, `spelled`: its spelling by name); the
-    nth call of the same module/io/index gets occurrence n. None when renamed away."""
+    nth call of the same module/io/index gets occurrence n. None when renamed away. With `by_arg` (both sides name
+    their inputs), an input is keyed by the argument it was passed as instead of its position: transformers and
+    mindone pass a decoder layer's keyword arguments in different orders."""
     seen: dict[tuple, int] = {}
     keys: list[Hashable | None] = []
     append = keys.append
@@ -169,7 +179,8 @@ def _keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[str,
         spelling = spelled.get(module)
         if spelling is None:
             spelling = spelled[module] = _spelling(module)
-        base = (r.kind, spelling, r.io, r.index, r.step)
+        place = r.arg if by_arg and r.io == "input" and r.arg is not None else r.index
+        base = (r.kind, spelling, r.io, place, r.step)
         n = seen.get(base, 0)
         seen[base] = n + 1
         append((base, n))
@@ -353,7 +364,8 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     strip_a, strip_b = _wrapper_prefixes([set(map(spelled.__getitem__, filter(None, names)))
                                           for names in (names_a, names_b)])
     names_a, names_b = _unwrapped(names_a, strip_a), _unwrapped(names_b, strip_b)
-    keys_a, keys_b = _keys(items_a, names_a, spelled), _keys(items_b, names_b, spelled)
+    by_arg = _named_inputs(items_a) and _named_inputs(items_b)  # else inputs pair by position
+    keys_a, keys_b = _keys(items_a, names_a, spelled, by_arg), _keys(items_b, names_b, spelled, by_arg)
     where_b = {k: i for i, k in enumerate(keys_b) if k is not None}
     named = [(i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b]  # sorted by i
     partner = dict(named)  # record of `a` -> its twin in `b`

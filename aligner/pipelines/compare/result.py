@@ -104,7 +104,8 @@ class CompareResult:
             "kind": rec.kind, "io": rec.io, "index": rec.index, "step": rec.step, "matched_by": row.pair.matched_by,
             "status": row.status.value, "label": self.verdict.labels.get(i),
             "shape_a": a.record.shape if a else None, "shape_b": b.record.shape if b else None,
-            "dtype_a": a.record.dtype if a else None, "dtype_b": b.record.dtype if b else None, "error": row.error,
+            "dtype_a": a.record.dtype if a else None, "dtype_b": b.record.dtype if b else None,
+            "arg_a": a.record.arg if a else None, "arg_b": b.record.arg if b else None, "error": row.error,
             "skipped": row.skipped,
         }
         if row.metrics is not None:
