@@ -162,7 +162,8 @@ def test_bisect_agrees_with_full_scan(tmp_path: Path) -> None:
     f = _origin(result)
     assert code == 1 and result["rows"][f["first"]]["module"] == "ln2"
     pairs = sum(1 for r in result["rows"] if r["status"] != "unmatched")
-    assert result["bisect_confirmed"] and result["bisect_reads"] < pairs // 2
+    assert result["bisect_reads"] < pairs // 2
+    assert result["bisect_confirmed"] is (result["bisect_unread"] == 0)  # proven first only when all before was read
 
 
 def test_bisect_is_not_fooled_by_a_loss_probe(tmp_path: Path) -> None:

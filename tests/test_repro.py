@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aligner.core.errors import AlignerError
 from aligner.pipelines.compare.sources import read_source
 from tests.conftest import align_in_process, assert_one_line_error
 
@@ -337,6 +338,21 @@ def test_bad_inputs_are_one_line(twins, poor_dumps, capsys, case, module, needle
     proc = align_in_process(capsys, "repro", a, b, "--module", module, "-o", out, *extra)
     assert_one_line_error(proc, *needles)
     assert not out.exists()
+
+
+def test_parameter_free_layer_needs_no_params(twins, poor_dumps):
+    """Two dumps made without params=True: the GELUs (no parameters) are packed and still differ (MindSpore's tanh
+    approximation against torch's erf); a layer with parameters is still refused, naming params=True."""
+    from aligner.pipelines.repro import repro
+
+    work = twins[0]
+    act = repro(poor_dumps["ms_no_params"], poor_dumps["no_params"], "act", work / "out_act_no_params")
+    assert not (act.directory / "torch" / "params").exists() and not (act.directory / "mindspore" / "params").exists()
+    assert "load_state_dict" not in (act.directory / "repro.py").read_text()
+    codes = run_repros(act.directory, cwd=work)
+    assert codes["out_act_no_params"] == 1, codes["_stdout"]
+    with pytest.raises(AlignerError, match=r"holds no parameter values.*weight.*params=True"):
+        repro(poor_dumps["ms_no_params"], poor_dumps["no_params"], "fc", work / "out_fc_no_params")
 
 
 def test_help_lists_repro(capsys):

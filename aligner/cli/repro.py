@@ -15,9 +15,11 @@ REFERENCES = ("first", "second", "pytorch", "mindspore")
 
 _HELP_EPILOG = """\b
 The directory holds repro.py, the reference side's recorded inputs of the module, each side's recorded parameters
-and outputs (.npy), README.md and repro.json. `python DIR/repro.py` needs numpy, torch and mindspore only, and
-exits 0 when the two layers agree on those inputs, 1 when they differ beyond the tolerance, 2 when it cannot run.
-Dump both sides with aligner.dump(model, DIR, params=True).
+and outputs (.npy), README.md and repro.json. `python DIR/repro.py` exits 0 when the two layers agree on those
+inputs, 1 when they differ beyond the tolerance, 2 when it cannot run. It needs numpy, torch and mindspore only,
+unless a layer is built by its factory (README.md says which). A class of another package (timm's LayerNorm2d,
+mindcv's ConvNextLayerNorm) is built as a standard layer only where that reproduces its own recorded output.
+Dump both sides with aligner.dump(model, DIR, params=True) (a layer without parameters needs no params=True).
 \b
 Exit codes: 0 the directory was written; 2 usage or input errors (a module in neither dump, a dump without inputs
 or parameters, a layer that needs --factory-a/--factory-b, -o DIR not empty without --force)."""
@@ -32,8 +34,9 @@ or parameters, a layer that needs --factory-a/--factory-b, -o DIR not empty with
 @click.option("--ref", "ref", metavar="SIDE", help="Reference side, whose inputs both layers run on: first, second, "
               "pytorch or mindspore (default: the PyTorch side, as in compare).")
 @click.option("--factory-a", "factory_a", metavar="MODULE:CALLABLE",
-              help="For DUMPS_A's layer when it is not a torch.nn/mindspore.nn class built from its recorded "
-                   "attributes: MODULE:CALLABLE or FILE.py:CALLABLE returning the whole model.")
+              help="For DUMPS_A's layer when no torch.nn/mindspore.nn class built from its recorded attributes "
+                   "reproduces it: MODULE:CALLABLE or FILE.py:CALLABLE returning the whole model (its live layer's "
+                   "class picks the standard layer; repro.py imports the factory only when none fits).")
 @click.option("--factory-b", "factory_b", metavar="MODULE:CALLABLE", help="The same for DUMPS_B's layer.")
 @tolerance_options
 @click.option("--force", is_flag=True, help="Replace DIR when it holds a previous repro (and nothing else).")

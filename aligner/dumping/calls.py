@@ -47,6 +47,10 @@ class CallHooks:
             frame.first_seq = session.seq  # what the children record starts here
         elif self.fallback:
             kept = [inputs]  # references only: recorded at exit if nothing inside was
+        if self.opts.forward:  # what enters a call was computed by its caller, unless known to come from elsewhere
+            caller = session.parent(frame)
+            for t in tensors_in(inputs):
+                session.computed_in(t, caller)
         self.frames.append((frame, kept))
         return frame
 
@@ -87,6 +91,9 @@ class CallHooks:
                 for name, value in self.buffers(module):
                     session.emit(self.path, self.type, "buffer", BUFFERS[name], 0, value, call=frame.call,
                                  parent=parent)
+        elif self.opts.forward:  # outputs not recorded: a later input made of them was computed by this module's code
+            for t in tensors_in(output):
+                session.computed_in(t, self.path)
 
     def _guarded(self, frame: Frame, io: str, record: Callable[..., None], *args: Any) -> None:
         """Run `record(*args)`; an exception it meets becomes a skipped record of this call (`Session.failed`), never

@@ -76,7 +76,11 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     build the layer without the user's code;
     skipped: why the tensor was not stored (``"unsupported dtype complex64"``, an exception its hook met): such a
     record has no file and no statistics, its `dtype` is the tensor's own name even where no reader supports it, and
-    compare lists it as not compared with this reason (a dump never aborts the user's forward to store a tensor).
+    compare lists it as not compared with this reason (a dump never aborts the user's forward to store a tensor);
+    scope: for an input with data (no recorded call returned it), the module whose code computed it when that is not
+    `parent`: the tensor entered `parent`'s call unchanged from there, or a module whose outputs are not recorded
+    (`leaves_only`) returned it, so a divergence in it is blamed on the code that computed it, not on the block it
+    merely passed through.
     """
 
     seq: int
@@ -98,6 +102,7 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     args: dict[str, Any] | None = None
     attrs: dict[str, Any] | None = None
     skipped: str | None = None
+    scope: str | None = None
 
     def to_json(self) -> str:
         data = msgspec.structs.asdict(self)
@@ -108,7 +113,7 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
 
 
 
-_OPTIONAL = ("arg", "args", "attrs", "skipped")
+_OPTIONAL = ("arg", "args", "attrs", "skipped", "scope")
 # Manifest lines are decoded and type-checked in one pass by msgspec (100,000 records: ~0.5 s instead of ~7 s for
 # json.loads and a field-by-field check): a missing field, a bool where a number belongs or a negative dimension is
 # a ValueError naming the field.

@@ -66,6 +66,10 @@ class Session:
         self._calls = 0
         self._probes: collections.Counter[str] = collections.Counter()
         self._outputs: dict[int, tuple[weakref.ref, int, int]] = {}  # id(tensor) -> (ref, seq, version)
+        # id(tensor) -> (ref, version, scope) for tensors no recorded call returned: the module whose code computed it
+        # (a call whose output is not recorded returned it, or a caller handed it into a call), which a later input
+        # record of the very tensor names (`scope`) when it is not that record's parent
+        self._scopes: dict[int, tuple[weakref.ref, int, str]] = {}
         # view_key(tensor) -> (tensor, seq, version) of the last RECENT_VIEWS outputs, held so that their memory
         # cannot be reused: MindSpore hands a cell's output (with a backward hook) to the next cell as a new Python
         # object viewing the same memory, and the object the forward hook saw is gone by then
@@ -83,6 +87,7 @@ class Session:
         with self._lock:
             self.open = False
             self._outputs.clear()
+            self._scopes.clear()
             self._views.clear()
             self._last_grad = None
 
@@ -93,6 +98,7 @@ class Session:
             self.step = step
             self._probes.clear()
             self._outputs.clear()
+            self._scopes.clear()
             self._views.clear()
             self._last_grad = None
 
@@ -130,7 +136,7 @@ class Session:
     # -- records ----------------------------------------------------------------------------------------------------
     def emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
              call: int | None = None, parent: str | None = None, source: str | None = None,
-             arg: str | None = None) -> int:
+             arg: str | None = None, scope: str | None = None) -> int:
         """Queue `tensor`'s record with the next sequence number (returned): with a host copy of the tensor (full
         dumps), or (a sink without `host_arrays`) with its statistics, computed now where the tensor lives: on its
         accelerator (`stats_of`), or in host memory in one pass without a copy (`fast_stats_of`). A tensor that cannot
@@ -153,7 +159,7 @@ class Session:
             seq = self.seq
             record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index, dtype=dtype,
                             shape=shape, step=self.step, stats=stats, call=call, parent=parent, source=source, arg=arg,
-                            skipped=skipped)
+                            skipped=skipped, scope=scope)
             self._put(record, array)
         return seq
 
@@ -204,6 +210,27 @@ class Session:
             if len(self._views) > RECENT_VIEWS:
                 self._views.popitem(last=False)
 
+    def computed_in(self, tensor: Any, scope: str | None) -> None:
+        """Note that code in the forward of `scope` computed `tensor`, unless a recorded call returned it or where it
+        was computed is known already (it passes through unchanged). Only by identity: reading a MindSpore tensor's
+        memory address would wait for its op."""
+        if scope is None or self.scope_of(tensor) is not None:
+            return
+        known = self._outputs.get(id(tensor))
+        if known is not None and known[0]() is tensor and known[2] == getattr(tensor, "_version", 0):
+            return
+        try:
+            self._scopes[id(tensor)] = (weakref.ref(tensor), getattr(tensor, "_version", 0), scope)
+        except TypeError:  # not weakly referenceable: its records name their parent
+            pass
+
+    def scope_of(self, tensor: Any) -> str | None:
+        """The module whose code computed `tensor` as `computed_in` noted it (None: unknown, or changed since)."""
+        known = self._scopes.get(id(tensor))
+        if known is None or known[0]() is not tensor or known[1] != getattr(tensor, "_version", 0):
+            return None
+        return known[2]
+
     def producer(self, tensor: Any) -> int | None:
         """The seq of the output record holding this very tensor, or (a new object) the very memory of a producer
         still alive, unchanged since (None: computed elsewhere)."""
@@ -245,8 +272,9 @@ class Session:
         unchanged; otherwise (computed by code between module calls, or `link` False) its data."""
         same = self.producer(tensor) if link else None
         if same is None:
+            scope = self.scope_of(tensor)
             seq = self.emit(module, type_, kind, "input", index, tensor, call=call, parent=parent, source=source,
-                            arg=arg)
+                            arg=arg, scope=scope if scope != parent else None)
             if parent is None:  # a model input: what every call it feeds links to
                 self.remember(tensor, seq)
             return

@@ -100,10 +100,15 @@ def _describe(row: Row) -> str:
 def _culprit(f: Divergence, rows: Sequence[Row]) -> str:
     """Who the verdict blames, in words."""
     origin = rows[f.origin]
+    if f.culprit is Culprit.WIRING:
+        module = origin.pair.ref.record.module or "(root)"
+        other = f" ({f.blame_other or 'the model'} on the first side)" if f.blame_other not in (None, f.blame) else ""
+        return (f" At fault: the forward of {f.blame or 'the model'}{other}, which hands {module} another module's "
+                f"output than the reference does (wiring), not {module} itself.")
     if f.culprit is Culprit.PARENT_CODE:
         parent = f.blame or "the model's top-level forward"
-        there = origin.pair.a.record.parent if origin.pair.a is not None else None
-        also = f" ({there} on the first side)" if there is not None and there != f.blame else ""
+        there = f.blame_other
+        also = f" ({there or 'the model'} on the first side)" if there is not None and there != f.blame else ""
         return (f" At fault: the code in the forward of {parent}{also} between its module calls, not a module"
                 + (f" (source {f.source})" if f.source else "") + ".")
     if f.culprit is Culprit.OP:
@@ -112,7 +117,9 @@ def _culprit(f: Divergence, rows: Sequence[Row]) -> str:
         if a is not None and a is not rec:
             other = f"; on the first side {a.type} in the forward of {a.parent or '(root)'}" + \
                 (f" at {a.source}" if a.source else "")
-        return f" At fault: the op {rec.type} in the forward of {f.blame or '(root)'}" + \
+        if f.op is not None:  # an op one side runs and the other does not: it computed the origin's input
+            other = "; only one of the two sides runs such an op there"
+        return f" At fault: the op {f.op or rec.type} in the forward of {f.blame or '(root)'}" + \
             (f" at {f.source}" if f.source else "") + other + "."
     if f.culprit is Culprit.MODEL_INPUT and f.blame:
         return (f" At fault: the data, before the model ran (the probe {f.blame!r} was saved ahead of every module): "
@@ -160,14 +167,12 @@ def summary(result: CompareResult) -> str:
         parts.append(calibration_text(result))
     v = result.verdict
     if v.bisect_reads is not None:
-        parts.append(f"Bisect mode read {v.bisect_reads} of {sum(1 for r in rows if r.pair.a and r.pair.b)} tensor "
-                     f"pairs, assuming divergence persists once it starts; "
-                     + ("the record before each answer matched, which confirms it." if v.bisect_confirmed
-                        else "the record before the answer also diverged, so the assumption failed here."))
+        parts.append(bisect_text(result))
     for f in v.findings:
         parts.append(_finding_text(f, rows))
-    if v.findings and v.findings[0].culprit is not Culprit.OP and v.findings[0].culprit is not Culprit.MODEL_INPUT:
-        parts.append(zoom_hint(result, v.findings[0]))
+    if v.findings and v.findings[0].culprit not in NO_ZOOM:
+        parts.append(zoomed_text(result, v.findings[0]) if zoomed(result, v.findings[0]) else
+                     zoom_hint(result, v.findings[0]))
     if not v.findings and not result.compared:
         parts.append("Nothing was compared: " + (
             "no paired record could be read, so this is not a pass." if result.errors else
@@ -175,7 +180,7 @@ def summary(result: CompareResult) -> str:
             "of the same model and step? a --map file pairs names that differ)."))
     elif not v.findings:
         parts.append("No divergence: every compared record matches within tolerance." if v.bisect_reads is None
-                     else "No divergence at the last record of either phase.")
+                     else "No divergence among the records read.")
     if v.nan_origin is not None:
         n = v.nan_origin
         side = result.side_a if n.side == "a" else result.side_b
@@ -192,6 +197,22 @@ def summary(result: CompareResult) -> str:
     if result.problems:
         parts.append(f"{len(result.problems)} manifest line(s) were skipped (first: {result.problems[0]}).")
     return " ".join(parts)
+
+
+def bisect_text(result: CompareResult) -> str:
+    """What --bisect read and what those reads prove (a record proves nothing about what it does not depend on)."""
+    v = result.verdict
+    read = f"Bisect mode read {v.bisect_reads} of {sum(1 for r in result.rows if r.pair.a and r.pair.b)} tensor pairs"
+    if not v.findings:
+        return (f"{read}: the last record of each phase and evenly spaced samples matched, which does not rule out a "
+                f"divergence between the samples that later records even out (run without --bisect to read every "
+                f"record).")
+    if v.bisect_confirmed:
+        return f"{read}, among them every record before each answer: it is the first divergence."
+    return (f"{read}: each answer is where the error it traced back along the data flow is introduced, but "
+            f"{v.bisect_unread} record(s) before it were not read (evenly spaced samples of them matched), so an "
+            f"earlier divergence that does not reach the records read is not ruled out (run without --bisect to read "
+            f"every record).")
 
 
 def incomplete(result: CompareResult) -> str:
@@ -218,10 +239,33 @@ def calibration_text(result: CompareResult) -> str:
     return text + "."
 
 
+# culprits that name their code already: an op with its source line, the model's input, a call handed another output
+NO_ZOOM = (Culprit.OP, Culprit.MODEL_INPUT, Culprit.WIRING)
+
+
+def zoomed(result: CompareResult, f: Divergence) -> bool:
+    """Whether the dumps already hold the op-level records of the blamed module's forward (the zoom-in was run): the
+    same zoom-in again would give the same answer."""
+    scope = f.blame
+    return any(r.pair.ref.record.kind == "op" and ((r.pair.ref.record.parent or "") + ".").startswith(
+        f"{scope}." if scope else "") for r in result.rows)
+
+
+def zoomed_text(result: CompareResult, f: Divergence) -> str:
+    """What an op-level dump of the blamed module that names no op tells (instead of the same zoom-in again)."""
+    row = result.rows[f.origin]
+    before = result.rows[f.previous].pair.ref.record.module if f.previous is not None else None
+    return (f"The op-level records of the forward of {f.blame or 'the model'} were read, and no recorded op there "
+            f"computed what differs: that code passes the call another tensor, or computes it with an operation "
+            f"aligner does not record; read the forward of {f.blame or 'the model'} between the calls of "
+            f"{before or 'its start'} and {row.pair.ref.record.module or '(root)'}.")
+
+
 def zoom(result: CompareResult) -> str | None:
-    """The code of the zoom-in that follows the first finding (None when there is nothing to zoom into)."""
+    """The code of the zoom-in that follows the first finding (None when there is nothing to zoom into, or the dumps
+    hold its op-level records already)."""
     found = result.verdict.findings
-    if not found or found[0].culprit in (Culprit.OP, Culprit.MODEL_INPUT):
+    if not found or found[0].culprit in NO_ZOOM or zoomed(result, found[0]):
         return None
     return zoom_code(result, found[0])
 

@@ -38,7 +38,7 @@ from aligner.core.tolerance import Tolerance
 from aligner.pipelines.compare.evaluate import Row, RowStatus
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Phase, error_level, phase_of
-from aligner.render.compare import _describe, _fmt, _kind_io, _where, summary
+from aligner.render.compare import NO_ZOOM, _describe, _fmt, _kind_io, _where, summary, zoomed, zoomed_text
 from aligner.render.htmltext import page_text as _e
 from aligner.render.htmltext import plotly_text as _pe
 from aligner.render.plotlyjs import plotly_loader
@@ -150,12 +150,15 @@ def next_step(result: CompareResult) -> tuple[str, str]:
     """(what to do next in words, the code or command for it) for this verdict."""
     v, rows = result.verdict, result.rows
     finding = _main_finding(result)
-    if finding is not None and finding.culprit not in (Culprit.OP, Culprit.MODEL_INPUT):
+    if finding is not None and finding.culprit not in NO_ZOOM and not zoomed(result, finding):
         return zoom_hint(result, finding), zoom_code(result, finding) + " --html zoom.html"
     if finding is not None:
         a, b = _path(result.side_a), _path(result.side_b)
         fix = ("Fix the op named above (its source line is in the headline), then compare again."
-               if finding.culprit is Culprit.OP else "Give both models the same input, then compare again.")
+               if finding.culprit is Culprit.OP else
+               "Give both models the same input, then compare again." if finding.culprit is Culprit.MODEL_INPUT else
+               f"Fix which tensor the forward of {finding.blame or 'the model'} hands over (see the headline), then "
+               f"compare again." if finding.culprit is Culprit.WIRING else zoomed_text(result, finding))
         return fix, f"align compare {a} {b}"
     a, b = _path(result.side_a), _path(result.side_b)
     if result.strict and result.unmatched:
@@ -196,6 +199,8 @@ def _link(rows: Sequence[Row], i: int) -> str:
 
 
 def _culprit_words(f: Divergence) -> str:
+    if f.culprit is Culprit.WIRING:
+        return f"the forward of {f.blame or 'the model'}, which hands a call another module's output (wiring)"
     if f.culprit is Culprit.PARENT_CODE:
         return f"the code in the forward of {f.blame or 'the model'} between its module calls, not a module"
     if f.culprit is Culprit.OP:

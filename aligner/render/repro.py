@@ -21,7 +21,8 @@ def size_text(n: int) -> str:
 
 
 def print_repro(result: ReproResult, console: Console) -> None:
-    """Four lines: where, which layers and how each is built, the tolerance, and how to run it."""
+    """Where, which layers and how each is built (a stand-in: what was measured), the tolerance, what running it
+    needs, and how to run it."""
     ref, other = result.reference, result.reference.other
     console.print(f"wrote {result.directory}/ ({len(result.files)} files, {size_text(result.size_bytes)})",
                   markup=False)
@@ -30,8 +31,16 @@ def print_repro(result: ReproResult, console: Console) -> None:
         console.print(f"  {fw:<9} {result.modules[fw]!r} ({result.classes[fw]}), built from its "
                       f"{'recorded attributes' if result.built[fw] is Build.ATTRIBUTES else 'factory'} [{role}]",
                       markup=False, highlight=False)
+        if fw in result.stand_ins:
+            stand_in = result.stand_ins[fw]
+            left = f", leaving out its recorded {', '.join(stand_in.left_out)}" if stand_in.left_out else ""
+            console.print(f"            as {stand_in.spelling} ({stand_in.layout}{left}): reproduces its own recorded "
+                          f"output, max abs error {stand_in.max_abs_err:.3g}", markup=False, highlight=False)
     state = "diverged in the dumps" if result.diverged else "agreed in the dumps"
     console.print(f"  step {result.step}, {state}; tolerance {result.tolerance}", markup=False, highlight=False)
+    factories = [f"{fw}'s factory" + (f" ({', '.join(pkgs)})" if pkgs else "") for fw, pkgs in result.needs.items()]
+    console.print(f"  repro.py needs numpy, torch and mindspore{' and ' + ' and '.join(factories) if factories else ''}"
+                  f"{'' if factories else ' only'}", markup=False, highlight=False)
     console.print(f"run: python {shlex.quote(str(result.directory / 'repro.py'))}   (exit 0 agree, 1 differ, 2 failed "
                   "to run)",
                   markup=False, highlight=False)

@@ -121,8 +121,9 @@ class _Deferred(Session):
 
     def emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
              call: int | None = None, parent: str | None = None, source: str | None = None,
-             arg: str | None = None) -> int:
-        """Number the record; keep the tensor for `flush` (or compute its statistics now)."""
+             arg: str | None = None, scope: str | None = None) -> int:
+        """Number the record; keep the tensor for `flush` (or compute its statistics now; the watch keeps no
+        `scope`: its rules read each record alone)."""
         if kind == "buffer":
             with self._lock:
                 self.seq += 1

@@ -133,7 +133,8 @@ class CompareResult:
             "nan_origin": dataclasses.asdict(v.nan_origin) | {"module": self.module(v.nan_origin.row)}
             if v.nan_origin else None,
             "calibration": self.calibration.to_dict() if self.calibration is not None else None,
-            "bisect_reads": v.bisect_reads, "bisect_confirmed": v.bisect_confirmed, "manifest_problems": self.problems,
+            "bisect_reads": v.bisect_reads, "bisect_confirmed": v.bisect_confirmed,
+            "bisect_unread": v.bisect_unread, "manifest_problems": self.problems,
             "rows": [self.row_dict(i) for i in range(len(self.rows))],
         }
 

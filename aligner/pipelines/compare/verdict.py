@@ -14,7 +14,7 @@ import dataclasses
 import enum
 import math
 from collections import defaultdict
-from typing import Callable, Hashable, Sequence
+from typing import Callable, Hashable, NamedTuple, Sequence
 
 from aligner.dumping.manifest import Record
 from aligner.pipelines.compare.evaluate import Row
@@ -51,6 +51,7 @@ class Culprit(str, enum.Enum):
     PARENT_CODE = "parent_code"    # code in the parent's forward between module calls computed a differing input
     OP = "op"                      # one tensor operation of an op-level dump (its inputs matched)
     MODEL_INPUT = "model_input"    # the data given to the model differs
+    WIRING = "wiring"              # the parent's forward hands a call another recorded output (gate and up swapped)
 
     def __str__(self) -> str:
         return self.value
@@ -68,6 +69,8 @@ class Divergence:
     culprit: Culprit = Culprit.MODULE
     blame: str = ""            # the module (reference path) whose code is at fault: see `culprit`
     source: str | None = None  # file:line of the op at fault (op-level dumps)
+    blame_other: str | None = None  # the blamed module's path on the other side, where it is known and differs
+    op: str | None = None      # culprit OP: the op as called ("Tensor.__mul__"), where it is not the origin record's
     above_noise: float | None = None  # the origin's error over its reference's own float64 noise (--calibrate)
 
 
@@ -86,7 +89,8 @@ class Verdict:
     nan_origin: NanFinding | None
     labels: dict[int, Label]   # row index -> introduced | inherited, for divergent rows (and origins)
     bisect_reads: int | None = None
-    bisect_confirmed: bool | None = None
+    bisect_confirmed: bool | None = None  # every record before each answer was read (so it is the first divergence)
+    bisect_unread: int | None = None      # records before the answers that bisect did not read
 
 
 def phase_of(row: Row) -> Phase:
@@ -237,6 +241,9 @@ def classify(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Label, str]:
                                      if where is not None else ""))
     if not ups:
         return Label.INTRODUCED, "no upstream record: its inputs were not dumped or it is a model input"
+    handed = _handed_other(i, rows, inputs)
+    if handed is not None:
+        return Label.INTRODUCED, handed[2]
     worst = max(ups, key=lambda j: error_level(rows[j]))
     e_in = error_level(rows[worst])
     word = "input" if len(ups) == 1 else "inputs"
@@ -281,32 +288,154 @@ def _computed(row: Row, e_out: float) -> str:
                 f"parameter, buffer or constant it reads, or code between the ops; every record before it matched")
     if rec.parent is None:
         return f"the model's own input {rec.index} differs (error {e_out:.1e}): the two sides were given different data"
-    where = f"the forward of {rec.parent}" if rec.parent else "the model's top-level forward"
+    scope, _, note = computing_scope(row)
+    where = f"the forward of {scope}" if scope else "the model's top-level forward"
     return (f"input {rec.index} of {rec.module or '(root)'} (error {e_out:.1e}) was computed by code in {where} "
-            f"between module calls (no recorded call returned that tensor), and every record before it matched")
+            f"(no recorded call returned that tensor{note}), and every record before it matched")
 
 
-def blame(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Culprit, str, str | None]:
-    """(what is at fault, the reference module path whose code it is, the op's source line) for origin row i."""
+def _scope(rec: Record) -> str | None:
+    """The module whose code computed an input with data: the one the dump noted (`scope`), else its parent."""
+    return rec.scope if rec.scope is not None else rec.parent
+
+
+def _levels(rec: Record, scope: str | None) -> int | None:
+    """How many levels above `rec`'s module `scope` is, when it is an ancestor of it (None: it is not: the tensor was
+    computed before the call chain it enters, e.g. by the tail of the block before)."""
+    if scope is None:
+        return None
+    parts = rec.module.split(".") if rec.module else []
+    above = scope.split(".") if scope else []
+    return len(parts) - len(above) if parts[:len(above)] == above and len(above) < len(parts) else None
+
+
+def _ancestor(path: str, levels: int) -> str:
+    """The module `levels` above `path` ("" the model)."""
+    parts = path.split(".") if path else []
+    return ".".join(parts[:max(0, len(parts) - levels)])
+
+
+def computing_scope(row: Row) -> tuple[str, str | None, str]:
+    """(reference path of the module whose code computed this input, its path on the other side (None: not known),
+    a note on how that is known). Each side's dump
+    says where its tensor was computed (`scope`, else the caller). Where the sides agree, or neither place is on the
+    call chain the tensor enters, the reference's answer stands; where one side computes it inside that chain (a
+    block's own code) and the other passes it through from further out, the deeper of the two is the code that
+    differs (mapped onto the reference's path by its depth)."""
+    b, a = row.pair.ref.record, row.pair.a.record if row.pair.a is not None else None
+    scope_b = _scope(b) or ""
+    if a is None or b.parent is None:
+        return scope_b, None, ""
+    level_b = _levels(b, scope_b)
+    level_a = 1 if a.same_as is not None else _levels(a, _scope(a))  # a link: the caller chose what to hand over
+    if level_a is not None and (level_b is None or level_a < level_b):
+        inside = _ancestor(a.module, level_a)
+        return _ancestor(b.module, level_a), inside, (f"; on the other side it is computed inside the forward of "
+                                                      f"{inside or 'the model'}, where here it arrives from "
+                                                      f"{scope_b or 'the model'}")
+    there = _ancestor(a.module, level_b) if level_b is not None else _scope(a) if a.same_as is None else None
+    if b.scope is not None:
+        return scope_b, there, f"; it entered the forward of {b.parent or 'the model'} from there unchanged"
+    return scope_b, there, ""
+
+
+def _handed_other(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[str, str | None, str, bool] | None:
+    """(reference path of the caller, its path on the other side, why, whether the other side hands over another
+    recorded output: wiring) when a call's input differs though the
+    record the reference side links it to (the call that returned it there) matched: the two sides' callers hand the
+    call different tensors, a wiring difference in the caller's code (gate and up projections swapped), not the
+    callee's."""
+    rec = rows[i].pair.ref.record
+    ups = inputs.get(i, [])
+    if rec.kind not in ("forward", "op") or rec.io != "input" or rec.same_as is None or len(ups) != 1 or \
+            i in inputs.computed:
+        return None
+    producer, other_side = rows[ups[0]], rows[i].pair.a
+    if producer.metrics is None or producer.diverged or not rows[i].diverged or other_side is None:
+        return None
+    a = other_side.record
+    made = producer.pair.ref.record.module or "(root)"
+    caller = rec.parent or ""
+    here = f"input {rec.index} of {rec.module or '(root)'} (error {error_level(rows[i]):.1e})"
+    if a.same_as is not None:
+        twin = next((r.pair.ref.record.module for r in rows if r.pair.a is not None and
+                     r.pair.a.record.seq == a.same_as and r.pair.a.record.step == a.step), None)
+        if twin is not None:
+            return caller, a.parent, (f"{here} is the output of {twin or '(root)'} on the other side and of {made} "
+                                      f"here, which matched: the forward of {caller or 'the model'} wires them "
+                                      f"differently"), True
+    scope, there, note = computing_scope(rows[i])
+    held = _same_numbers(rows, i)
+    where = scope or "the model"
+    what = f"holds the numbers of {held}'s output" if held else \
+        f"is no recorded call's output (computed in the forward of {where}{note})"
+    return scope, there, (f"{here} {what} on the other side, and the output of {made} here, which matched: the "
+                          f"forward of {where} hands the call another tensor"), held is not None
+
+
+def _extra_op(rows: Sequence[Row], i: int) -> Record | None:
+    """The op record of side A that returned row i's A input when that op has no twin on the reference side (the
+    other side scales a block's input where the reference passes it on)."""
+    a = rows[i].pair.a
+    if a is None or a.record.same_as is None:
+        return None
+    made = next((r.pair.a.record for r in rows if r.pair.a is not None and r.pair.a.record.seq == a.record.same_as
+                 and r.pair.a.record.step == a.record.step), None)
+    return made if made is not None and made.kind == "op" and not any(
+        r.pair.b is not None and r.pair.a is not None and r.pair.a.record is made for r in rows) else None
+
+
+def _same_numbers(rows: Sequence[Row], i: int) -> str | None:
+    """The reference path of the record whose output, on side A, holds exactly the numbers row i's A input holds (the
+    same content-addressed file): what the caller really handed over there."""
+    a = rows[i].pair.a
+    if a is None or a.path is None:
+        return None
+    return next((r.pair.ref.record.module or "(root)" for r in rows if r.pair.a is not None and
+                 r.pair.a.record.io == "output" and r.pair.a.path == a.path), None)
+
+
+class Fault(NamedTuple):
+    """Who a finding blames (the Divergence fields of the same names)."""
+
+    culprit: Culprit
+    blame: str
+    source: str | None = None
+    blame_other: str | None = None
+    op: str | None = None
+
+
+def blame(i: int, rows: Sequence[Row], inputs: Flow) -> Fault:
+    """What is at fault for origin row i: the culprit, the reference module path whose code it is, the op's source
+    line, that module's path on the other side where the verdict knows it, and the op where it is another record."""
     rec = rows[i].pair.ref.record
     if i in inputs.untwinned:
         producer = rows[inputs.untwinned[i]].pair.ref.record
         if producer.kind == "op":  # an op the other side does not run (a missing residual add)
-            return Culprit.OP, producer.parent or "", producer.source
-        return Culprit.MODULE, producer.module, None
+            return Fault(Culprit.OP, producer.parent or "", producer.source, op=producer.type)
+        return Fault(Culprit.MODULE, producer.module)
     if i in inputs.computed:
         if rec.kind == "op":
-            return Culprit.OP, rec.parent or "", rec.source
+            return Fault(Culprit.OP, rec.parent or "", rec.source)
         if rec.parent is None:
-            return Culprit.MODEL_INPUT, "", None
-        return Culprit.PARENT_CODE, rec.parent, rec.source
+            return Fault(Culprit.MODEL_INPUT, "")
+        scope, there, _ = computing_scope(rows[i])
+        op = _extra_op(rows, i)
+        if op is not None:  # the other side computes it with an op this side does not run: that op is the code
+            return Fault(Culprit.OP, scope, op.source, op.parent, op.type)
+        return Fault(Culprit.PARENT_CODE, scope, rec.source, there)
+    handed = _handed_other(i, rows, inputs)
+    if handed is not None and rec.kind == "op":  # the op called on another op's output: its call is the code
+        return Fault(Culprit.OP, rec.parent or "", rec.source)
+    if handed is not None:
+        return Fault(Culprit.WIRING if handed[3] else Culprit.PARENT_CODE, handed[0], blame_other=handed[1])
     if rec.kind == "op":
-        return Culprit.OP, rec.parent or "", rec.source
+        return Fault(Culprit.OP, rec.parent or "", rec.source)
     if rec.kind == "probe" and rec.parent is None and _before_model(i, rows):
-        return Culprit.MODEL_INPUT, rec.module, None  # aligner.save("batch", x) before the model ran: the data
+        return Fault(Culprit.MODEL_INPUT, rec.module)  # aligner.save("batch", x) before the model ran: the data
     if rec.kind == "param_grad":
-        return Culprit.MODULE, rec.module.rpartition(".")[0], None
-    return Culprit.MODULE, rec.module, None
+        return Fault(Culprit.MODULE, rec.module.rpartition(".")[0])
+    return Fault(Culprit.MODULE, rec.module)
 
 
 def _before_model(i: int, rows: Sequence[Row]) -> bool:
@@ -315,10 +444,15 @@ def _before_model(i: int, rows: Sequence[Row]) -> bool:
     return not any(r.pair.ref.record.kind == "forward" and r.pair.ref.record.step == step for r in rows[:i])
 
 
-def trace_origin(first: int, rows: Sequence[Row], inputs: dict[int, list[int]]) -> int:
-    """Walk upstream from `first` while its inputs already carried a comparable, above-noise error."""
+def trace_origin(first: int, rows: Sequence[Row], inputs: dict[int, list[int]],
+                 read: Callable[[int], object] | None = None) -> int:
+    """Walk upstream from `first` while its inputs already carried a comparable, above-noise error (`read`: reads a
+    row not evaluated yet, for bisect)."""
     cur, seen = first, {first}
     while True:
+        if read is not None:
+            for j in inputs.get(cur, []):
+                read(j)
         ups = [j for j in inputs.get(cur, []) if rows[j].metrics is not None and j not in seen]
         if not ups:
             return cur
@@ -345,7 +479,7 @@ def find(rows: Sequence[Row], inputs: Flow, phase: Phase, diverged: Sequence[int
         return None
     origin = trace_origin(first, rows, inputs)
     return Divergence(phase, first, _previous(first, rows, phase), origin, classify(origin, rows, inputs)[1],
-                      *blame(origin, rows, inputs), above_noise=rows[origin].above_noise)
+                      **blame(origin, rows, inputs)._asdict(), above_noise=rows[origin].above_noise)
 
 
 def nan_origin(rows: Sequence[Row], inputs: dict[int, list[int]]) -> NanFinding | None:
@@ -387,13 +521,12 @@ def _evidence(row: Row) -> bool:
     return row.pair.a is not None and row.pair.b is not None and rec.kind != "probe" and math.prod(rec.shape) > 1
 
 
-_SWEEP = 32  # rows read backward from a bisect answer: divergence that parts and rejoins inside one block
-
-
 def _search(cand: list[int], diverged: Callable[[int], bool]) -> int | None:
     """Position in `cand` of a divergent row at a boundary (the row before it matched), or None: binary search when
     the last row diverges; otherwise evenly spaced samples (about sqrt(n)) find a divergence that did not persist
     to the end (a GELU difference a later normalisation evens out), then binary search below that sample."""
+    if not cand:
+        return None
     lo, hi = 0, len(cand) - 1
     if not diverged(cand[hi]):
         step = max(1, math.isqrt(len(cand)))
@@ -410,28 +543,28 @@ def _search(cand: list[int], diverged: Callable[[int], bool]) -> int | None:
     return hi
 
 
-def _sweep(cand: list[int], found: int, rows: Sequence[Row], diverged: Callable[[int], bool]) -> int:
-    """An answer that blames code between calls may sit after a divergence that vanished within the same block (a
-    wrong query weight whose error the key and value rows do not carry): read back, up to `_SWEEP` rows inside the
-    block around the parent, and return the earliest divergent one."""
-    parent = rows[cand[found]].pair.ref.record.parent or ""
-    block = parent.rpartition(".")[0]
-    k, stop = found - 1, max(-1, found - 1 - _SWEEP)
-    while k > stop and rows[cand[k]].pair.ref.record.module.startswith(block):
-        if diverged(cand[k]):
-            found, stop = k, max(-1, k - 1 - _SWEEP)
-        k -= 1
+def _earliest(cand: list[int], found: int, diverged: Callable[[int], bool]) -> int:
+    """Move a bisect answer to an earlier divergence that did not last until it (an encoder that diverged while the
+    first decoder records, which do not read it, still match): sample the rows before it (about sqrt(n), as
+    `_search` does) until every sample matches."""
+    while found > 0:
+        earlier = _search(cand[:found], diverged)
+        if earlier is None:
+            return found
+        found = earlier
     return found
 
 
 def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
-    """Find each phase's first divergent row reading O(log n) pairs when divergence persists once it starts, and
-    O(sqrt n) when it does not.
+    """Find each phase's first divergent row reading O(log n + sqrt n) pairs, and say what the reads prove.
 
-    `evaluate(i)` reads pair i and returns its Row (stored into `rows`). Besides the search: every BatchNorm buffer
-    row is read (small, and a momentum bug shows nowhere else); an answer that blames code between calls is checked
-    by reading back inside its block (`_sweep`); the matched row before the answer confirms it, and its inputs are
-    read to tell whether it introduced the error.
+    `evaluate(i)` reads pair i and returns its Row (stored into `rows`). A matching record is evidence only for what
+    it depends on, and an error may fall back under tolerance, so no record before an answer is assumed to match:
+    the search finds a boundary; samples before it look for an earlier divergence that did not last; the answer's
+    inputs are read along the data flow to where the error is introduced (an encoder's output read by a later
+    decoder record); a tensor computed by code between calls may depend on anything before it, so the stretch before
+    such an answer is read whole. Every BatchNorm buffer row is read (small, and a momentum bug shows nowhere else).
+    The answer is the first divergence (`bisect_confirmed`) only when every record before it was read.
     """
     read: set[int] = set()
 
@@ -443,26 +576,29 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
 
     inputs = dataflow(rows)
     findings: list[Divergence] = []
-    confirmed = True
+    unread = 0
     for phase in Phase:
         cand = [i for i, r in enumerate(rows) if phase_of(r) == phase and _evidence(r)]
-        if not cand:
-            continue
         found = _search(cand, diverged)
         buffers = [k for k, i in enumerate(cand) if rows[i].pair.ref.record.kind == "buffer" and diverged(i)]
         if buffers and (found is None or buffers[0] < found):
             found = buffers[0]
         if found is None:
             continue
-        if cand[found] in inputs.computed or cand[found] in inputs.untwinned:
-            found = _sweep(cand, found, rows, diverged)
+        while True:
+            found = _earliest(cand, found, diverged)
+            origin = trace_origin(cand[found], rows, inputs, diverged)
+            if origin in inputs.computed or origin in inputs.untwinned or _handed_other(origin, rows, inputs):
+                before = [k for k, i in enumerate(cand[:found]) if i < origin and diverged(i)]  # the whole stretch
+                if before:
+                    found = before[0]
+                    continue
+            break
         first = cand[found]
-        previous = cand[found - 1] if found else None
-        if previous is not None:
-            confirmed &= not diverged(previous)
-        for j in inputs.get(first, []):
-            diverged(j)
-        findings.append(Divergence(phase, first, previous, first, classify(first, rows, inputs)[1],
-                                   *blame(first, rows, inputs), above_noise=rows[first].above_noise))
-    labels = {f.first: classify(f.first, rows, inputs)[0] for f in findings}
-    return Verdict(findings, None, labels, bisect_reads=len(read), bisect_confirmed=confirmed)
+        unread += sum(1 for i in cand if i < min(first, origin) and i not in read)
+        findings.append(Divergence(phase, first, _previous(first, rows, phase), origin,
+                                   classify(origin, rows, inputs)[1], **blame(origin, rows, inputs)._asdict(),
+                                   above_noise=rows[origin].above_noise))
+    labels = {f.origin: Label.INTRODUCED for f in findings}
+    return Verdict(findings, None, labels, bisect_reads=len(read), bisect_confirmed=not unread if findings else None,
+                   bisect_unread=unread)

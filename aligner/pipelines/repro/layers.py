@@ -1,11 +1,15 @@
 """Build one side's layer for a repro, the way repro.py will: from its recorded class and attributes, or from a factory.
 
 Known layers (any torch.nn / mindspore.nn class whose constructor the recorded attributes fill) are built from a
-constructor call written out in full; anything else needs the user's factory, which builds the whole model and
-hands over the submodule. Either way the layer is built here first, its recorded parameters loaded strictly, so a
-repro that could not run is refused before it is written. The layer is built from values `decode` made out of the
-recorded JSON (never by evaluating source), and its class is reached by attribute lookups from the framework's root
-(no module the dump names is imported). torch and MindSpore are imported inside the functions.
+constructor call written out in full. A class of another package (timm's `LayerNorm2d`, mindcv's `ConvNextLayerNorm`,
+timm's `GELU`) is stood in for by a standard layer (its framework base where a factory's live module shows its class
+hierarchy, else a standard layer whose name its class name contains), built the same way and kept only when it
+reproduces the side's own recorded output on the side's own recorded inputs, as recorded or with the channel axis
+moved last (the transpose such a class's forward applies). Anything else needs the user's factory, which builds the
+whole model and hands over the submodule. Either way the layer is built here first, its recorded parameters loaded
+strictly, so a repro that could not run is refused before it is written. The layer is built from values `decode` made
+out of the recorded JSON (never by evaluating source), and its class is reached by attribute lookups from the
+framework's root (no module the dump names is imported). torch and MindSpore are imported inside the functions.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import dataclasses
 import enum
 import importlib
 import inspect
+import math
 import os
 import sys
 from pathlib import Path
@@ -22,9 +27,23 @@ import numpy as np
 
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
-from aligner.dumping.signature import attributes
+from aligner.core.tolerance import Tolerance
+from aligner.dumping.signature import attributes, restore
 from aligner.io.factory import build as build_factory
-from aligner.pipelines.repro.script import ROOT, OpaqueError, SideCode, call_source, decode, identifier, literal
+from aligner.metrics.measure import compare_arrays
+from aligner.pipelines.replay.runner import runner
+from aligner.pipelines.repro.script import (
+    ROOT,
+    Layout,
+    OpaqueError,
+    SideCode,
+    StandIn,
+    call_source,
+    decode,
+    identifier,
+    literal,
+    moved,
+)
 
 # constructor parameter -> the attribute the layer keeps it under, where the names differ
 _ALIASES = {"data_format": "format"}
@@ -48,10 +67,14 @@ class Recorded:
     framework: Framework
     path: str
     option: str                           # the CLI option that gives this side a factory (--factory-a / -b)
+    dump: str                             # the dump directory, as the user named it
     attrs: dict[str, Any]                 # the module's recorded class and attributes
     children: dict[str, dict[str, Any]]   # recorded attributes of its submodules, by module-relative path
     structure: dict[str, Any]             # the recorded call's arguments
-    state: dict[str, np.ndarray]          # recorded parameters and buffers, by module-relative name
+    state: dict[str, np.ndarray] | None   # recorded parameters and buffers, by module-relative name (None: the dump
+                                          # holds no parameter values for the call's step)
+    inputs: list[tuple[np.ndarray, str]] | None  # the side's own recorded inputs and their dtypes (None: not held)
+    outputs: list[np.ndarray]             # the side's own recorded outputs of the call
     factory: str | None = None
 
 
@@ -99,22 +122,42 @@ def _resolve(dotted: str, root: str) -> Any:
     return obj
 
 
-def _class(recorded: Recorded) -> tuple[type, str] | None:
-    """(the recorded class, its shortest public spelling) when it is a layer of the side's own framework; the
-    spelling is the class's own names (what repro.py writes), never the recorded text."""
-    root = ROOT[recorded.framework]
-    cls = _resolve(str(recorded.attrs.get("class", "")), root)
-    if not isinstance(cls, type) or not issubclass(cls, _base(recorded.framework)):
-        return None
+def _spelling(cls: type, root: str) -> str | None:
+    """The class's shortest public spelling under the framework root (what repro.py writes), None if it has none."""
     for spelling in (f"{root}.nn.{cls.__name__}", f"{cls.__module__}.{cls.__qualname__}"):
         if _resolve(spelling, root) is cls:
-            return cls, spelling
+            return spelling
     return None
 
 
+def _candidates(recorded: Recorded, live: type | None) -> list[tuple[type, str, bool]]:
+    """(class, spelling, whether it is the module's own class) of the framework layers that may build the module,
+    best first: its own class when that is one (the factory's live class, else the recorded one); else its framework
+    bases (only a live class shows them), then the public framework layers whose name its class name contains,
+    longest name first. Spellings are the classes' own names, never the recorded text."""
+    root = ROOT[recorded.framework]
+    base = _base(recorded.framework)
+    own = live if live is not None else _resolve(str(recorded.attrs.get("class", "")), root)
+    if isinstance(own, type) and issubclass(own, base):
+        spelled = _spelling(own, root)
+        if spelled is not None:
+            return [(own, spelled, True)]
+    namespace = importlib.import_module(f"{root}.nn")
+    name = live.__name__ if live is not None else str(recorded.attrs.get("class", "")).rsplit(".", 1)[-1]
+    named = sorted((cls for attr, cls in vars(namespace).items() if isinstance(cls, type) and issubclass(cls, base)
+                    and cls is not base and cls.__name__ == attr and attr in name), key=lambda c: -len(c.__name__))
+    bases = [cls for cls in (live.__mro__[1:] if live is not None else ()) if issubclass(cls, base) and cls is not base]
+    found: list[tuple[type, str, bool]] = []
+    for cls in bases + named:
+        spelled = _spelling(cls, root)
+        if spelled is not None and all(cls is not seen for seen, _, _ in found):
+            found.append((cls, spelled, False))
+    return found
+
+
 def buildable(recorded: Recorded) -> bool:
-    """Whether repro.py can make the side's layer: a factory was given, or its class is a framework layer."""
-    return recorded.factory is not None or _class(recorded) is not None
+    """Whether repro.py may make the side's layer: a factory was given, or a framework layer may build it."""
+    return recorded.factory is not None or bool(_candidates(recorded, None))
 
 
 def _has_bias(state: dict[str, np.ndarray]) -> bool:
@@ -144,7 +187,7 @@ def _constructor(recorded: Recorded, cls: type) -> tuple[list[_Arg], list[str], 
                 (undecoded if optional else missing).append(name)
                 continue
         elif name in ("bias", "has_bias"):
-            value = _has_bias(recorded.state)
+            value = _has_bias(recorded.state or {})
             text = repr(value)
         elif not optional:
             missing.append(name)
@@ -209,15 +252,17 @@ def _modules(layer: Any, framework: Framework) -> dict[str, Any]:
 
 
 def _fixups(recorded: Recorded, layer: Any) -> list[str]:
-    """Set every recorded attribute the built layer (or a submodule of it) holds differently; the lines doing it."""
+    """Set every recorded attribute the built layer (or a submodule of its recorded class) holds differently; the
+    lines doing it. An attribute the layer does not have is left out (a stand-in has no place for its class's own)."""
     lines = []
     for rel, module in _modules(layer, recorded.framework).items():
         wanted = recorded.attrs if rel == "" else recorded.children.get(rel)
-        if not wanted or str(wanted.get("class", "")).rsplit(".", 1)[-1] != type(module).__qualname__:
+        if not wanted or (rel and str(wanted.get("class", "")).rsplit(".", 1)[-1] != type(module).__qualname__):
             continue
         have = attributes(module)
         for name, value in wanted.items():
-            if name in _NOT_CONFIG or not identifier(name) or name.startswith("_") or have.get(name, object()) == value:
+            if (name in _NOT_CONFIG or not identifier(name) or name.startswith("_") or not hasattr(module, name)
+                    or have.get(name, object()) == value):
                 continue
             try:
                 text = literal(value, recorded.framework)
@@ -231,7 +276,8 @@ def _fixups(recorded: Recorded, layer: Any) -> list[str]:
 
 
 def _factory(recorded: Recorded) -> tuple[Any, list[str], list[str]]:
-    """(the layer, repro.py's lines building it, module-level lines importing the factory)."""
+    """(the factory model's layer at the path, repro.py's lines building it, module-level lines importing the
+    factory)."""
     spec = str(recorded.factory)
     built = build_factory(spec)
     if built.framework is not recorded.framework:
@@ -267,6 +313,11 @@ def _state(recorded: Recorded, layer: Any, how: Build) -> dict[str, np.ndarray]:
         wanted = list(layer.state_dict().keys())
     else:
         wanted = [rel for rel, _ in layer.parameters_and_names()]
+    if recorded.state is None:  # a parameter-free layer needs none: only a layer with parameters is refused
+        if wanted:
+            raise AlignerError(f"{recorded.dump} holds no parameter values, and {where} has {', '.join(wanted[:4])}: "
+                               "record them with aligner.dump(model, DIR, params=True)")
+        return {}
     missing = [k for k in wanted if k not in recorded.state]
     if missing and how is Build.ATTRIBUTES and len(missing) < len(wanted):
         raise AlignerError(f"{where}: built from its recorded attributes it has parameter(s) the dump does not hold "
@@ -314,37 +365,116 @@ def _load(layer: Any, state: dict[str, np.ndarray], framework: Framework) -> Non
         raise AlignerError(f"not loaded {not_loaded}, unused {unused}")
 
 
-def plan(recorded: Recorded, casts: dict[int, str]) -> Planned:
-    """Build the side's layer (from attributes, or from its factory), check its parameters load, and write its code."""
+def _outputs(recorded: Recorded, layer: Any, layout: Layout) -> list[np.ndarray]:
+    """The layer's outputs on the side's own recorded inputs, called as recorded in the given layout."""
+    assert recorded.inputs is not None
+    run = runner(recorded.framework)
+    tensors = [run.tensor(moved(array, layout), dtype) for array, dtype in recorded.inputs]
+    args, kwargs = restore(recorded.structure, tensors, run.dtype)
+    run.set_training(layer, bool(recorded.attrs.get("training", False)))
+    return [moved(out, layout, back=True) for out in run.forward(layer, args, kwargs)]
+
+
+def _stand_in(recorded: Recorded, layer: Any, spelling: str, tolerance: Tolerance) -> StandIn:
+    """How `layer` (a standard layer built for a class that is not one) reproduces the side's own recorded outputs
+    on its own recorded inputs: as recorded, else with the channel axis moved last (what a channels-first LayerNorm
+    such as timm's LayerNorm2d or mindcv's ConvNextLayerNorm does around its base). AlignerError, with what was
+    measured, when neither layout does."""
+    where = f"{recorded.path or 'the model'} ({recorded.attrs.get('class', '?')})"
+    if recorded.inputs is None:
+        raise AlignerError(f"{where}: {spelling} built from its recorded attributes cannot be checked against its "
+                           f"recorded output: {recorded.dump} holds none of its inputs")
+    layouts = [Layout.AS_RECORDED] + ([Layout.CHANNELS_LAST] if any(a.ndim >= 3 for a, _ in recorded.inputs) else [])
+    tried = []
+    for layout in layouts:
+        try:
+            got = _outputs(recorded, layer, layout)
+        except Exception as exc:  # the layer refuses the recorded call in this layout (a shape it cannot take)
+            tried.append(f"{layout}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:80]}")
+            continue
+        if len(got) != len(recorded.outputs):
+            tried.append(f"{layout}: {len(got)} output(s), {len(recorded.outputs)} recorded")
+            continue
+        metrics = [compare_arrays(g, want, tolerance) for g, want in zip(got, recorded.outputs)]
+        if all(m.allclose for m in metrics):
+            left_out = tuple(sorted(name for name in recorded.attrs if name not in _NOT_CONFIG
+                                    and identifier(name) and not hasattr(layer, name)))
+            worst = max((m.max_abs_err or 0.0 for m in metrics), default=0.0)
+            return StandIn(spelling, layout, worst, tolerance, left_out)
+        shapes = [m for m in metrics if not m.shape_match]
+        tried.append(f"{layout}: output shape {list(shapes[0].shape_a)}, recorded {list(shapes[0].shape_b)}"
+                     if shapes else f"{layout}: max abs error "
+                     f"{max((m.max_abs_err for m in metrics if m.max_abs_err is not None), default=math.nan):.3g}")
+    raise AlignerError(f"{where}: {spelling} built from its recorded attributes does not reproduce its recorded "
+                       f"output on its own recorded inputs ({'; '.join(tried)}; tolerance {tolerance})")
+
+
+def _attributes(recorded: Recorded, cls: type, spelling: str, own: bool, tolerance: Tolerance) -> Planned:
+    """The side built as `cls` from its recorded attributes, its parameters loaded; a class that is not the module's
+    own is kept only where it reproduces the side's own recorded output (AlignerError otherwise)."""
     where = recorded.path or "the model"
     klass = str(recorded.attrs.get("class", "?"))
-    preamble: list[str] = []
-    if recorded.factory is not None:
-        how = Build.FACTORY
-        layer, lines, preamble = _factory(recorded)
-    else:
-        how = Build.ATTRIBUTES
-        found = _class(recorded)
-        if found is None:
-            raise AlignerError(f"{where} is a {klass}, not a {ROOT[recorded.framework]}.nn layer repro can build from "
-                               f"its recorded attributes; give {recorded.option} MODULE:CALLABLE (or FILE.py:CALLABLE) "
-                               "returning the whole model")
-        cls, spelling = found
-        filled, missing, undecoded = _constructor(recorded, cls)
-        if missing:
-            raise AlignerError(f"{where} ({klass}): no recorded attribute gives its constructor's "
-                               f"{', '.join(missing)}; give {recorded.option} MODULE:CALLABLE returning the model")
-        layer, source = _construct(recorded, cls, spelling, filled)
-        lines = [f"layer = {source}"]
-        if undecoded:  # parameter names from the constructor's signature, never from the dump
-            lines.insert(0, f"# recorded as no value repro can decode, left at the constructor's default: "
-                            f"{', '.join(undecoded)}")
+    filled, missing, undecoded = _constructor(recorded, cls)
+    if missing:
+        raise AlignerError(f"{where} ({klass}): no recorded attribute gives {spelling}'s "
+                           f"{', '.join(missing)}; give {recorded.option} MODULE:CALLABLE returning the model")
+    layer, source = _construct(recorded, cls, spelling, filled)
+    lines = [f"layer = {source}"]
+    if undecoded:  # parameter names from the constructor's signature, never from the dump
+        lines.insert(0, f"# recorded as no value repro can decode, left at the constructor's default: "
+                        f"{', '.join(undecoded)}")
     lines += _fixups(recorded, layer)
-    state = _state(recorded, layer, how)
+    state = _state(recorded, layer, Build.ATTRIBUTES)
+    if not own:
+        lines.insert(0, "# a standard layer stands in for the recorded class: README.md says what was measured")
+    code = _code(recorded, lines, [], bool(state))
+    code.stand_in = None if own else _stand_in(recorded, layer, spelling, tolerance)
+    return Planned(code, state, Build.ATTRIBUTES)
+
+
+def _code(recorded: Recorded, lines: list[str], preamble: list[str], has_params: bool) -> SideCode:
+    """The side's code for repro.py around its building lines (its recorded call written back)."""
     try:
         call = call_source(recorded.structure, recorded.framework)
     except OpaqueError as exc:
-        raise AlignerError(f"{where}: the recorded call passed {exc}, which a repro cannot write back") from None
-    code = SideCode(recorded.framework, recorded.path, klass, lines, preamble,
-                    bool(recorded.attrs.get("training", False)), bool(state), call, casts)
-    return Planned(code, state, how)
+        raise AlignerError(f"{recorded.path or 'the model'}: the recorded call passed {exc}, which a repro cannot "
+                           "write back") from None
+    return SideCode(recorded.framework, recorded.path, str(recorded.attrs.get("class", "?")), lines, preamble,
+                    bool(recorded.attrs.get("training", False)), has_params, call, {})
+
+
+def _packages(layer: Any, framework: Framework) -> tuple[str, ...]:
+    """The packages the factory's layer is made of, beyond numpy, torch and mindspore (the factory file itself,
+    loaded under a private name, is named on its own)."""
+    names = {type(m).__module__.partition(".")[0] for m in _modules(layer, framework).values()}
+    return tuple(sorted(n for n in names if n not in ("numpy", "torch", "mindspore") and not n.startswith("_")))
+
+
+def plan(recorded: Recorded, casts: dict[int, str], tolerance: Tolerance) -> Planned:
+    """Build the side's layer from its recorded attributes (as its own framework class, else as a standard layer
+    that reproduces its recorded output), else from its factory; check its parameters load, and write its code."""
+    where = recorded.path or "the model"
+    klass = str(recorded.attrs.get("class", "?"))
+    live = _factory(recorded) if recorded.factory is not None else None
+    tried: list[str] = []
+    for cls, spelling, own in _candidates(recorded, type(live[0]) if live is not None else None):
+        try:
+            planned = _attributes(recorded, cls, spelling, own, tolerance)
+        except AlignerError as exc:
+            if own and live is None:
+                raise
+            tried.append(str(exc))
+            continue
+        planned.code.casts.update(casts)
+        return planned
+    if live is None:
+        raise AlignerError(f"{where} is a {klass}, not a {ROOT[recorded.framework]}.nn layer"
+                           + (f" ({'; '.join(tried)})" if tried else "") + f"; give {recorded.option} "
+                           "MODULE:CALLABLE (or FILE.py:CALLABLE) returning the whole model")
+    layer, lines, preamble = live
+    lines = lines + _fixups(recorded, layer)
+    state = _state(recorded, layer, Build.FACTORY)
+    code = _code(recorded, lines, preamble, bool(state))
+    code.casts.update(casts)
+    code.factory, code.needs = recorded.factory, _packages(layer, recorded.framework)
+    return Planned(code, state, Build.FACTORY)

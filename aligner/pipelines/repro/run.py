@@ -26,7 +26,7 @@ from aligner.pipelines.compare.matching import Pair
 from aligner.pipelines.compare.run import check_same_model, read_pair
 from aligner.pipelines.compare.sources import Item, Source, TensorError, load_tensor
 from aligner.pipelines.repro.layers import Build, Planned, Recorded, buildable, plan
-from aligner.pipelines.repro.script import FOLDER, SideCode, readme, repro_py
+from aligner.pipelines.repro.script import FOLDER, SideCode, StandIn, readme, repro_py
 
 MARKER = "repro.json"  # what a repro directory holds; --force replaces only a directory that has it
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
@@ -41,6 +41,8 @@ class ReproResult:
     modules: dict[Framework, str]     # each side's module path
     classes: dict[Framework, str]     # each side's recorded class
     built: dict[Framework, Build]
+    stand_ins: dict[Framework, StandIn]  # the sides built as a standard layer standing in for their recorded class
+    needs: dict[Framework, tuple[str, ...]]  # each side built by its factory: the packages its layer is made of
     tolerance: Tolerance
     step: int                         # the reference call's step
     diverged: bool                    # whether compare saw this call's outputs diverge
@@ -51,7 +53,10 @@ class ReproResult:
         return {"directory": str(self.directory), "reference": self.reference.value,
                 "modules": {k.value: v for k, v in self.modules.items()},
                 "classes": {k.value: v for k, v in self.classes.items()},
-                "built": {k.value: v.value for k, v in self.built.items()}, "tolerance": self.tolerance.to_dict(),
+                "built": {k.value: v.value for k, v in self.built.items()},
+                "stand_ins": {k.value: {"class": v.spelling, "layout": v.layout.value, "max_abs_err": v.max_abs_err,
+                                        "left_out": list(v.left_out)} for k, v in self.stand_ins.items()},
+                "needs": {k.value: list(v) for k, v in self.needs.items()}, "tolerance": self.tolerance.to_dict(),
                 "step": self.step, "diverged": self.diverged, "files": self.files, "size_bytes": self.size_bytes}
 
 
@@ -188,12 +193,12 @@ def _tensors(side: _Side, call: Record, io: str) -> list[Item]:
     return sorted(items, key=lambda it: it.record.index)
 
 
-def _state(side: _Side, call: Record) -> dict[str, np.ndarray]:
-    """The module's recorded parameters and buffers at the start of the call's step, by module-relative name."""
+def _state(side: _Side, call: Record) -> dict[str, np.ndarray] | None:
+    """The module's recorded parameters and buffers at the start of the call's step, by module-relative name (None
+    when the dump holds no parameter values for the step: a layer without parameters needs none)."""
     params = side.source.params
     if not any(step == call.step for step, _ in params):
-        raise AlignerError(f"{side.source.root} holds no parameter values (step {call.step}): record them with "
-                           "aligner.dump(model, DIR, params=True)")
+        return None
     prefix = f"{call.module}." if call.module else ""
     state = {}
     for (step, name), item in params.items():
@@ -205,11 +210,22 @@ def _state(side: _Side, call: Record) -> dict[str, np.ndarray]:
     return state
 
 
+def _inputs(side: _Side, call: Record) -> list[Item] | None:
+    """The call's recorded input records in order, None unless the dump holds every tensor its structure names."""
+    items = _tensors(side, call, "input")
+    if len(items) != _count(call.args or {}) or any(it.record.index != i for i, it in enumerate(items)):
+        return None
+    return items
+
+
 def _recorded(side: _Side, factory: str | None) -> tuple[Recorded, Record]:
     call = _call(side)
     attrs, children = _attrs(side, call)
-    return Recorded(side.framework, call.module, side.option, attrs, children, call.args or {},
-                    _state(side, call), factory), call
+    inputs = _inputs(side, call)
+    own = None if inputs is None else [(_array(it), it.record.dtype) for it in inputs]
+    outputs = [_array(it) for it in _tensors(side, call, "output")]
+    return Recorded(side.framework, call.module, side.option, str(side.source.root), attrs, children,
+                    call.args or {}, _state(side, call), own, outputs, factory), call
 
 
 def _write(directory: Path, files: dict[str, np.ndarray | str]) -> int:
@@ -281,24 +297,25 @@ def repro(dump_a: str | os.PathLike, dump_b: str | os.PathLike, module: str, out
         give = " and ".join(sorted(f"{rec.option} MODULE:CALLABLE" for rec in unbuildable))
         raise AlignerError(f"{module} ({what}) is not a torch.nn / mindspore.nn layer repro can build from its "
                            f"recorded attributes: give {give} (or FILE.py:CALLABLE) returning the whole model")
-    inputs_ref = _tensors(sides["ref"], call_ref, "input")
+    inputs_ref = _inputs(sides["ref"], call_ref)
     n_ref, n_other = _count(recorded_ref.structure), _count(recorded_other.structure)
-    if len(inputs_ref) != n_ref or any(it.record.index != i for i, it in enumerate(inputs_ref)):
-        raise AlignerError(f"{sides['ref'].source.root} holds {len(inputs_ref)} of the {n_ref} input(s) of "
+    if inputs_ref is None or recorded_ref.inputs is None:
+        held = len(_tensors(sides["ref"], call_ref, "input"))
+        raise AlignerError(f"{sides['ref'].source.root} holds {held} of the {n_ref} input(s) of "
                            f"{call_ref.module!r}: record them with aligner.dump(model, DIR, params=True)")
     if n_other != n_ref:
         raise AlignerError(f"{call_ref.module!r} takes {n_ref} tensor(s) in {sources[ref_index].root} but "
                            f"{call_other.module!r} takes {n_other} in {sources[1 - ref_index].root}: the reference's "
                            "inputs cannot be fed to both")
-    inputs = [_array(it) for it in inputs_ref]
+    inputs = [array for array, _ in recorded_ref.inputs]
     casts = {i: "bfloat16" for i, it in enumerate(inputs_ref) if it.record.dtype == "bfloat16"}
-    planned: dict[Framework, Planned] = {rec.framework: plan(rec, casts) for rec in (recorded_ref, recorded_other)}
-    outputs = {side.framework: [_array(it) for it in _tensors(side, call, "output")]
-               for side, call in ((sides["ref"], call_ref), (sides["other"], call_other))}
     dtypes = [it.record.dtype for s, c in ((sides["ref"], call_ref), (sides["other"], call_other))
               for it in _tensors(s, c, "output")]
     spec = tolerance or ToleranceSpec()
     tol = spec.resolve(call_ref.module, *dtypes)
+    planned: dict[Framework, Planned] = {rec.framework: plan(rec, casts, tol)
+                                         for rec in (recorded_ref, recorded_other)}
+    outputs = {rec.framework: rec.outputs for rec in (recorded_ref, recorded_other)}
     reference = sides["ref"].framework
     files: dict[str, np.ndarray | str] = {f"inputs/{i}.npy": a for i, a in enumerate(inputs)}
     for fw, p in planned.items():
@@ -324,5 +341,7 @@ def repro(dump_a: str | os.PathLike, dump_b: str | os.PathLike, module: str, out
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ReproResult(out, reference, {fw: c.path for fw, c in codes.items()},
-                       {fw: c.klass for fw, c in codes.items()}, {fw: p.how for fw, p in planned.items()}, tol,
+                       {fw: c.klass for fw, c in codes.items()}, {fw: p.how for fw, p in planned.items()},
+                       {fw: c.stand_in for fw, c in codes.items() if c.stand_in is not None},
+                       {fw: c.needs for fw, c in codes.items() if c.factory is not None}, tol,
                        call_ref.step, diverged, names, size)

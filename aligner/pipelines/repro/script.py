@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import enum
 import importlib
 import keyword
 import textwrap
 from typing import Any
+
+import numpy as np
 
 from aligner.core.dtypes import NUMPY
 from aligner.core.errors import AlignerError
@@ -21,6 +24,56 @@ from aligner.core.tolerance import Tolerance
 
 ROOT = {Framework.PYTORCH: "torch", Framework.MINDSPORE: "mindspore"}  # the import name of each framework
 FOLDER = ROOT  # each side's params/ and outputs/ live under its framework's name
+
+
+class Layout(str, enum.Enum):
+    """The layout a side's layer is called in: as recorded, or with the channel axis (1) of every input of 3+
+    dimensions moved last and the last axis of every such output moved back to 1 (the transpose that timm's
+    LayerNorm2d and mindcv's ConvNextLayerNorm apply around their base nn.LayerNorm)."""
+
+    AS_RECORDED = "as recorded"
+    CHANNELS_LAST = "channels moved last"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def moved(array: np.ndarray, layout: Layout, back: bool = False) -> np.ndarray:
+    """An input (or with `back`, an output) array in `layout`: what repro.py does around a stand-in's call."""
+    if layout is Layout.AS_RECORDED or array.ndim < 3:
+        return array
+    return np.ascontiguousarray(np.moveaxis(array, -1, 1) if back else np.moveaxis(array, 1, -1))
+
+
+@dataclasses.dataclass(frozen=True)
+class StandIn:
+    """A standard layer built for a recorded class that is none (timm's LayerNorm2d: torch.nn.LayerNorm), and what
+    was measured: on the side's own recorded inputs, in `layout`, it reproduced the side's own recorded outputs
+    within `tolerance` (the greatest absolute error `max_abs_err`). `left_out`: recorded attributes it has no place
+    for (what its class's own forward did with them is reproduced only as far as the measurement shows)."""
+
+    spelling: str
+    layout: Layout
+    max_abs_err: float
+    tolerance: Tolerance
+    left_out: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One sentence: what stands in, in which layout, what it left out and what it reproduced."""
+        layout = ("with the channel transpose its class's forward applies (inputs' channel axis moved last before "
+                  "the call, the outputs' back)" if self.layout is Layout.CHANNELS_LAST else "called as recorded")
+        left = f"; recorded attributes it has no place for: {', '.join(self.left_out)}" if self.left_out else ""
+        return (f"built as {self.spelling} {layout}{left}; on its own recorded inputs it reproduces its recorded "
+                f"output (max abs error {self.max_abs_err:.3g}, {self.tolerance})")
+
+
+def _layout_lines(layout: Layout) -> tuple[list[str], str]:
+    """(repro.py's lines putting `inputs` into the layout, the wrapper putting the outputs back)."""
+    if layout is Layout.AS_RECORDED:
+        return [], "{}"
+    return (["    # the recorded class moves the channel axis last around its base layer: so does this repro",
+             "    inputs = [np.ascontiguousarray(np.moveaxis(a, 1, -1)) if a.ndim >= 3 else a for a in inputs]"],
+            "[np.moveaxis(t, -1, 1) if t.ndim >= 3 else t for t in {}]")
 
 
 class OpaqueError(AlignerError):
@@ -110,6 +163,13 @@ class SideCode:
     has_params: bool
     call: str                        # `layer(x[0], ...)`
     casts: dict[int, str]            # input index -> dtype to cast to after loading (bfloat16 kept as float32)
+    stand_in: StandIn | None = None  # the standard layer built for a recorded class that is none
+    factory: str | None = None       # the factory repro.py imports (FILE.py:CALLABLE or MODULE:CALLABLE)
+    needs: tuple[str, ...] = ()      # the packages the factory's layer is made of, beyond numpy, torch, mindspore
+
+    @property
+    def layout(self) -> Layout:
+        return self.stand_in.layout if self.stand_in is not None else Layout.AS_RECORDED
 
 
 _HELPERS = '''
@@ -192,18 +252,22 @@ def _split(text: str) -> list[str]:
 def _torch_side(code: SideCode) -> list[str]:
     lines = ["def run_torch(inputs):", '    """The PyTorch layer, its recorded parameters, called as recorded."""']
     lines += [part for line in code.build for part in wrap("    " + line)]
+    into, back = _layout_lines(code.layout)
+    lines += into
     if code.has_params:
         lines += ['    state = {k: torch.from_numpy(v) for k, v in arrays("torch/params").items()}',
                   "    layer.load_state_dict(state, strict=True)"]
     lines += [f"    layer.train({code.training})", "    x = [torch.from_numpy(a) for a in inputs]"]
     lines += [f"    x[{i}] = x[{i}].to(torch.{dtype})" for i, dtype in sorted(code.casts.items())]
-    lines += ["    with torch.no_grad():", f"        return tensors({code.call})"]
+    lines += ["    with torch.no_grad():", f"        return {back.format(f'tensors({code.call})')}"]
     return lines
 
 
 def _mindspore_side(code: SideCode) -> list[str]:
     lines = ["def run_mindspore(inputs):", '    """The MindSpore cell, its recorded parameters, called as recorded."""']
     lines += [part for line in code.build for part in wrap("    " + line)]
+    into, back = _layout_lines(code.layout)
+    lines += into
     if code.has_params:
         lines += ["    names = {rel: p.name for rel, p in layer.parameters_and_names()}",
                   "    params = {names[k]: mindspore.Parameter(mindspore.Tensor(v), name=names[k])",
@@ -213,14 +277,28 @@ def _mindspore_side(code: SideCode) -> list[str]:
                   '        raise RuntimeError(f"parameters not loaded: {not_loaded}, recorded but unused: {unused}")']
     lines += [f"    layer.set_train({code.training})", "    x = [mindspore.Tensor(a) for a in inputs]"]
     lines += [f"    x[{i}] = x[{i}].astype(mindspore.{dtype})" for i, dtype in sorted(code.casts.items())]
-    lines += [f"    return tensors({code.call})"]
+    lines += [f"    return {back.format(f'tensors({code.call})')}"]
     return lines
 
 
+def needs(sides: dict[Framework, SideCode]) -> str:
+    """What running repro.py needs, in words: numpy, torch and mindspore only, or those and each factory with the
+    packages its layer is made of."""
+    factories = [code for code in sides.values() if code.factory is not None]
+    if not factories:
+        return "numpy, torch and mindspore only"
+    parts = [f"{code.framework}'s factory {code.factory!r}"
+             + (f" with {', '.join(code.needs)}" if code.needs else "") for code in factories]
+    return f"numpy, torch, mindspore and {' and '.join(parts)} (repro.py builds that whole model)"
+
+
 def repro_py(sides: dict[Framework, SideCode], reference: Framework, n_inputs: int, tolerance: Tolerance) -> str:
-    """The whole repro.py: numpy, torch and mindspore only (never aligner)."""
+    """The whole repro.py: numpy, torch and mindspore (never aligner), and a factory where a side needs one."""
     other = reference.other
     ref, oth = sides[reference], sides[other]
+    factories = [code for code in (sides[Framework.PYTORCH], sides[Framework.MINDSPORE]) if code.factory is not None]
+    imports = ("Needs only numpy, torch and mindspore:  python repro.py" if not factories else
+               "Needs numpy, torch, mindspore and the factories NEEDS names:  python repro.py")
     head = [
         '"""Minimal repro of one module recorded in two dumps (its path and class on each side: LAYERS below), written',
         "by `align repro`.",
@@ -228,7 +306,7 @@ def repro_py(sides: dict[Framework, SideCode], reference: Framework, n_inputs: i
         f"Builds the layer in both frameworks, loads each side's recorded parameters, runs both on the {reference} "
         "side's",
         "recorded inputs and compares the outputs as torch.testing does. Exit 0: they agree; 1: they differ beyond the",
-        "tolerance; 2: the repro itself failed. Needs only numpy, torch and mindspore:  python repro.py",
+        f"tolerance; 2: the repro itself failed. {imports}",
         '"""',
         "import sys",
         "import traceback",
@@ -245,6 +323,10 @@ def repro_py(sides: dict[Framework, SideCode], reference: Framework, n_inputs: i
         f"{oth.klass!r})}}",
         "mindspore.set_context(mode=mindspore.PYNATIVE_MODE)",
     ]
+    if factories:
+        head += ["# each factory (imported below; it builds the whole model) and the packages its layer is made of",
+                 "NEEDS = {" + ", ".join(f"{c.framework.value!r}: ({c.factory!r}, {list(c.needs)!r})"
+                                         for c in factories) + "}"]
     for code in (sides[Framework.PYTORCH], sides[Framework.MINDSPORE]):
         head += [line for line in code.preamble if line not in head or not line.startswith(("sys.path", "import "))]
     body = [*_HELPERS.strip("\n").splitlines(), "", ""]
@@ -289,19 +371,33 @@ def readme(sides: dict[Framework, SideCode], reference: Framework, tolerance: To
     """A few lines on what the directory holds and how to run it."""
     other = reference.other
     ref, oth = sides[reference], sides[other]
-    built = {fw: ("its recorded attributes" if not code.preamble else "the factory named in repro.py")
-             for fw, code in sides.items()}
+    built = {fw: _built(code) for fw, code in sides.items()}
     return "\n".join([
         f"# Minimal repro: {ref.path!r} ({reference}) vs {oth.path!r} ({other})",
         "",
         "    python repro.py    # exit 0: the two layers agree; 1: they differ; 2: the repro failed to run",
         "",
         f"- reference: {reference} ({sources[reference]!r}); other side: {other} ({sources[other]!r})",
-        f"- layers: {ref.klass!r} built from {built[reference]}; {oth.klass!r} built from {built[other]}",
+        f"- {reference} layer {ref.klass!r}: {built[reference]}",
+        f"- {other} layer {oth.klass!r}: {built[other]}",
         f"- inputs/: the {reference} layer's recorded inputs, fed to both layers",
         "- torch/params/, mindspore/params/: each layer's own recorded parameters and buffers (module-relative names)",
         "- torch/outputs/, mindspore/outputs/: each layer's recorded outputs (the other side's ran on its own inputs)",
         f"- tolerance: rtol={tolerance.rtol:g}, atol={tolerance.atol:g} (|a - ref| <= atol + rtol * |ref|)",
-        f"- size: {size} bytes of tensors; needs numpy, torch and mindspore only",
+        f"- size: {size} bytes of tensors; needs {needs(sides)}",
         "",
     ])
+
+
+def _built(code: SideCode) -> str:
+    """How repro.py makes a side's layer, for the README: its own class, a measured stand-in, or its factory."""
+    if code.factory is not None:
+        where = ("from its absolute path on the machine that wrote this" if code.factory.rpartition(":")[0]
+                 .endswith(".py") else "as a module")
+        return (f"built by the factory {code.factory!r}, which builds the whole model (repro.py takes the layer at "
+                f"its path); repro.py imports it {where}, with the directory `align repro` ran in on sys.path: send "
+                "it along, with what it imports (the layer is made of classes of "
+                f"{', '.join(code.needs) or 'numpy, torch and mindspore only'})")
+    if code.stand_in is not None:
+        return (f"not a {ROOT[code.framework]}.nn class; {code.stand_in.describe()}")
+    return "built from its recorded attributes"

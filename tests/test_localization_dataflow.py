@@ -1,0 +1,180 @@
+"""Localization by dataflow on hand-made torch/MindSpore pairs (issue 27): a parent handing a correct child the wrong
+tensor (wiring), a tensor computed in one block and first read inside the next (leaves_only: the block's output is
+not recorded), and a block's own code changing what entered it. Each bug sits in a parent's forward, on the
+MindSpore side; compare must blame that parent exactly, in both argument orders, full and --bisect."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+import torch
+from mindspore import nn as mnn
+
+import aligner
+from aligner.pipelines.compare.verdict import Culprit
+from aligner.render.compare import summary
+
+D, H = 8, 16
+
+
+class TorchMLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(D, H, bias=False)
+        self.up_proj = torch.nn.Linear(D, H, bias=False)
+        self.down_proj = torch.nn.Linear(H, D, bias=False)
+        self.act_fn = torch.nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TorchLayer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(D)
+        self.mlp = TorchMLP()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.norm(x))
+
+
+class TorchNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([TorchLayer() for _ in range(3)])
+        self.head = torch.nn.Linear(D, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+class MsMLP(mnn.Cell):
+    def __init__(self, bug: str) -> None:
+        super().__init__()
+        self.gate_proj = mnn.Dense(D, H, has_bias=False)
+        self.up_proj = mnn.Dense(D, H, has_bias=False)
+        self.down_proj = mnn.Dense(H, D, has_bias=False)
+        self.act_fn = mnn.SiLU()
+        self.bug = bug
+
+    def construct(self, x: ms.Tensor) -> ms.Tensor:
+        if self.bug == "swap":  # gate and up projections swapped around the SwiGLU
+            return self.down_proj(self.act_fn(self.up_proj(x)) * self.gate_proj(x))
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class MsLayer(mnn.Cell):
+    def __init__(self, bug: str) -> None:
+        super().__init__()
+        self.norm = mnn.LayerNorm((D,), epsilon=1e-5)
+        self.mlp = MsMLP(bug)
+        self.bug = bug
+
+    def construct(self, x: ms.Tensor) -> ms.Tensor:
+        if self.bug == "no-residual":  # the tail of this block: its output is not recorded under leaves_only
+            return self.mlp(self.norm(x))
+        if self.bug == "head-scale":  # the head of this block changes what entered it
+            x = x * 2
+        return x + self.mlp(self.norm(x))
+
+
+class MsNet(mnn.Cell):
+    def __init__(self, bugs: list[str]) -> None:
+        super().__init__()
+        self.layers = mnn.CellList([MsLayer(b) for b in bugs])
+        self.head = mnn.Dense(D, 4)
+
+    def construct(self, x: ms.Tensor) -> ms.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def _pair(bug_layer: int, bug: str) -> tuple[TorchNet, MsNet]:
+    torch.manual_seed(0)
+    tnet = TorchNet().eval()
+    mnet = MsNet([bug if i == bug_layer else "" for i in range(3)])
+    mnet.set_train(False)
+    for name, param in tnet.named_parameters():
+        cell_name = name.replace("norm.weight", "norm.gamma").replace("norm.bias", "norm.beta")
+        dict(mnet.parameters_and_names())[cell_name].set_data(ms.Tensor(param.detach().numpy()))
+    return tnet, mnet
+
+
+def _dumps(root: Path, bug_layer: int, bug: str, leaves_only: bool) -> tuple[Path, Path]:
+    tnet, mnet = _pair(bug_layer, bug)
+    x = np.random.default_rng(0).standard_normal((2, 3, D)).astype(np.float32)
+    with aligner.dump(tnet, root / "pt", leaves_only=leaves_only), torch.no_grad():
+        tnet(torch.from_numpy(x))
+    with aligner.dump(mnet, root / "ms", leaves_only=leaves_only):
+        mnet(ms.Tensor(x))
+    return root / "ms", root / "pt"
+
+
+# bug, layer, expected blame (torch path == MindSpore path here), what the old verdict named instead
+CASES = [
+    ("swap", 1, "layers.1.mlp", "layers.1.mlp.act_fn: 'introduced here: its input matched'"),
+    ("no-residual", 1, "layers.1", "layers.2: 'computed by code in the forward of layers.2'"),
+    ("head-scale", 1, "layers.1", "layers.1 (already right; the rule that fixes no-residual must keep it)"),
+]
+
+
+@pytest.mark.parametrize("leaves_only", [True, False], ids=["leaves", "all-modules"])
+@pytest.mark.parametrize("bug,layer,expected,before", CASES, ids=[c[0] for c in CASES])
+def test_the_parent_whose_code_differs_is_blamed(tmp_path, bug, layer, expected, before, leaves_only):
+    ms_dir, pt_dir = _dumps(tmp_path, layer, bug, leaves_only)
+    for a, b in ((ms_dir, pt_dir), (pt_dir, ms_dir)):
+        for bisect in (False, True):
+            result = aligner.compare(a, b, bisect=bisect)
+            finding = result.verdict.findings[0]
+            text = summary(result)
+            assert finding.blame == expected, (bisect, a.name, text)
+            if bug == "swap":  # both sides record the producers: the verdict says which output each side hands over
+                assert finding.culprit is Culprit.WIRING and f"At fault: the forward of {expected}, which hands" in text
+            elif finding.culprit is Culprit.PARENT_CODE:
+                assert f"At fault: the code in the forward of {expected} " in text, text
+            else:  # a block recorded whole (leaves_only False) is the module itself
+                assert not leaves_only and finding.culprit is Culprit.MODULE, text
+
+
+def test_a_wiring_swap_names_what_each_side_hands_over(tmp_path):
+    ms_dir, pt_dir = _dumps(tmp_path, 1, "swap", True)
+    text = summary(aligner.compare(ms_dir, pt_dir))
+    # the verdict names the producer on each side instead of "its input matched" (the producer's own error)
+    assert "its input matched" not in text
+    assert ("input 0 of layers.1.mlp.act_fn" in text and "holds the numbers of layers.1.mlp.up_proj's output on the "
+            "other side" in text and "the output of layers.1.mlp.gate_proj here, which matched" in text), text
+    assert "Zoom in" not in text  # nothing to zoom into: the wiring is the answer
+
+
+def test_a_zoom_in_that_names_no_op_says_so_instead_of_repeating_itself(tmp_path):
+    """A parent's code that computes a differing input with no recorded op (here: the op-level dump of the block
+    whose head scales its input, MindSpore's `*` not being one of the ops recorded under this scope's rules, or any
+    code the op hooks do not see) must not suggest the same zoom-in again."""
+    tnet, mnet = _pair(1, "head-scale")
+    x = np.random.default_rng(0).standard_normal((2, 3, D)).astype(np.float32)
+    with aligner.dump(tnet, tmp_path / "pt", ops=True, scope="layers.1"), torch.no_grad():
+        tnet(torch.from_numpy(x))
+    with aligner.dump(mnet, tmp_path / "ms", ops=True, scope="layers.1"):
+        mnet(ms.Tensor(x))
+    for a, b in ((tmp_path / "ms", tmp_path / "pt"), (tmp_path / "pt", tmp_path / "ms")):
+        result = aligner.compare(a, b)
+        text = summary(result)
+        finding = result.verdict.findings[0]
+        if finding.culprit is Culprit.OP:  # the op-level dump named the op: progress
+            assert finding.blame == "layers.1" and finding.source, text
+        else:
+            assert "Zoom in" not in text and "op-level records of the forward of layers.1 were read" in text, text
+
+
+@pytest.mark.parametrize("leaves_only", [True, False], ids=["leaves", "all-modules"])
+def test_clean_pair_agrees(tmp_path, leaves_only):
+    ms_dir, pt_dir = _dumps(tmp_path, -1, "", leaves_only)
+    for a, b in ((ms_dir, pt_dir), (pt_dir, ms_dir)):
+        result = aligner.compare(a, b)
+        assert result.exit_code == 0 and not result.verdict.findings, summary(result)
