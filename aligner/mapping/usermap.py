@@ -246,8 +246,9 @@ def module_renames(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     return {m: next(iter(t)) for m, t in found.items() if len(t) == 1}
 
 
-def load_user_map(path: str) -> UserMap:
-    """Read and validate a mapping file; every problem is one clear AlignerError naming the file."""
+def read_yaml(path: str) -> Any:
+    """A mapping file's YAML data ({} when empty); one clear AlignerError naming the file for an unreadable file,
+    text that is not UTF-8 or YAML that does not parse."""
     import yaml  # here, not at import: `align compare` without --map never parses YAML (its start time)
 
     try:
@@ -257,13 +258,18 @@ def load_user_map(path: str) -> UserMap:
     except UnicodeDecodeError:
         raise AlignerError(f"{path}: mapping file is not UTF-8 text") from None
     try:
-        data = yaml.safe_load(text) or {}
+        return yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise AlignerError(f"{path}: YAML syntax error{where}: {getattr(exc, 'problem', exc)}") from None
     except RecursionError:
         raise AlignerError(f"{path}: YAML nested too deeply") from None
+
+
+def load_user_map(path: str) -> UserMap:
+    """Read and validate a mapping file; every problem is one clear AlignerError naming the file."""
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise AlignerError(f"{path}: expected a mapping with sections {', '.join(SECTIONS)}")
     unknown = set(data) - set(SECTIONS)

@@ -163,6 +163,10 @@ def summary(result: CompareResult) -> str:
         parts[-1] += (f"; {c['folded_a'] + c['folded_b']} pass-through call(s) with no twin (e.g. Identity) folded "
                       f"into their producers")
     parts[-1] += f". Tolerance: {result.tolerance.describe()}."
+    for m in result.maps:  # msprobe's own mapping files, found beside a dump and read as the --map
+        parts.append(f"Names mapped by msprobe's {m.path}: {m.modules} module and {m.params} parameter rename(s)"
+                     + (f", {m.unused} entr(ies) not used (API calls are paired by order; a module mapped two ways "
+                        "is left alone)" if m.unused else "") + ".")
     if result.calibration is not None:
         parts.append(calibration_text(result))
     v = result.verdict

@@ -22,6 +22,8 @@ class Tool(str, enum.Enum):
 # msprobe: DUMP_PATH/step{N}/rank{R}/dump.json (or a step or rank folder of it)
 DUMP_JSON = "dump.json"
 STEP = re.compile(r"step(\d+)")
+# msprobe's own name mappings (`msprobe compare -lm layer_mapping.yaml`, `-dm data_mapping.yaml`)
+MSPROBE_MAPS = ("layer_mapping.yaml", "data_mapping.yaml")
 # MindSpore's native dump: PATH/rank_{N}/.dump_metadata/ and execution_order/
 METADATA = ".dump_metadata"
 EXECUTION_ORDER = "execution_order"
@@ -35,6 +37,11 @@ def run_dirs(root: Path) -> list[Path]:
         return [root]
     found = [p.parent for p in root.glob(f"*/{DUMP_JSON}")]
     return found or [p.parent for p in root.glob(f"*/*/{DUMP_JSON}") if STEP.fullmatch(p.parent.parent.name)]
+
+
+def msprobe_maps(root: Path) -> list[Path]:
+    """msprobe's mapping files (MSPROBE_MAPS) in the dump folder `root`, then beside it (in its parent folder)."""
+    return [folder / name for folder in (root, root.parent) for name in MSPROBE_MAPS if (folder / name).is_file()]
 
 
 def is_native_rank(path: Path) -> bool:

@@ -12,6 +12,7 @@ from aligner.pipelines.compare.evaluate import Row
 from aligner.pipelines.compare.verdict import Divergence, Verdict
 
 if TYPE_CHECKING:  # only --calibrate makes one (calibrate.py is loaded on that path only)
+    from aligner.mapping import MsprobeMap
     from aligner.pipelines.compare.calibrate import Calibration
 
 _ROW_METRICS = ("method", "numel", "mismatched", "mismatch_fraction", "max_abs_err", "max_abs_index", "max_rel_err",
@@ -31,6 +32,7 @@ class CompareResult:
     tolerance: ToleranceSpec = dataclasses.field(default_factory=ToleranceSpec)
     strict: bool = False       # records on one side only fail the comparison
     calibration: Calibration | None = None  # tolerances measured against a float64 dump (compare --calibrate)
+    maps: list[MsprobeMap] = dataclasses.field(default_factory=list)  # msprobe's mapping files read as the --map
 
     @property
     def matched(self) -> dict[str, int]:
@@ -133,6 +135,7 @@ class CompareResult:
             "nan_origin": dataclasses.asdict(v.nan_origin) | {"module": self.module(v.nan_origin.row)}
             if v.nan_origin else None,
             "calibration": self.calibration.to_dict() if self.calibration is not None else None,
+            "msprobe_maps": [m.to_dict() for m in self.maps],
             "bisect_reads": v.bisect_reads, "bisect_confirmed": v.bisect_confirmed,
             "bisect_unread": v.bisect_unread, "manifest_problems": self.problems,
             "rows": [self.row_dict(i) for i in range(len(self.rows))],

@@ -12,6 +12,7 @@ from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import CALIBRATION_K, Tolerance, ToleranceSpec
+from aligner.dumping.foreign.layout import Tool, detect, msprobe_maps
 from aligner.pipelines import compare as package  # the parts loaded on first use: see compare/__init__.py
 from aligner.pipelines.compare.engine import Engine, LocalEngine
 from aligner.pipelines.compare.evaluate import Row, evaluate
@@ -22,6 +23,7 @@ from aligner.pipelines.compare.verdict import bisect as bisect_rows
 from aligner.pipelines.compare.verdict import judge
 
 if TYPE_CHECKING:
+    from aligner.mapping import MsprobeMap
     from aligner.pipelines.compare.calibrate import Calibration
 
 # A training-mode forward through BatchNorm normalises by batch statistics, reductions whose summation order differs
@@ -148,6 +150,7 @@ class Paired:
     reference_index: int      # 0: the reference is the first argument, 1: the second
     pairs: list[Pair]         # records of `other` (Pair.a) matched with the reference's (Pair.b)
     tolerance: ToleranceSpec  # the caller's, with the training-mode floor when the reference ran BatchNorm training
+    maps: list[MsprobeMap] = dataclasses.field(default_factory=list)  # msprobe's mapping files read as the --map
 
 
 def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = None, map_file: str | None = None,
@@ -156,11 +159,15 @@ def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = Non
     missing directory, a bad --map or both arguments naming the same directory. `trust_pickle`: msprobe's PyTorch
     `.pt` tensors may be read (torch.load with weights_only)."""
     tolerance = tolerance or ToleranceSpec()
-    rename = mapping.load_user_map(map_file).rename_path if map_file is not None else None
+    rename: Callable[[str], str | None] | None = \
+        mapping.load_user_map(map_file).rename_path if map_file is not None else None
     first_source = read_source(dumps_a, trust_pickle=trust_pickle)  # a missing directory is named first
     if Path(dumps_a).resolve() == Path(dumps_b).resolve():  # before the second read, which would be the same
         raise AlignerError(f"both arguments name the same directory {dumps_a}")
     sources = (first_source, read_source(dumps_b, trust_pickle=trust_pickle))
+    maps: list[MsprobeMap] = []
+    if map_file is None:
+        rename, maps = _msprobe_rename(sources)
     r = choose_reference(ref, (sources[0].framework, sources[1].framework))
     other, reference = sources[1 - r], sources[r]
     if any(it.record.kind == "buffer" for it in reference.items) and tolerance.floor is None:
@@ -168,7 +175,22 @@ def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = Non
     first, second = sources
     name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
     pairs = match(other.items, reference.items, *((name_first, name_second) if r == 1 else (name_second, name_first)))
-    return Paired(other, reference, r, pairs, tolerance)
+    return Paired(other, reference, r, pairs, tolerance, maps)
+
+
+def _msprobe_rename(sources: tuple[Source, Source]) -> tuple[Callable[[str], str | None] | None, list[MsprobeMap]]:
+    """Without --map: msprobe's own mapping files (layer_mapping.yaml, data_mapping.yaml) in or beside an msprobe
+    dump's folder, as the renames compare applies, and what each file gave; (None, []) when there are none. The
+    layer mapping is keyed by the classes of the MindSpore side's modules (msprobe's left side; else the first)."""
+    found = [(s.root, p) for s in sources for p in msprobe_maps(s.root)]
+    paths = list({p.resolve(): p for root, p in found if detect(root) is Tool.MSPROBE}.values())  # files first: cheap
+    if not paths:
+        return None, []
+    left = next((s for s in sources if s.framework == Framework.MINDSPORE), sources[0])
+    classes = {it.record.module: it.record.type for it in left.items
+               if it.record.kind in ("forward", "backward") and it.record.type}
+    umap, maps = mapping.load_msprobe_maps(paths, classes)
+    return umap.rename_path, maps
 
 
 @gc_paused()
@@ -213,5 +235,7 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
         for i, n in noise.items():  # (every other row's noise stays None)
             rows[i].noise = n
         verdict = judge(rows)
+    if verdict.findings and side_a.calls and side_b.calls:  # the blamed module's settings, from its call records
+        verdict = package.with_settings(verdict, rows, side_a, side_b)
     return CompareResult(_label(side_a), _label(side_b), rows, verdict, side_a.problems + side_b.problems,
-                         tolerance, strict, calibration)
+                         tolerance, strict, calibration, paired.maps)
