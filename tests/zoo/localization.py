@@ -38,7 +38,7 @@ import numpy as np
 
 from tests.zoo import torch_compat  # noqa: F401  (must precede timm/transformers)
 
-FAMILIES = ["cnn", "vit", "encoder_lm", "decoder_lm", "mha", "upsample"]
+FAMILIES = ["cnn", "vit", "encoder_lm", "decoder_lm", "mha", "upsample", "moe_lm", "encdec", "gqa_lm", "swin"]
 
 Restore = Callable[[], None]
 
@@ -297,6 +297,238 @@ def segformer_gelu_tanh(pair) -> Restore:
     return set_attr(act, "act", lambda x: mint.nn.functional.gelu(x, approximate="tanh"))
 
 
+# ---- moe_lm: Mixtral (sparse mixture of experts) -------------------------------------------------------------------
+def _moe(pair, layer: int = 0) -> Any:
+    return pair.ms_model.model.layers[layer].block_sparse_moe
+
+
+def _moe_construct(renormalise: bool = True, capacity: int | None = None) -> Callable:
+    """mindone's MixtralSparseMoeBlock.construct (jitter off) with the renormalisation of the top-k weights and a
+    per-expert capacity (tokens beyond it dropped, in token order) as parameters."""
+    def construct(self, hidden_states):
+        import mindspore as ms
+        from mindspore import mint
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hidden_states = hidden_states.view(-1, hidden_dim)
+        router_logits = self.gate(hidden_states)
+        routing_weights = mint.softmax(router_logits, dim=1, dtype=ms.float32)
+        routing_weights, selected_experts = mint.topk(routing_weights, self.top_k, dim=-1)
+        if renormalise:
+            routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        routing_weights = routing_weights.to(hidden_states.dtype)
+        final = mint.zeros((batch_size * sequence_length, hidden_dim), dtype=hidden_states.dtype)
+        expert_mask = mint.nn.functional.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+        for expert_idx in range(self.num_experts):
+            idx, top_x = mint.where(expert_mask[expert_idx])
+            if capacity is not None:
+                idx, top_x = idx[:capacity], top_x[:capacity]
+            current = hidden_states[None, top_x].reshape(-1, hidden_dim)
+            out = self.experts[expert_idx](current) * routing_weights[top_x, idx, None]
+            final.index_add_(0, top_x, out.to(hidden_states.dtype))
+        return final.reshape(batch_size, sequence_length, hidden_dim), router_logits
+    return construct
+
+
+def moe_expert_gate_up_swap(pair) -> Restore:
+    """experts.1 of layer 0: act_fn(w3(x)) * w1(x) -- the gate and up projections swapped around the SwiGLU."""
+    def construct(self, hidden_states):
+        return self.w2(self.act_fn(self.w3(hidden_states)) * self.w1(hidden_states))
+    return set_construct(_moe(pair).experts[1], construct)
+
+
+def moe_top1(pair) -> Restore:
+    """layer 0's MoE block routes each token to its top-1 expert (`top_k` read by the block's own forward)."""
+    return set_attr(_moe(pair), "top_k", 1)
+
+
+def moe_no_renormalise(pair) -> Restore:
+    """layer 0's MoE block keeps the softmax weights of the top-2 experts as they are (no division by their sum)."""
+    return set_construct(_moe(pair), _moe_construct(renormalise=False))
+
+
+def moe_capacity_drop(pair) -> Restore:
+    """layer 0's MoE block with a per-expert capacity of 8 tokens (24 tokens x top-2 / 4 experts = 12 on average):
+    the tokens past it are dropped (the reference has no capacity: every routed token is computed)."""
+    return set_construct(_moe(pair), _moe_construct(capacity=8))
+
+
+def moe_missing_residual(pair) -> Restore:
+    """model.layers.0.construct without the residual add after the MoE block (its output is not recorded with the
+    default leaves_only dump: the next records are layer 1's)."""
+    def construct(self, hidden_states, attention_mask=None, position_ids=None, past_key_value=None,
+                  output_attentions=False, output_router_logits=False, use_cache=False, cache_position=None,
+                  position_embeddings=None, **kwargs):
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, _ = self.self_attn(hidden_states=hidden_states, position_embeddings=position_embeddings,
+                                          attention_mask=attention_mask, position_ids=position_ids,
+                                          past_key_value=past_key_value, output_attentions=output_attentions,
+                                          use_cache=use_cache, cache_position=cache_position, **kwargs)
+        hidden_states = residual + hidden_states
+        hidden_states, _ = self.block_sparse_moe(self.post_attention_layernorm(hidden_states))  # BUG: no residual
+        return (hidden_states,)
+    return set_construct(pair.ms_model.model.layers[0], construct)
+
+
+# ---- gqa_lm: Qwen2 (rotary, grouped-query attention) ----------------------------------------------------------------
+def qwen2_gate_up_swap(pair) -> Restore:
+    """layers.0.mlp: down(act(up(x)) * gate(x)) -- the gate and up projections swapped around the SwiGLU."""
+    def construct(self, hidden_state):
+        return self.down_proj(self.act_fn(self.up_proj(hidden_state)) * self.gate_proj(hidden_state))
+    return set_construct(pair.ms_model.model.layers[0].mlp, construct)
+
+
+def qwen2_rope_base(pair) -> Restore:
+    """The rotary table computed once by model.rotary_emb with base 1e6 (Qwen2's released configs) instead of the
+    config's 1e4."""
+    import mindspore as ms
+    rot = pair.ms_model.model.rotary_emb
+    dim = rot.inv_freq.shape[0] * 2
+    inv = 1.0 / (1e6 ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    return set_attr(rot, "inv_freq", ms.Tensor(inv.astype(np.float32)))
+
+
+def qwen2_causal_mask_off_by_one(pair) -> Restore:
+    """model's causal mask lets each position see the next token too (diagonal off by one): mindone's
+    `create_causal_mask` as looked up by modeling_qwen2 (called from Qwen2Model.construct) is wrapped."""
+    import mindspore as ms
+    mq = sys.modules[type(pair.ms_model.model).__module__]
+    original = mq.create_causal_mask
+
+    def create_causal_mask(**kwargs):
+        mask = original(**kwargs).asnumpy().copy()
+        q = np.arange(mask.shape[-2] - 1)
+        mask[..., q, q + 1] = 0.0  # BUG: position i may read i + 1
+        return ms.Tensor(mask)
+    return set_attr(mq, "create_causal_mask", create_causal_mask)
+
+
+def qwen2_rmsnorm_eps(pair) -> Restore:
+    """layers.0.input_layernorm with eps 1e-3 instead of 1e-6 (a config's rms_norm_eps read as another model's)."""
+    return set_attr(pair.ms_model.model.layers[0].input_layernorm, "variance_epsilon", 1e-3)
+
+
+# ---- encdec: T5 (relative position bias, cross-attention) -----------------------------------------------------------
+def _t5_enc_attn(pair) -> Any:
+    return pair.ms_model.encoder.block[0].layer[0].SelfAttention
+
+
+def t5_bucket_unidirectional(pair) -> Restore:
+    """The encoder's relative-position buckets computed as a decoder's (bidirectional=False: every later key falls
+    in bucket 0); the bias is computed once in block 0's self-attention and handed to block 1."""
+    return set_attr(_t5_enc_attn(pair), "is_decoder", True)
+
+
+def t5_num_buckets(pair) -> Restore:
+    """The encoder's relative-position bias bucketed with num_buckets=16 instead of 32 (table rows unchanged)."""
+    return set_attr(_t5_enc_attn(pair), "relative_attention_num_buckets", 16)
+
+
+def t5_max_distance(pair) -> Restore:
+    """The encoder's relative-position buckets with max_distance=32 instead of 128 (distances 8..11 here land in
+    other logarithmic buckets)."""
+    return set_attr(_t5_enc_attn(pair), "relative_attention_max_distance", 32)
+
+
+def t5_cross_attention_mask(pair) -> Restore:
+    """The decoder's first cross-attention ignores the encoder padding mask (its forward adds the mask to the
+    position bias it hands to the later blocks, so every cross-attention loses it)."""
+    attn = pair.ms_model.decoder.block[0].layer[1].EncDecAttention
+    original = attn.construct
+
+    def construct(self, hidden_states, mask=None, *args, **kwargs):
+        return original(hidden_states, None, *args, **kwargs)  # BUG: mask dropped
+    return set_construct(attn, construct)
+
+
+def t5_encoder_ff_missing_residual(pair) -> Restore:
+    """encoder.block.1.layer.1 (T5LayerFF) without its residual add: the encoder output diverges while the
+    decoder's first records (embeddings, first self-attention) do not read it."""
+    def construct(self, hidden_states):
+        return self.dropout(self.DenseReluDense(self.layer_norm(hidden_states)))  # BUG: + hidden_states
+    return set_construct(pair.ms_model.encoder.block[1].layer[1], construct)
+
+
+def t5_long_input_variant(pair) -> Restore:
+    """Variant of the encdec pair: 18 encoder tokens (relative distances up to 17) on both sides."""
+    old = (pair.torch_inputs, pair.ms_inputs)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(1, 128, (2, 18)).astype(np.int64)
+    mask = np.ones((2, 18), np.int64)
+    mask[1, 15:] = 0
+    inputs = dict(pair.torch_inputs, input_ids=ids, attention_mask=mask)
+    pair.torch_inputs, pair.ms_inputs = inputs, dict(inputs)
+
+    def restore() -> None:
+        pair.torch_inputs, pair.ms_inputs = old
+    return restore
+
+
+def t5_ops_log_bucket(pair) -> Restore:
+    """No injection: MindSpore 2.10's CPU ops.log puts relative distance 16 in bucket 9 instead of 10 (18 tokens)."""
+    return lambda: None
+
+
+# ---- swin: timm vs mindcv Swin (window attention, cyclic shift) ----------------------------------------------------
+def _swin_block_construct(shift: int | None = None, mlp_residual: bool = True, mask: bool = True) -> Callable:
+    """mindcv's SwinTransformerBlock.construct with the cyclic shift done inline (numpy.roll by -shift before the
+    window attention, +shift after; None: the block's own shift_size), the MLP residual and the attention mask as
+    parameters."""
+    def construct(self, x):
+        from mindspore import numpy as mnp
+        from mindspore import ops
+        h, w = self.input_resolution
+        b, _, c = x.shape
+        s = self.shift_size if shift is None else shift
+        shortcut = x
+        x = ops.reshape(self.norm1(x), (b, h, w, c))
+        shifted = mnp.roll(x, (-s, -s), (1, 2)) if s else x
+        windows = ops.reshape(self.window_partition(shifted), (-1, self.window_size * self.window_size, c))
+        attn = self.attn(windows, mask=self.attn_mask if mask else None)
+        attn = ops.reshape(attn, (-1, self.window_size, self.window_size, c))
+        shifted = self.window_reverse(attn, self.window_size, h, w)
+        x = mnp.roll(shifted, (s, s), (1, 2)) if s else shifted
+        x = shortcut + self.drop_path(ops.reshape(x, (b, h * w, c)))
+        y = self.drop_path(self.mlp(self.norm2(x)))
+        return x + y if mlp_residual else y
+    return construct
+
+
+def _swin_block(pair, layer: int, block: int) -> Any:
+    return pair.ms_model.layers[layer].blocks[block]
+
+
+def swin_shift_direction(pair) -> Restore:
+    """layers.0.blocks.1 shifts by +2 before the window attention and -2 after (the direction reversed)."""
+    return set_construct(_swin_block(pair, 0, 1), _swin_block_construct(shift=-2))
+
+
+def swin_shift_size(pair) -> Restore:
+    """layers.0.blocks.1 shifts by 1 instead of window_size // 2 = 2 (the mask is still built for 2)."""
+    return set_construct(_swin_block(pair, 0, 1), _swin_block_construct(shift=1))
+
+
+def swin_mask_off(pair) -> Restore:
+    """layers.0.blocks.1 calls its window attention without the shifted-window mask."""
+    return set_construct(_swin_block(pair, 0, 1), _swin_block_construct(mask=False))
+
+
+def swin_missing_mlp_residual(pair) -> Restore:
+    """layers.0.blocks.0 returns the MLP branch without adding it to its input."""
+    return set_construct(_swin_block(pair, 0, 0), _swin_block_construct(mlp_residual=False))
+
+
+def swin_gelu_tanh(pair) -> Restore:
+    """layers.0.blocks.0.mlp.act left at MindSpore's default (tanh-approximate GELU): a small error that later
+    blocks' projections and residuals bring back under tolerance."""
+    return set_attr(_swin_block(pair, 0, 0).mlp.act, "approximate", "tanh")
+
+
+_SWIN_MISS = ("issue 27 item 8: the clean swin pair already diverges at patch_embed (timm NHWC [2, 8, 8, 16] vs mindcv "
+              "[2, 64, 16], equal values): aligner names patch_embed ('introduced here', bisect 'confirms' it) "
+              "before the bug; needs comparing up to layout (reshape-only differences)")
+
+
 # ---- the catalogue -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Bug:
@@ -313,7 +545,8 @@ class Bug:
 
 
 KINDS = ["glue code", "attention scale", "softmax axis", "transposed weight", "pad_mode same", "GELU approximate",
-         "LayerNorm eps", "BatchNorm momentum", "ceil_mode", "align_corners", "count_include_pad", "missing residual"]
+         "LayerNorm eps", "BatchNorm momentum", "ceil_mode", "align_corners", "count_include_pad", "missing residual",
+         "wiring swap", "routing", "position table", "shift/roll", "mask", "RMSNorm eps"]
 
 CATALOGUE: list[Bug] = [
     # cnn: timm resnet50 vs mindcv resnet50
@@ -367,6 +600,61 @@ CATALOGUE: list[Bug] = [
         "encoder block 0 Mix-FFN GELU approximate='tanh'"),
     Bug("segformer-layernorm-eps", "upsample", "LayerNorm eps", "segformer.encoder.block.0.0.layer_norm_1",
         segformer_layernorm_eps, "encoder block 0 layer_norm_1 eps 1e-7 (legacy nn.LayerNorm default) instead of 1e-5"),
+    # moe_lm: Mixtral (sparse mixture of experts)
+    Bug("moe-expert-gate-up-swap", "moe_lm", "wiring swap", "model.layers.0.block_sparse_moe.experts.1",
+        moe_expert_gate_up_swap, "layers.0 MoE experts.1.construct: act_fn(w3(x)) * w1(x) (gate and up swapped)"),
+    Bug("moe-top1", "moe_lm", "routing", "model.layers.0.block_sparse_moe", moe_top1,
+        "layers.0 MoE block top_k = 1 instead of 2"),
+    Bug("moe-no-renormalise", "moe_lm", "routing", "model.layers.0.block_sparse_moe", moe_no_renormalise,
+        "layers.0 MoE block construct without the renormalisation of the top-2 weights", now="miss",
+        why="issue 27 item 2: every expert's output matches (the weights multiply after the expert) and the MoE "
+            "block's output is not recorded (leaves_only): aligner blames model.layers.0 ('introduced here', bisect "
+            "'confirms' it) for a tensor the MoE block's own forward computed; needs the innermost scope that "
+            "can have computed it (the call records/links of block_sparse_moe)"),
+    Bug("moe-capacity-drop", "moe_lm", "routing", "model.layers.0.block_sparse_moe", moe_capacity_drop,
+        "layers.0 MoE block construct with an expert capacity of 8 tokens (the rest dropped)"),
+    Bug("moe-missing-residual", "moe_lm", "missing residual", "model.layers.0", moe_missing_residual,
+        "model.layers.0.construct without the residual add after the MoE block (layer output not recorded)"),
+    # gqa_lm: Qwen2 (rotary, grouped-query attention)
+    Bug("qwen2-gate-up-swap", "gqa_lm", "wiring swap", "model.layers.0.mlp", qwen2_gate_up_swap,
+        "layers.0.mlp.construct: down(act(up(x)) * gate(x)) (gate and up swapped)"),
+    Bug("qwen2-rope-base", "gqa_lm", "position table", "model.rotary_emb", qwen2_rope_base,
+        "rotary_emb.inv_freq from base 1e6 instead of 1e4 (the table computed once, read by every layer)"),
+    Bug("qwen2-causal-mask", "gqa_lm", "mask", "model", qwen2_causal_mask_off_by_one,
+        "model's causal mask off by one (each position also sees the next token)", now="miss",
+        why="issue 27 item 2: the mask is computed once in Qwen2Model's forward and handed through each decoder "
+            "layer to self_attn; aligner blames model.layers.0.self_attn ('introduced here', bisect 'confirms' "
+            "it), the first module whose output changes, not the code that computed its attention_mask input "
+            "(model)"),
+    Bug("qwen2-rmsnorm-eps", "gqa_lm", "RMSNorm eps", "model.layers.0.input_layernorm", qwen2_rmsnorm_eps,
+        "layers.0.input_layernorm eps 1e-3 instead of 1e-6"),
+    # encdec: T5 (relative position bias, cross-attention)
+    Bug("t5-bucket-unidirectional", "encdec", "position table", "encoder.block.0.layer.0.SelfAttention",
+        t5_bucket_unidirectional, "encoder relative-position buckets with bidirectional=False (is_decoder=True)"),
+    Bug("t5-num-buckets", "encdec", "position table", "encoder.block.0.layer.0.SelfAttention", t5_num_buckets,
+        "encoder relative-position buckets with num_buckets=16 instead of 32"),
+    Bug("t5-max-distance", "encdec", "position table", "encoder.block.0.layer.0.SelfAttention", t5_max_distance,
+        "encoder relative-position buckets with max_distance=32 instead of 128"),
+    Bug("t5-cross-attention-mask", "encdec", "mask", "decoder.block.0.layer.1.EncDecAttention",
+        t5_cross_attention_mask, "decoder block 0 cross-attention ignores the encoder padding mask"),
+    Bug("t5-encoder-ff-missing-residual", "encdec", "missing residual", "encoder.block.1.layer.1",
+        t5_encoder_ff_missing_residual, "encoder.block.1.layer.1 (T5LayerFF) without its residual add"),
+    Bug("t5-ops-log-bucket", "encdec", "position table", "encoder.block.0.layer.0.SelfAttention", t5_ops_log_bucket,
+        "VARIANT: 18 encoder tokens on both sides; no injection: MindSpore 2.10 CPU ops.log puts distance 16 in "
+        "bucket 9, torch in 10 (a real MindSpore finding)", variant=t5_long_input_variant),
+    # swin: timm vs mindcv Swin
+    Bug("swin-shift-direction", "swin", "shift/roll", "layers.0.blocks.1", swin_shift_direction,
+        "layers.0.blocks.1 cyclic shift +2 before / -2 after the window attention (direction reversed)", now="miss",
+        why=_SWIN_MISS),
+    Bug("swin-shift-size", "swin", "shift/roll", "layers.0.blocks.1", swin_shift_size,
+        "layers.0.blocks.1 cyclic shift by 1 instead of 2", now="miss", why=_SWIN_MISS),
+    Bug("swin-mask-off", "swin", "mask", "layers.0.blocks.1", swin_mask_off,
+        "layers.0.blocks.1 window attention called without the shifted-window mask", now="miss", why=_SWIN_MISS),
+    Bug("swin-missing-mlp-residual", "swin", "missing residual", "layers.0.blocks.0", swin_missing_mlp_residual,
+        "layers.0.blocks.0 without the MLP residual add (block output not recorded)", now="miss", why=_SWIN_MISS),
+    Bug("swin-gelu-tanh", "swin", "GELU approximate", "layers.0.blocks.0.mlp.act", swin_gelu_tanh,
+        "layers.0.blocks.0.mlp.act tanh-approximate GELU (MindSpore's default) instead of erf", now="miss",
+        why=_SWIN_MISS),
 ]
 
 
@@ -379,7 +667,9 @@ class Outcome:
     named_ms: str | None = None    # the MindSpore path of that row
     first: str | None = None       # first divergent record (before the upstream walk)
     exit_code: int | None = None
-    disagreements: list[str] = field(default_factory=list)  # other orders / bisect naming something else
+    disagreements: list[str] = field(default_factory=list)  # `pt ms` or a confirmed bisect blaming another module
+    unconfirmed: list[str] = field(default_factory=list)    # bisect answers naming another module, not confirmed
+    false_claims: list[str] = field(default_factory=list)   # "introduced here" / "confirms" said of a wrong answer
     culprit: str | None = None     # what the verdict blames: module | parent_code | op | model_input
     zoom: str | None = None        # for parent code: the first divergent op of the op-level zoom-in, with sources
     detail: str = ""
@@ -390,7 +680,16 @@ class Outcome:
             return "hit"
         if self.status == "error":
             return f"error ({self.detail})"
+        if self.named == self.bug.expected:
+            return f"miss ({self.detail})"
         return f"miss (named `{self.named}`)" if self.named else "miss (nothing named, exit 0)"
+
+    def strict_problems(self) -> list[str]:
+        """Why a right first answer is still a miss under strict scoring (empty: a hit)."""
+        problems = [f"{d} instead" for d in self.disagreements] + self.false_claims
+        if self.culprit == "parent_code" and not (self.zoom or "").startswith("op: "):
+            problems.append(f"zoom-in names no op ({self.zoom})")
+        return problems
 
 
 @dataclass
@@ -495,8 +794,29 @@ def run_bug(run: PairRun, bug: Bug, zoom: bool = True) -> Outcome:
         out.culprit = str(f.culprit)
         if out.status == "hit" and str(f.culprit) == "parent_code" and zoom:
             out.zoom = zoom_in(run, bug, f.blame, row.pair.a.record.parent if row.pair.a is not None else f.blame)
-    out.disagreements = _other_answers(ms_dir, ref, out.named)
+    out.false_claims = false_claims("ms pt", result, bug.expected)
+    out.disagreements, out.unconfirmed, claims = _other_answers(ms_dir, ref, bug.expected)
+    out.false_claims += claims
+    if out.status == "hit" and out.strict_problems():
+        out.status, out.detail = "miss", "; ".join(out.strict_problems())
     return out
+
+
+FALSE_IF_WRONG = ("introduced here", "confirms", "No divergence")
+
+
+def false_claims(label: str, result: Any, expected: str) -> list[str]:
+    """The claims of certainty in the rendered summary (aligner.render.compare.summary) of a result whose answer is
+    not `expected`: each is false there ("introduced here" of another module, "confirms" of a wrong bisect answer,
+    "No divergence" while a bug is in)."""
+    from aligner.render.compare import summary
+
+    found = result.verdict.findings
+    if found and found[0].blame == expected:
+        return []
+    text = summary(result)
+    return [f"{label} says '{claim}' of {found[0].blame if found else 'nothing'}" for claim in FALSE_IF_WRONG
+            if claim in text]
 
 
 def zoom_in(run: PairRun, bug: Bug, scope_pt: str, scope_ms: str) -> str:
@@ -529,28 +849,44 @@ def _short(source: str | None) -> str:
     return source.rsplit("/", 1)[-1] if source else "?"
 
 
-def _other_answers(ms_dir: Path, pt_dir: Path, named: str | None) -> list[str]:
-    """What `align compare pt ms` and `--bisect` (both orders) blame when it is not `named`: they must agree."""
+def _other_answers(ms_dir: Path, pt_dir: Path, expected: str) -> tuple[list[str], list[str], list[str]]:
+    """`align compare pt ms` and `--bisect` in both orders, scored strictly against `expected`: (misses, bisect
+    answers that name another module without confirming it, false claims in their summaries). `pt ms` must name
+    `expected`; a bisect must name it too or not confirm its answer (`bisect_confirmed` not true, no "confirms" or
+    "introduced here" in its text)."""
     import aligner
     from aligner.core.progress import SILENT
-    out = []
+    misses: list[str] = []
+    unconfirmed: list[str] = []
+    claims: list[str] = []
     for label, a, b, bisect in (("pt ms", pt_dir, ms_dir, False), ("ms pt --bisect", ms_dir, pt_dir, True),
                                 ("pt ms --bisect", pt_dir, ms_dir, True)):
-        found = aligner.compare(a, b, bisect=bisect, progress=SILENT).verdict.findings
+        result = aligner.compare(a, b, bisect=bisect, progress=SILENT)
+        found = result.verdict.findings
         other = found[0].blame if found else None
-        if other != named:
-            out.append(f"{label}: {other}")
-    return out
+        if other == expected:
+            continue
+        said = false_claims(label, result, expected)
+        claims += said
+        if bisect and other is not None and result.verdict.bisect_confirmed is not True and not said:
+            unconfirmed.append(f"{label}: {other} (not confirmed)")
+        else:
+            misses.append(f"{label}: {other}" + (" (confirmed)" if bisect and result.verdict.bisect_confirmed else ""))
+    return misses, unconfirmed, claims
 
 
-def clean_orders(run: PairRun, train: bool = False) -> list[tuple[str, int, str | None]]:
+def clean_orders(run: PairRun, train: bool = False, leaves_only: bool = True) -> list[tuple[str, int, str | None]]:
     """The clean pair compared as `ms pt` and `pt ms`: (order, exit code, named origin or None). With `train`, after
-    one training-mode forward on both sides (the dumps the BatchNorm-momentum bug is compared against)."""
-    key = "base_train" if train else "base"
-    ref = run.reference(key, train)
-    ms_dir = run.dump_ms(run.fresh(f"ms_clean{'_train' if train else ''}"), train)
+    one training-mode forward on both sides (the dumps the BatchNorm-momentum bug is compared against); with
+    `leaves_only=False`, both sides dumped with every module's output recorded (own torch reference)."""
+    extra = {} if leaves_only else {"leaves_only": False}
+    key = ("base_train" if train else "base") + ("" if leaves_only else "_all")
+    if key not in run.refs:
+        run.refs[key] = run.dump_torch(run.fresh(f"pt_{key}"), train, **extra)
+    ref = run.refs[key]
+    ms_dir = run.dump_ms(run.fresh(f"ms_clean_{key}"), train, **extra)
     rows = []
-    mode = " (train mode)" if train else ""
+    mode = (" (train mode)" if train else "") + ("" if leaves_only else " (leaves_only=False)")
     for order, (a, b) in (("ms_dump pt_dump", (ms_dir, ref)), ("pt_dump ms_dump", (ref, ms_dir))):
         result = compare(a, b)
         f = result.verdict.findings
@@ -646,7 +982,7 @@ def markdown(outcomes: list[Outcome], cleans: dict[str, list]) -> str:
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for o in outcomes:
         named = f"`{o.named}` / `{o.named_ms}`" if o.named else "-"
-        agree = "same" if not o.disagreements else "; ".join(o.disagreements)
+        agree = "; ".join(o.disagreements + o.unconfirmed + o.false_claims) or "same"
         lines.append(f"| {o.bug.id} | {o.bug.family} | {o.bug.kind} | {o.bug.how} | `{o.bug.expected}` | "
                      f"{o.status}{' (' + o.detail + ')' if o.detail else ''} | {named} | "
                      f"{'`' + o.first + '`' if o.first else '-'} | {o.exit_code if o.exit_code is not None else '-'} "

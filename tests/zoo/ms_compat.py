@@ -2,10 +2,11 @@
 
 mindone 0.5.0 is written against `mindspore.mint` (the torch-like API), whose "Ext" kernels are Ascend-first: on the
 CPU build of MindSpore 2.10, `mint.nn.Embedding`, `mint.nn.LayerNorm`, `mint.nn.Conv2d`, `mint.nn.functional.gelu`,
-`mint.addmm`, `mint.baddbmm`, `mint.arange`, `mint.randn`, ... fail with "The kernel <Op> unregistered". `install()`
-swaps those entry points (module attributes and the `construct` of the affected cells) for compositions of ops that
-have CPU kernels. Each replacement computes the same function, so the outputs are what the Ascend kernels would give
-up to float32 rounding; nothing here changes parameter names or shapes (checkpoints are unaffected).
+`mint.addmm`, `mint.baddbmm`, `mint.arange`, `mint.randn`, `mint.topk`, `mint.nn.functional.one_hot`, one-argument
+`mint.where`, `ops.rms_norm`, `Tensor.index_add_`, `Tensor.clone`, ... fail with "The kernel <Op> unregistered".
+`install()` swaps those entry points (module attributes and the `construct` of the affected cells) for compositions
+of ops that have CPU kernels. Each replacement computes the same function, so the outputs are what the Ascend
+kernels would give up to float32 rounding; nothing here changes parameter names or shapes (checkpoints are unaffected).
 
 This file changes process-global state of MindSpore; it is imported only by tests/zoo.
 """
@@ -172,9 +173,39 @@ def linspace(start, end, steps, *, dtype=None):
     return ms.Tensor(np.linspace(start, end, steps).astype(_np_dtype(dtype, np.float32)))
 
 
+def topk(input, k, dim=-1, largest=True, sorted=True):
+    """Via the legacy TopK (MoE routing)."""
+    return ops.topk(input, k, dim=dim, largest=largest, sorted=sorted)
+
+
+def one_hot(tensor, num_classes=-1):
+    """Via the legacy OneHot (MoE expert masks; OneHotExt has no CPU kernel)."""
+    num_classes = int(tensor.max().item()) + 1 if num_classes == -1 else num_classes
+    return ops.one_hot(tensor, num_classes, ms.Tensor(1, tensor.dtype), ms.Tensor(0, tensor.dtype))
+
+
+def rms_norm(x, gamma, epsilon=1e-6):
+    """`ops.rms_norm` (RmsNorm has no CPU kernel): (x * rsqrt(mean(x^2) + eps) * gamma, rstd), as transformers'
+    RMSNorm computes it."""
+    rstd = ops.rsqrt(x.pow(2).mean(-1, keep_dims=True) + epsilon)
+    return gamma * (x * rstd), rstd
+
+
+_ORIGINAL_WHERE = mint.where
+
+
+def where(condition, *args):
+    """One argument: the indices of the non-zero entries per dimension (NonZeroExt has no CPU kernel)."""
+    if args:
+        return _ORIGINAL_WHERE(condition, *args)
+    idx = ops.nonzero(condition)
+    return tuple(idx[:, d] for d in range(condition.ndim))
+
+
 FUNCTIONAL = {"interpolate": interpolate, "pad": pad, "embedding": embedding, "layer_norm": layer_norm,
-              "conv2d": conv2d, "gelu": gelu}
-MINT = {"linspace": linspace, "addmm": addmm, "baddbmm": baddbmm, "arange": arange, "randn": randn, "rand": rand}
+              "conv2d": conv2d, "gelu": gelu, "one_hot": one_hot}
+MINT = {"linspace": linspace, "addmm": addmm, "baddbmm": baddbmm, "arange": arange, "randn": randn, "rand": rand,
+        "topk": topk, "where": where}
 
 
 # ---- cell replacements -------------------------------------------------------------------------------------
@@ -203,6 +234,14 @@ def _tensor_repeat(self, *repeats):
     return ops.tile(self, tuple(int(r) for r in repeats))
 
 
+def _tensor_index_add_(self, dim, index, source, *, alpha=1):
+    """In-place `index_add_` along dim 0 (the MoE's scatter of expert outputs) via tensor_scatter_add."""
+    if dim != 0:
+        raise NotImplementedError("ms_compat index_add_: dim 0 only")
+    self.assign_value(ops.tensor_scatter_add(self, index.reshape(-1, 1), source if alpha == 1 else source * alpha))
+    return self
+
+
 _SAVED: list[tuple[object, str, object]] = []
 _SENTINEL = object()
 
@@ -223,12 +262,15 @@ def install() -> None:
     for name, fn in FUNCTIONAL.items():
         _swap(mint.nn.functional, name, fn, f"mint.nn.functional.{name}")
     _swap(mint.functional, "batch_norm", batch_norm, "mint.functional.batch_norm")
+    _swap(ops, "rms_norm", rms_norm, "ops.rms_norm")
     for name, fn in MINT.items():
         _swap(mint, name, fn, f"mint.{name}")
     for cls, fn in ((mint.nn.Embedding, _embedding_construct), (mint.nn.LayerNorm, _layer_norm_construct),
                     (mint.nn.Conv2d, _conv2d_construct), (mint.nn.GELU, _gelu_construct)):
         _swap(cls, "construct", fn, f"{cls.__module__}.{cls.__name__}.construct")
     _swap(ms.Tensor, "repeat", _tensor_repeat, "mindspore.Tensor.repeat")
+    _swap(ms.Tensor, "index_add_", _tensor_index_add_, "mindspore.Tensor.index_add_")
+    _swap(ms.Tensor, "clone", lambda self: ops.deepcopy(self), "mindspore.Tensor.clone")
     _INSTALLED = True
 
 
