@@ -187,6 +187,30 @@ def _keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[str,
     return keys
 
 
+_MODULE_KINDS = ("forward", "backward")
+
+
+def _inside_leaves(items: Sequence[Item], names: Sequence[str | None], other: Sequence[Item],
+                   other_names: Sequence[str | None], spelled: dict[str, str]) -> set[int]:
+    """Records of modules inside a module the other side records as a leaf (a MindSpore Swish cell `act` computing
+    `x * self.sigmoid(x)`, where PyTorch's `act` is one SiLU): the internals of a composite, with no twin there. They
+    stay out of the pairing by content, which would compare a child's output with the whole composite's."""
+    recorded = {spelled.get(n) or _spelling(n) for it, n in zip(other, other_names)
+                if n is not None and it.record.kind in _MODULE_KINDS}
+    parents = {".".join(parts[:k]) for parts in (n.split(".") for n in recorded) for k in range(len(parts))}
+    leaves = recorded - parents
+    if not leaves:
+        return set()
+    out = set()
+    for i, (it, n) in enumerate(zip(items, names)):
+        if n is None or it.record.kind not in _MODULE_KINDS:
+            continue
+        parts = (spelled.get(n) or _spelling(n)).split(".")
+        if any(".".join(parts[:k]) in leaves for k in range(1, len(parts))):
+            out.add(i)
+    return out
+
+
 def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Longest subsequence of (ia, ib) pairs, sorted by ia, whose ib also increases (patience sorting)."""
     if all(p[1] < q[1] for p, q in zip(pairs, pairs[1:])):  # the usual case, the same order on both sides
@@ -369,6 +393,8 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     where_b = {k: i for i, k in enumerate(keys_b) if k is not None}
     named = [(i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b]  # sorted by i
     partner = dict(named)  # record of `a` -> its twin in `b`
+    inner_a = _inside_leaves(items_a, names_a, items_b, names_b, spelled)
+    inner_b = _inside_leaves(items_b, names_b, items_a, names_a, spelled)
     by_content: set[int] = set()  # the records of `a` paired by content (the others by name)
     used_b = set(partner.values())
 
@@ -389,8 +415,10 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
         for (a0, b0), (a1, b1) in zip(anchors, anchors[1:]):
             if a1 - a0 < 2 or b1 - b0 < 2:  # consecutive anchors on one side: an empty gap
                 continue
-            gap_a = [i for i in range(a0 + 1, a1) if in_a[i] and i not in partner and i not in fold_a]
-            gap_b = [j for j in range(b0 + 1, b1) if in_b[j] and j not in used_b and j not in fold_b]
+            gap_a = [i for i in range(a0 + 1, a1) if in_a[i] and i not in partner and i not in fold_a and
+                     i not in inner_a]
+            gap_b = [j for j in range(b0 + 1, b1) if in_b[j] and j not in used_b and j not in fold_b and
+                     j not in inner_b]
             for ia, ib in _align_gap(gap_a, gap_b, score):
                 partner[ia] = ib
                 by_content.add(ia)
