@@ -39,6 +39,7 @@ import numpy as np
 from tests.zoo import torch_compat  # noqa: F401  (must precede timm/transformers)
 
 FAMILIES = ["cnn", "vit", "encoder_lm", "decoder_lm", "mha", "upsample", "moe_lm", "encdec", "gqa_lm", "swin"]
+ALL_MODES = ["moe_lm", "encdec", "gqa_lm", "swin"]  # clean in eval and training mode, leaves_only True and False
 
 Restore = Callable[[], None]
 
@@ -937,6 +938,9 @@ def run_catalogue(work: Path, families: list[str] | None = None, bugs: list[Bug]
                 cleans[family] = clean_orders(run)
                 if any(b.train for b in bugs if b.family == family):
                     cleans[family] += clean_orders(run, train=True)
+                if family in ALL_MODES:
+                    cleans[family] += (clean_orders(run, train=True) + clean_orders(run, leaves_only=False)
+                                       + clean_orders(run, train=True, leaves_only=False))
                 log(f"[{family}] clean: {cleans[family]}")
             for bug in (b for b in bugs if b.family == family):
                 o = run_bug(run, bug)
