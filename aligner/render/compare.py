@@ -82,7 +82,9 @@ def _describe(row: Row) -> str:
     if not m.dtype_match:
         parts.append(f"dtype {m.dtype_a} vs {m.dtype_b}")
     if not m.shape_match:
-        parts.append(f"shape {list(m.shape_a)} vs {list(m.shape_b)}")
+        parts.append(f"shape {list(m.shape_a)} vs {list(m.shape_b)}" + (
+            ", compared after broadcasting" if [s for s in m.shape_a if s != 1] != [s for s in m.shape_b if s != 1]
+            else ""))
     if m.method == "stats":
         parts.append(f"statistics differ (norm rel err {_fmt(m.rel_l2_err, '.1e')})")
     else:
@@ -130,6 +132,24 @@ def _culprit(f: Divergence, rows: Sequence[Row]) -> str:
     return ""
 
 
+def _setting_value(value: Any, meaning: Any) -> str:
+    """A setting's value as code writes it (0.1, not 0.09999999999999998), with its PyTorch meaning where that reads
+    otherwise (a MindSpore momentum)."""
+    def lit(v: Any) -> str:
+        return f"{v:.6g}" if isinstance(v, float) else repr(v)
+    return lit(value) + (f" (PyTorch's meaning {lit(meaning)})" if meaning is not None else "")
+
+
+def settings_text(f: Divergence) -> str:
+    """The blamed module's settings that differ between the sides, in one sentence ("" when none do or the dumps
+    hold no attributes of it)."""
+    if not f.settings:
+        return ""
+    parts = [f"{s.name} {_setting_value(s.value_a, s.meaning_a)} vs {_setting_value(s.value_b, s.meaning_b)}"
+             for s in f.settings]
+    return f" Its settings differ (first vs reference): {'; '.join(parts)}."
+
+
 def _finding_text(f: Divergence, rows: Sequence[Row]) -> str:
     first, origin = rows[f.first], rows[f.origin]
     text = f"First {f.phase} divergence at {_where(first)}: {_describe(first)}"
@@ -141,7 +161,7 @@ def _finding_text(f: Divergence, rows: Sequence[Row]) -> str:
         text += (f"; it was inherited: the error starts at {_where(origin)} (relative error "
                  f"{error_level(origin):.1e}, {level} tolerance" + (f", {noise}" if noise else "")
                  + f", then accumulated), introduced there: {f.reason}.")
-    text += _culprit(f, rows)
+    text += _culprit(f, rows) + settings_text(f)
     if f.previous is not None:
         prev = rows[f.previous]
         state = "matched" if prev.status is RowStatus.OK else prev.status.value

@@ -38,7 +38,17 @@ from aligner.core.tolerance import Tolerance
 from aligner.pipelines.compare.evaluate import Row, RowStatus
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Phase, error_level, phase_of
-from aligner.render.compare import NO_ZOOM, _describe, _fmt, _kind_io, _where, summary, zoomed, zoomed_text
+from aligner.render.compare import (
+    NO_ZOOM,
+    _describe,
+    _fmt,
+    _kind_io,
+    _where,
+    settings_text,
+    summary,
+    zoomed,
+    zoomed_text,
+)
 from aligner.render.htmltext import page_text as _e
 from aligner.render.htmltext import plotly_text as _pe
 from aligner.render.plotlyjs import plotly_loader
@@ -268,6 +278,8 @@ def _headline(result: CompareResult) -> str:
         if finding is not None and finding.culprit is not Culprit.MODULE:
             shown = finding.blame
             reason += f" At fault: {_culprit_words(finding)}."
+        if finding is not None:
+            reason += settings_text(finding)
         big = f'<div class="origin"><a href="#row-{origin}">{_e(shown or "(root)")}</a></div>'
         where = (f'<div class="where">{_e(rec.type or "-")} · {_e(rec.kind)} {_e(rec.io)}'
                  + (f" #{rec.index}" if rec.index else "") + f" · record #{origin} · step {rec.step}</div>")

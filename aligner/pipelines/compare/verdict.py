@@ -14,10 +14,13 @@ import dataclasses
 import enum
 import math
 from collections import defaultdict
-from typing import Callable, Hashable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, NamedTuple, Sequence
 
 from aligner.dumping.manifest import Record
 from aligner.pipelines.compare.evaluate import Row
+
+if TYPE_CHECKING:  # compare/settings.py loads the audit's rules: only for a finding with call records
+    from aligner.pipelines.compare.settings import SettingDiff
 
 AMPLIFICATION = 10.0  # an error this many times its inputs' error is new here, not carried from upstream
 FORWARD = ("forward", "probe", "op", "buffer")
@@ -72,6 +75,8 @@ class Divergence:
     blame_other: str | None = None  # the blamed module's path on the other side, where it is known and differs
     op: str | None = None      # culprit OP: the op as called ("Tensor.__mul__"), where it is not the origin record's
     above_noise: float | None = None  # the origin's error over its reference's own float64 noise (--calibrate)
+    # culprit MODULE: the blamed module's settings that differ between the sides (compare/settings.py fills them)
+    settings: tuple[SettingDiff, ...] = ()
 
 
 @dataclasses.dataclass

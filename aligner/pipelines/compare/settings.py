@@ -1,0 +1,128 @@
+"""Which settings of the blamed module differ between the two sides (issue 27): a verdict that names the module
+also says "eps 1e-06 vs 1e-05" when the module's attributes differ in a setting that changes its numbers.
+
+The attributes come from each side's `call` records (`attrs`, written on a module's first call of a step by full
+dumps). Across PyTorch and MindSpore they are compared by the audit's rules (mappings/audit_layers.yaml, read by
+`aligner.pipelines.audit`): the same table knows that MindSpore's `epsilon` is torch's `eps`, `keep_prob` is 1 - `p`,
+MindSpore's BatchNorm momentum is 1 - torch's, and computes the padding a `pad_mode` applies for the module's
+recorded input size. Two dumps of one framework compare their attributes as recorded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any, Sequence
+
+from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Framework
+from aligner.dumping.manifest import Record
+from aligner.dumping.signature import restore
+from aligner.pipelines.audit.layers import Layer
+from aligner.pipelines.audit.model import _Auditor  # the audit's rule checks, one owner for what differs
+from aligner.pipelines.audit.pairing import LayerPair
+from aligner.pipelines.audit.rules import RuleBook, load_rulebook
+from aligner.pipelines.compare.evaluate import Row
+from aligner.pipelines.compare.sources import Source
+from aligner.pipelines.compare.verdict import Culprit, Verdict
+
+PT, MS = Framework.PYTORCH, Framework.MINDSPORE
+_OWN = ("class",)  # attributes every call record carries that are no setting
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingDiff:
+    """One setting of the blamed module that differs: its name (PyTorch's across frameworks) and each side's value as
+    that side's constructor takes it (`value_a` the compared side's, `value_b` the reference's)."""
+
+    name: str
+    value_a: Any
+    value_b: Any
+    meaning_a: Any = None      # a MindSpore value in PyTorch's meaning where it reads otherwise (momentum 0.9: 0.1)
+    meaning_b: Any = None
+    why: str = ""              # what the difference does, from the rule (empty for two dumps of one framework)
+
+
+def _decoded(attrs: dict[str, Any]) -> dict[str, Any]:
+    """A call record's attributes as values (tuples, infinities back from their JSON tags); an attribute no dump
+    could encode is left out."""
+    out: dict[str, Any] = {}
+    for name, value in attrs.items():
+        try:
+            out[name] = restore({"args": [value], "kwargs": {}}, [])[0][0]
+        except AlignerError:
+            continue
+    return out
+
+
+def _readable(book: RuleBook) -> RuleBook:
+    """The rules a dump's attributes can answer: not those that ask whether a parameter exists (`present`: tensors
+    are not among the recorded attributes)."""
+    def reads_tensors(rule: Any) -> bool:
+        return any(isinstance(e, dict) and "present" in e for side in rule.sides.values() for e in side.read)
+    return dataclasses.replace(book, rules=tuple(r for r in book.rules if not reads_tensors(r)))
+
+
+def _described(source: Source, rec: Record) -> tuple[dict[str, Any], tuple[int, ...] | None] | None:
+    """The attributes of the module of `rec` in its step (from its first call record that carries them) and the
+    shape of its call's first input; None when the dump holds no attributes of it (stats-only dumps, version 1)."""
+    attrs = next((c.attrs for c in source.calls.values()
+                  if c.module == rec.module and c.step == rec.step and c.attrs), None)
+    if attrs is None:
+        return None
+    shape = next((tuple(it.record.shape) for it in source.items if it.record.step == rec.step
+                  and it.record.call == rec.call and it.record.io == "input"), None) if rec.call is not None else None
+    return _decoded(attrs), shape
+
+
+def _layer(framework: Framework, rec: Record, attrs: dict[str, Any], shape: tuple[int, ...] | None,
+           book: RuleBook) -> Layer | None:
+    """The module as the audit's rules see a layer, its attributes standing in for the module; None when no rule
+    knows its class."""
+    base = str(attrs.get("class", ""))
+    name = base.rpartition(".")[2]
+    kind = book.kinds[framework].get(name) or book.by_name.get(name)
+    if kind is None:
+        return None
+    return Layer(rec.module, kind, base, types.SimpleNamespace(**attrs), input_shape=shape)
+
+
+def differences(rec_a: Record, rec_b: Record, side_a: Source, side_b: Source) -> tuple[SettingDiff, ...]:
+    """The settings in which the module of `rec_a` (compared side) and of `rec_b` (reference) differ."""
+    found_a, found_b = _described(side_a, rec_a), _described(side_b, rec_b)
+    if found_a is None or found_b is None:
+        return ()
+    (attrs_a, shape_a), (attrs_b, shape_b) = found_a, found_b
+    frameworks = (side_a.framework, side_b.framework)
+    if set(frameworks) != {PT.value, MS.value}:
+        if frameworks[0] != frameworks[1]:
+            return ()
+        return tuple(SettingDiff(k, attrs_a[k], attrs_b[k]) for k in attrs_b
+                     if k in attrs_a and k not in _OWN and attrs_a[k] != attrs_b[k])
+    book = _readable(load_rulebook())
+    a_is_torch = frameworks[0] == PT.value
+    fa, fb = (PT, MS) if a_is_torch else (MS, PT)
+    layer_a, layer_b = _layer(fa, rec_a, attrs_a, shape_a, book), _layer(fb, rec_b, attrs_b, shape_b, book)
+    if layer_a is None or layer_b is None:
+        return ()
+    pair = LayerPair(layer_a, layer_b, "dump") if a_is_torch else LayerPair(layer_b, layer_a, "dump")
+    out = []
+    for finding in _Auditor(book, fb, traced=shape_a is not None or shape_b is not None).pair_findings(pair):
+        rule = book.rule(finding.rule)
+        torch_value, ms_value = finding.values
+        meaning = rule.sides[MS].value(pair.ms.module, pair.ms.base) if rule is not None and \
+            rule.compare == "equal" else ms_value
+        meaning = None if meaning == ms_value else meaning
+        out.append(SettingDiff(finding.attribute or finding.rule, torch_value if a_is_torch else ms_value,
+                               ms_value if a_is_torch else torch_value, None if a_is_torch else meaning,
+                               meaning if a_is_torch else None, rule.why if rule is not None else ""))
+    return tuple(out)
+
+
+def with_settings(verdict: Verdict, rows: Sequence[Row], side_a: Source, side_b: Source) -> Verdict:
+    """`verdict` with each finding that blames a module's own computation told the settings in which that module
+    differs between the sides (`Divergence.settings`)."""
+    for f in verdict.findings:
+        pair = rows[f.origin].pair
+        if f.culprit is Culprit.MODULE and pair.a is not None and pair.b is not None:
+            f.settings = differences(pair.a.record, pair.b.record, side_a, side_b)
+    return verdict
