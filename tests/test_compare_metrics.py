@@ -137,3 +137,19 @@ def test_statistics_compare_by_norm_not_by_relative_mean() -> None:
     assert not compare_stats(tensor_stats(a * 1.01), partial, a.shape, b.shape, "float32", "float32").allclose
     empty = tensor_stats(b) | {"mean": None}
     assert compare_stats(tensor_stats(a), empty, a.shape, b.shape, "float32", "float32").mismatched == 1
+
+
+def test_a_side_that_broadcasts_to_the_other_is_compared_broadcast() -> None:
+    """A position table returned as a [16, 64] slice on one side and a [2, 16, 64] gather on the other holds equal
+    values: compared as broadcast, in either order (it was 'shape mismatch', never compared: a false divergence)."""
+    table = np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32)
+    gathered = np.broadcast_to(table, (2, 16, 64)).copy()
+    for a, b in ((table, gathered), (gathered, table)):
+        m = compare_streams(MemoryStream(a), MemoryStream(b), chunk=100)  # chunks cut across the broadcast rows
+        assert m.method == "elements" and m.allclose and not m.diverged and m.numel == 2 * 16 * 64
+        assert not m.shape_match  # still reported as a shape difference
+    gathered[1, 3, 5] += 1.0  # the second copy differs at one element: found, at its index in the wide shape
+    m = compare_arrays(gathered, table)
+    assert m.diverged and m.mismatched == 1 and m.max_abs_index == (1, 3, 5)
+    assert compare_arrays(np.zeros((3, 4)), np.zeros((4, 3))).method == "none"  # no broadcast: not compared
+    assert compare_arrays(np.zeros((2, 3)), np.zeros((3, 3))).method == "none"

@@ -169,8 +169,8 @@ def _native(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return contiguous(array if array.dtype == dtype else array.astype(dtype))
 
 
-def _finish(totals: Totals, metrics: Metrics) -> Metrics:
-    """Write the kernel's totals into `metrics`."""
+def _finish(totals: Totals, metrics: Metrics, shape: tuple[int, ...]) -> Metrics:
+    """Write the kernel's totals into `metrics` (`shape`: what the flat index of the largest error runs over)."""
     n = totals.count
     metrics.numel = totals.offset
     metrics.mismatched = totals.mismatched
@@ -179,7 +179,7 @@ def _finish(totals: Totals, metrics: Metrics) -> Metrics:
     if n == 0:
         return metrics
     metrics.max_abs_err = totals.max_abs
-    metrics.max_abs_index = tuple(int(i) for i in np.unravel_index(totals.max_abs_at, metrics.shape_b or (1,)))
+    metrics.max_abs_index = tuple(int(i) for i in np.unravel_index(totals.max_abs_at, shape or (1,)))
     metrics.max_rel_err = totals.max_rel
     metrics.mean_abs_err = totals.sum_abs / n
     metrics.rmse = math.sqrt(totals.sdd / n)
@@ -200,20 +200,47 @@ def compare_streams(a: ArrayStream, b: ArrayStream, tolerance: Tolerance | None 
     """Metrics of `a` against the reference `b`, reading both once in chunks (memory independent of tensor size).
 
     Shapes that differ only by size-1 dimensions (`[1, 10]` vs `[10]`) are compared elementwise but still reported
-    as a shape difference; other shape differences are not compared (method NONE). Without a `tolerance`, the
+    as a shape difference; so is a side that broadcasts to the other's shape (a position table returned as [16, 64]
+    where the other side gathers it into [2, 16, 64]), compared as broadcast when the result holds at most
+    BROADCAST_LIMIT elements; other shape differences are not compared (method NONE). Without a `tolerance`, the
     dtypes' torch.testing defaults apply.
     """
     dtype_a, dtype_b = canonical(a.dtype), canonical(b.dtype)
     tol = tolerance or Tolerance.for_dtype(dtype_a, dtype_b)
     metrics = Metrics(tuple(a.shape), tuple(b.shape), dtype_a, dtype_b, tol.rtol, tol.atol)
+    shape = metrics.shape_b
     if _squeezed(metrics.shape_a) != _squeezed(metrics.shape_b):
-        metrics.method = Method.NONE
-        metrics.numel = math.prod(metrics.shape_b)
-        return metrics
+        wide = broadcast_shape(metrics.shape_a, metrics.shape_b)
+        if wide is None or math.prod(wide) > BROADCAST_LIMIT:
+            metrics.method = Method.NONE
+            metrics.numel = math.prod(metrics.shape_b)
+            return metrics
+        a, b, shape = _widened(a, wide), _widened(b, wide), wide
     dtype, totals = _compute_dtype(dtype_a, dtype_b), Totals()
     for piece_a, piece_b in _paired(a.chunks(chunk), b.chunks(chunk)):
         accumulate(_native(piece_a, dtype), _native(piece_b, dtype), metrics.rtol, metrics.atol, totals)
-    return _finish(totals, metrics)
+    return _finish(totals, metrics, shape)
+
+
+BROADCAST_LIMIT = 1 << 24  # elements of a broadcast comparison: the narrower side is held in memory, broadcast
+
+
+def broadcast_shape(shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The wider of two shapes when the other broadcasts to it (numpy's rules), else None."""
+    try:
+        wide = tuple(np.broadcast_shapes(shape_a, shape_b))
+    except ValueError:
+        return None
+    return wide if wide in (tuple(shape_a), tuple(shape_b)) else None
+
+
+def _widened(stream: ArrayStream, shape: tuple[int, ...]) -> ArrayStream:
+    """`stream` broadcast to `shape` (read whole: it is the narrower side), or itself when it has that shape."""
+    if tuple(stream.shape) == shape:
+        return stream
+    pieces = list(stream.chunks(BROADCAST_LIMIT))
+    whole = (np.concatenate(pieces) if pieces else np.empty(0)).reshape(stream.shape)
+    return MemoryStream(np.broadcast_to(whole, shape))
 
 
 def compare_arrays(a: Any, b: Any, tolerance: Tolerance | None = None) -> Metrics:
