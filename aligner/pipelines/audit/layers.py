@@ -7,6 +7,7 @@ torch and MindSpore are imported inside the functions that need them (`align --h
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,8 @@ class Layer:
                                   # "name" (a third-party class taken by its name: only a probe can check it)
     tensors: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)   # neutral leaf -> the parameter
     called: bool = True           # False when example inputs ran and never reached it
+    calls: tuple[tuple[int, tuple[int, ...] | None], ...] = ()   # (call order, input shape) of each call, traced
+    call: int = 0                 # which of `calls` this entry stands for (see `per_call`)
 
     @property
     def needs_probe(self) -> bool:
@@ -128,6 +131,15 @@ def collect(model: Any, framework: Framework, book: RuleBook) -> list[Layer]:
     return out
 
 
+def per_call(layer: Layer) -> list[Layer]:
+    """One entry per traced call, each with that call's order and input shape: a layer object called k times (mindcv's
+    one `relu` after every conv) stands for k layers of the other side, one per call, when the two are paired."""
+    if len(layer.calls) < 2:
+        return [layer]
+    return [dataclasses.replace(layer, order=order, input_shape=shape, call=n)
+            for n, (order, shape) in enumerate(layer.calls)]
+
+
 def _to_tensors(inputs: dict[str, np.ndarray], framework: Framework) -> dict[str, Any]:
     if framework == Framework.PYTORCH:
         import torch
@@ -147,14 +159,15 @@ def _first_shape(args: Any) -> tuple[int, ...] | None:
 
 def trace(model: Any, framework: Framework, layers: list[Layer], inputs: dict[str, np.ndarray],
           positional: bool) -> None:
-    """Run one forward pass on the example inputs, recording each layer's first call order and input shape; the
-    model's running statistics are put back afterwards, so the audit leaves the model as it found it."""
+    """Run one forward pass on the example inputs, recording each layer's calls (order among all calls, input
+    shape); the model's running statistics are put back afterwards, so the audit leaves the model as it found it."""
     by_module = {id(layer.module): layer for layer in layers}
-    calls: dict[int, tuple[int, tuple[int, ...] | None]] = {}
+    calls: dict[int, list[tuple[int, tuple[int, ...] | None]]] = {}
+    counter = itertools.count()
 
     def pre(module: Any, args: Any) -> None:
-        if id(module) in by_module and id(module) not in calls:
-            calls[id(module)] = (len(calls), _first_shape(args))
+        if id(module) in by_module:
+            calls.setdefault(id(module), []).append((next(counter), _first_shape(args)))
 
     tensors = _to_tensors(inputs, framework)
     args, kwargs = (list(tensors.values()), {}) if positional else ([], tensors)
@@ -177,11 +190,13 @@ def trace(model: Any, framework: Framework, layers: list[Layer], inputs: dict[st
         for handle in handles:
             handle.remove()
         _restore_state(model, framework, saved)
+    total = sum(len(c) for c in calls.values())
     for layer in layers:
         if id(layer.module) in calls:
-            layer.order, layer.input_shape = calls[id(layer.module)]
+            layer.calls = tuple(calls[id(layer.module)])
+            layer.order, layer.input_shape = layer.calls[0]
         else:
-            layer.order = len(calls) + layer.order   # not called: after every called layer, in definition order
+            layer.order = total + layer.order   # not called: after every call, in definition order
             layer.called = False
 
 

@@ -346,7 +346,7 @@ class _Auditor:
 
     def _sharing_finding(self, shared_side: Framework, members: list[tuple[LayerPair, str]]) -> Finding:
         def names(fw: Framework) -> list[str]:
-            return [f"{layer.path}.{layer.leaves[leaf]}" if layer.path else layer.leaves[leaf]
+            return [(f"{layer.path}.{layer.leaves[leaf]}" if layer.path else layer.leaves[leaf]) + _call_text(layer)
                     for p, leaf in members for layer in [self._side_layer(p, fw)]]
 
         shared, separate = names(shared_side), names(shared_side.other)
@@ -431,7 +431,7 @@ def audit(model_a: Any, model_b: Any, example_inputs: Any = None, ref: str | Fra
     for pair in pairs:
         findings += auditor.init_findings(pair)
     not_audited += [NotAudited(x.path if fw == PT else None, x.path if fw == MS else None, x.kind, x.class_name,
-                               "unpaired: no layer of its kind on the other side at its place")
+                               f"unpaired{_call_text(x)}: no layer of its kind on the other side at its place")
                     for fw, lone in ((PT, lone_t), (MS, lone_m)) for x in lone if _counts(x, fw, book)]
     notes = [] if given is not None else ["no example inputs: padding that depends on the input size is a warning"]
     optim = _optimizer_audit(models, optimizers, schedulers, steps, reference, notes)
@@ -439,14 +439,19 @@ def audit(model_a: Any, model_b: Any, example_inputs: Any = None, ref: str | Fra
         findings += optim.findings
         notes += optim.notes
     new, accepted = apply_baseline(findings, accepted_keys)
-    unpaired = [Unpaired(PT, x.path, x.kind, x.class_name) for x in lone_t] + \
-        [Unpaired(MS, x.path, x.kind, x.class_name) for x in lone_m]
+    unpaired = list(dict.fromkeys([Unpaired(PT, x.path, x.kind, x.class_name) for x in lone_t]
+                                  + [Unpaired(MS, x.path, x.kind, x.class_name) for x in lone_m]))   # a call each
     return AuditReport(type(models[PT]).__name__, type(models[MS]).__name__, reference,
                        {k: list(v.shape) for k, v in given[0].items()} if given is not None else None,
                        tuple(PairRecord(p.torch.path, p.ms.path, p.torch.kind, p.how, probes[id(p)]) for p in pairs),
                        tuple(unpaired), tuple(new), tuple(accepted), tuple(notes),
                        dataclasses.replace(optim, findings=(), notes=()) if optim is not None else None,
                        tuple(not_audited), _groups(new, auditor.shared))
+
+
+def _call_text(layer: Layer) -> str:
+    """' (call 2 of 3)' for one call of a layer called several times, else ''."""
+    return f" (call {layer.call + 1} of {len(layer.calls)})" if len(layer.calls) > 1 else ""
 
 
 def _counts(layer: Layer, fw: Framework, book: RuleBook) -> bool:

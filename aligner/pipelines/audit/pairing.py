@@ -1,7 +1,8 @@
 """Pair the two models' layers: the parameter-name plan of `align convert` first (rules, then structural matching
 against the other side's names and shapes), then, for layers without parameters (pools, activations, dropout) and
-any left over, the order of the two layer sequences between those anchors (call order when example inputs ran,
-definition order otherwise), aligned by kind. Whatever neither places is listed as unpaired, never guessed.
+any left over, the order of the two layer sequences between those anchors (call order when example inputs ran, one
+entry per call; definition order otherwise), aligned by kind. Whatever neither places is listed as unpaired, never
+guessed.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from aligner.io.base import TensorInfo
 from aligner.mapping import build_plan
 from aligner.mapping.plan import FAILING, EntryStatus
 from aligner.mapping.rules import split_name
-from aligner.pipelines.audit.layers import Layer
+from aligner.pipelines.audit.layers import Layer, per_call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,14 +84,20 @@ def _monotone(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def pair_layers(torch_layers: list[Layer], ms_layers: list[Layer]
                 ) -> tuple[list[LayerPair], list[Layer], list[Layer]]:
-    """(pairs, unpaired torch layers, unpaired MindSpore layers); both lists in the sides' layer order."""
-    ts = sorted(torch_layers, key=lambda x: x.order)
-    ms = sorted(ms_layers, key=lambda x: x.order)
-    t_index = {layer.path: i for i, layer in enumerate(ts)}
-    m_index = {layer.path: i for i, layer in enumerate(ms)}
-    anchors = _plan_anchors(ts, ms)
-    candidates = sorted((t_index[t], m_index[m]) for t, (m, _) in anchors.items()
-                        if t in t_index and m in m_index and ts[t_index[t]].kind == ms[m_index[m]].kind)
+    """(pairs, unpaired torch layers, unpaired MindSpore layers); both lists in the sides' layer order. A layer called
+    several times takes part once per call (`per_call`), so a stateless layer one side reuses (mindcv's one `relu`
+    after every conv) pairs with one layer of the other side per call; the same two layers met at several calls (both
+    sides reuse them) are one pair; a call left over is listed unpaired with its call number."""
+    ts = sorted((c for x in torch_layers for c in per_call(x)), key=lambda x: x.order)
+    ms = sorted((c for x in ms_layers for c in per_call(x)), key=lambda x: x.order)
+    t_index: dict[str, list[int]] = {}
+    m_index: dict[str, list[int]] = {}
+    for side, index in ((ts, t_index), (ms, m_index)):
+        for i, layer in enumerate(side):
+            index.setdefault(layer.path, []).append(i)
+    anchors = _plan_anchors(torch_layers, ms_layers)
+    candidates = sorted((i, j) for t, (m, _) in anchors.items() if t in t_index and m in m_index
+                        for i, j in zip(t_index[t], m_index[m]) if ts[i].kind == ms[j].kind)
     chain = _monotone(candidates)
     pairs = [LayerPair(ts[i], ms[j], anchors[ts[i].path][1]) for i, j in chain]
     bounds = [(-1, -1), *chain, (len(ts), len(ms))]
@@ -102,4 +109,7 @@ def pair_layers(torch_layers: list[Layer], ms_layers: list[Layer]
     pairs.sort(key=lambda p: p.torch.order)
     paired_t = {id(p.torch) for p in pairs}
     paired_m = {id(p.ms) for p in pairs}
-    return pairs, [x for x in ts if id(x) not in paired_t], [x for x in ms if id(x) not in paired_m]
+    once: dict[tuple[str, str], LayerPair] = {}
+    for p in pairs:
+        once.setdefault((p.torch.path, p.ms.path), p)
+    return list(once.values()), [x for x in ts if id(x) not in paired_t], [x for x in ms if id(x) not in paired_m]

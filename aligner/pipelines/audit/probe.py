@@ -56,11 +56,14 @@ def _candidate_shapes(layer: Layer) -> list[tuple[int, ...]]:
 
 def _shape_pairs(pair_t: Layer, pair_m: Layer) -> tuple[list[tuple[tuple[int, ...], tuple[int, ...]]], str]:
     """(each side's input shape, to try in turn; why none when empty). The traced shapes when known: equal, or equal
-    but for size-1 axes (one array, reshaped; a transposed layout is not guessed)."""
+    but for size-1 axes (one array, reshaped; a transposed layout is not guessed), or equal but for the first axis
+    (a batch or token count, such as the tokens an MoE router sent to an expert: each side's shape on both in turn)."""
     t, m = pair_t.input_shape, pair_m.input_shape
     if t is not None and m is not None:
         if t == m or _squeezed(t) == _squeezed(m):
             return [(t, m)], ""
+        if len(t) == len(m) > 1 and t[1:] == m[1:]:
+            return [(t, t), (m, m)], ""
         return [], f"the traced input shapes differ (torch {list(t)}, MindSpore {list(m)})"
     if t is not None or m is not None:
         known = t if t is not None else m
