@@ -1,8 +1,9 @@
 """The model audit pairs layers by calls, not by objects: a stateless layer one side calls several times (mindcv's one
 `relu` after every conv) pairs with one layer of the other side per call; a call nothing on the other side matches is
 not audited; a layer with parameters called twice where the other side has two layers is weight sharing; a layer
-whose traced inputs differ only in the first axis (tokens an MoE router sent) is still probed. Real torch and
-MindSpore layers throughout."""
+whose traced inputs differ only in the first axis (tokens an MoE router sent) is still probed. Also the other pairings
+the clean zoo pairs needed: mint.nn.Embedding, a module one side only reads (paired by path), a fused qkv split into
+q, k and v. Real torch and MindSpore layers throughout."""
 from __future__ import annotations
 
 from typing import Any
@@ -141,3 +142,77 @@ def test_probe_runs_when_the_traced_inputs_differ_in_the_first_axis_only() -> No
     (act,) = [p for p in report.pairs if p.kind == "SiLU"]
     assert act.probe.startswith("outputs equal"), act.probe
     assert report.exit_code == 0, [n.why for n in report.not_audited]
+
+
+def test_mint_embedding_is_an_embedding() -> None:
+    """mindone builds `mint.nn.Embedding` (class EmbeddingExt): paired with torch's Embedding and its settings read.
+    Before: not a known kind, so every torch Embedding of the mindone zoo pairs was unpaired ('not audited')."""
+    from mindspore import mint
+
+    report = audit(torch.nn.Embedding(10, 4, padding_idx=0), mint.nn.Embedding(10, 4))
+    assert [p.kind for p in report.pairs] == ["Embedding"] and not report.not_audited
+    assert [(f.rule, f.values) for f in report.findings if f.rule == "embedding-padding-idx"] == [
+        ("embedding-padding-idx", (0, None))]
+
+
+class TorchAttention(torch.nn.Module):
+    """transformers' style: the dropout module's p is passed to a function; the module itself is never called."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj, self.dropout, self.out = torch.nn.Linear(8, 8), torch.nn.Dropout(0.1), torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.nn.functional.dropout(self.proj(x), p=self.dropout.p, training=self.training))
+
+
+class MsAttention(ms_nn.Cell):
+    """mindone's style: the same dropout cell, called."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.proj, self.dropout, self.out = ms_nn.Dense(8, 8), ms_nn.Dropout(p=p), ms_nn.Dense(8, 4)
+
+    def construct(self, x: Any) -> Any:
+        return self.out(self.dropout(self.proj(x)))
+
+
+def test_module_one_side_only_reads_pairs_by_its_path() -> None:
+    """A dropout torch never calls (its p goes to F.dropout) and MindSpore calls: paired by their common path, so
+    its p is compared (a p that differs is found). Before: the called MindSpore dropout unpaired, 'not audited'."""
+    for p, found in ((0.1, []), (0.2, [(0.1, 0.2)])):
+        msm = MsAttention(p)
+        msm.set_train(False)
+        report = audit(TorchAttention().eval(), msm, X)
+        assert [(x.torch_path, x.ms_path, x.how) for x in report.pairs if x.kind == "Dropout"] == [
+            ("dropout", "dropout", "path")]
+        assert not report.not_audited
+        assert [f.values for f in report.findings if f.rule == "dropout-p"] == [pytest.approx(v) for v in found]
+
+
+class MsSplitQKV(ms_nn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = ms_nn.Dense(8, 8), ms_nn.Dense(8, 8), ms_nn.Dense(8, 8)
+
+    def construct(self, x: Any) -> Any:
+        return self.q(x) + self.k(x) + self.v(x)
+
+
+class TorchFusedQKV(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.qkv(x).reshape(2, 3, 8).sum(1)
+
+
+def test_fused_layer_split_by_the_plan_pairs_with_each_part() -> None:
+    """timm's fused qkv, mindcv's q, k and v (the conversion plan splits the one weight): each part pairs with qkv,
+    and no weight sharing is claimed for it. Before: q paired, k and v 'not audited' (the Swin zoo pair's 8)."""
+    msm = MsSplitQKV()
+    msm.set_train(False)
+    report = audit(TorchFusedQKV().eval(), msm, X)
+    assert [(p.torch_path, p.ms_path) for p in report.pairs] == [("qkv", "q"), ("qkv", "k"), ("qkv", "v")]
+    assert not report.not_audited and not [f for f in report.findings if f.rule == "weight-sharing"]

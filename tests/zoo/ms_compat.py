@@ -68,12 +68,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out
 
 
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-
-
 def gelu(input, approximate="none"):
-    if approximate == "tanh":
-        return 0.5 * input * (1.0 + mint.tanh(_SQRT_2_OVER_PI * (input + 0.044715 * input * input * input)))
+    if approximate == "tanh":  # ops.gelu's CPU kernel is within 5e-7 of the exact tanh form on N(0, 9) values; the
+        return ops.gelu(input, approximate="tanh")  # composition with CPU mint.tanh (1e-4 off near |x| = 5) was 2e-4
     return 0.5 * input * (1.0 + mint.erf(input * (1.0 / math.sqrt(2.0))))
 
 
