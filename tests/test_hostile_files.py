@@ -11,8 +11,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import resource
 import shutil
+import struct
 import subprocess
 import sys
 import textwrap
@@ -22,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from compare_fixtures import write_dump
 from conftest import align_in_process, assert_one_line_error
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -274,6 +277,164 @@ def test_a_deflate_bomb_pt_is_refused_before_torch_load(tmp_path: Path, capsys: 
         load_tensor(item)
 
 
+# --- compare's own reads: aligner dumps, rank folders, plain .npy folders ----------------------------------------
+
+def _dumps(tmp: Path, ranks: tuple[int, ...] = ()) -> tuple[Path, Path]:
+    """Two one-record aligner dumps (`a` PyTorch, `b` MindSpore), or of each rank in `ranks` (rank{N}/ folders)."""
+    sides = []
+    for side, framework in (("a", "pytorch"), ("b", "mindspore")):
+        for folder in [tmp / side / f"rank{r}" for r in ranks] or [tmp / side]:
+            write_dump(folder, framework, [{"module": "fc", "array": np.ones(3, np.float32)}])
+        sides.append(tmp / side)
+    return sides[0], sides[1]
+
+
+def _tensor(dump: Path) -> Path:
+    return next((dump / "tensors").iterdir())
+
+
+def test_a_dump_tensor_that_is_a_fifo_is_named_not_called_missing(tmp_path: Path) -> None:
+    a, b = _dumps(tmp_path)
+    tensor = _tensor(b)
+    tensor.unlink()
+    _fifo(tensor)
+    proc = _align("compare", a, b)
+    assert_one_line_error(proc, "compare incomplete", f"{tensor}: not a regular file (a FIFO)")
+    assert "file missing" not in proc.stderr + proc.stdout
+
+
+def test_a_tensor_swapped_for_a_fifo_after_listing_does_not_block(tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", np.ones(3, np.float32))  # a plain .npy folder: its header is read while listing
+    code = ("import os, sys; from pathlib import Path; from aligner.pipelines.compare.sources import TensorError, "
+            "open_tensor, read_source\nitem = read_source(Path(sys.argv[1])).items[0]\nitem.path.unlink(); "
+            "os.mkfifo(item.path)\ntry: list(open_tensor(item).chunks(8))\nexcept TensorError as exc: print(exc)")
+    proc = _run([sys.executable, "-c", code, str(tmp_path)])
+    assert proc.returncode == 0 and "x.npy: not a regular file (a FIFO)" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_a_manifest_that_is_a_fifo_or_leads_outside_is_refused_by_name(tmp_path: Path) -> None:
+    a, b = _dumps(tmp_path)
+    manifest = b / "manifest.jsonl"
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    manifest.rename(elsewhere)
+    manifest.symlink_to(elsewhere)
+    assert_one_line_error(_align("compare", a, b), f"{b}: 'manifest.jsonl' is a link leading outside the dump")
+    manifest.unlink()
+    _fifo(manifest)
+    assert_one_line_error(_align("compare", a, b), f"{manifest}: not a regular file (a FIFO)")
+
+
+def test_a_rank_manifest_that_is_a_fifo_does_not_hang_compare_or_check(tmp_path: Path) -> None:
+    a, b = _dumps(tmp_path, ranks=(0, 1))
+    (b / "rank1" / "manifest.jsonl").unlink()
+    _fifo(b / "rank1" / "manifest.jsonl")
+    proc = _align("compare", a, b)
+    assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{b / 'rank1' / 'manifest.jsonl'}: not a regular file (a FIFO)" in proc.stdout, proc.stdout
+    proc = _align("check", b)
+    assert proc.returncode == 2 and "unreadable rank(s) 1" in proc.stdout, (proc.stdout, proc.stderr)
+
+
+def test_check_ranks_falls_back_on_statistics_for_an_unreadable_gradient(tmp_path: Path) -> None:
+    for rank in (0, 1):  # all-reduced gradients that differ: 1.0 on rank 0, 2.0 on rank 1
+        write_dump(tmp_path / f"rank{rank}", "pytorch", [{"module": "fc.weight", "kind": "param_grad", "io": "reduced",
+                                                          "array": np.full(3, rank + 1.0, np.float32)}])
+    tensor = _tensor(tmp_path / "rank1")
+    tensor.unlink()
+    _fifo(tensor)
+    proc = _align("check", tmp_path)
+    assert proc.returncode == 1 and "internal error" not in proc.stderr, proc.stderr
+    assert "FAILED: 1 cross-rank error(s)" in proc.stdout, proc.stdout  # found from the manifest's statistics
+
+
+# --- msprobe's indices: confined to the dump folder, regular files ------------------------------------------------
+
+def _msprobe(tmp: Path) -> Path:
+    run = tmp / "run"
+    shutil.copytree(DATA / "ms_L0_tensor" / "step0" / "rank0", run)
+    return run
+
+
+@pytest.mark.parametrize("name", ["dump.json", "construct.json"])
+def test_msprobe_index_leading_outside_is_refused(tmp_path: Path, name: str) -> None:
+    run = _msprobe(tmp_path)
+    outside = _outside(tmp_path, name, (run / name).read_text())
+    (run / name).unlink()
+    (run / name).symlink_to(outside)
+    with pytest.raises(AlignerError, match=f"'{name}' is a link leading outside the dump directory"):
+        read_source(run)
+
+
+def test_msprobe_tensor_folder_leading_outside_is_never_read(tmp_path: Path) -> None:
+    run = _msprobe(tmp_path)
+    (run / "dump_tensor_data").rename(tmp_path / "tensors_elsewhere")
+    (run / "dump_tensor_data").symlink_to(tmp_path / "tensors_elsewhere")
+    items = [it for it in read_source(run).items if it.record.file]
+    assert items and all(it.path is None and "leading outside the dump directory" in (it.error or "")
+                         for it in items)
+
+
+def test_msprobe_dump_json_that_is_a_fifo_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _msprobe(tmp_path)
+    (run / "dump.json").unlink()
+    _fifo(run / "dump.json")
+    proc = align_in_process(capsys, "compare", run, run)
+    assert_one_line_error(proc, f"{run / 'dump.json'}: not a regular file (a FIFO)")
+
+
+# --- JSON and YAML nested deeper than any parser takes ------------------------------------------------------------
+
+def test_a_repro_marker_nested_too_deep_is_not_an_internal_error(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _dumps(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "repro.json").write_text('{"files": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    proc = align_in_process(capsys, "repro", a, b, "--module", "fc", "-o", out, "--force")
+    assert_one_line_error(proc, "repro.json (missing or unreadable)")
+
+
+def test_a_baseline_nested_too_deep_is_one_error(tmp_path: Path) -> None:
+    (tmp_path / "deep.yaml").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(AlignerError, match="--baseline .*nested more than 64 lists or objects deep"):
+        load_baseline(tmp_path / "deep.yaml")
+
+
+# --- legacy (non-zip) torch files declaring storages larger than themselves ---------------------------------------
+
+def _legacy(path: Path, numel: int) -> Path:
+    """A legacy torch.save of {"w": 100 float32 zeros} whose pickle declares the storage as `numel` elements."""
+    raw = io.BytesIO()
+    torch.save({"w": torch.zeros(100)}, raw, _use_new_zipfile_serialization=False)
+    # the storage's persistent id ends with its location 'cpu' (then a memo opcode) and its size, BININT1 100 ('Kd')
+    data, found = re.subn(rb"(cpuq.)Kd", lambda m: m[1] + b"\x8a\x08" + struct.pack("<q", numel), raw.getvalue(),
+                          count=1)
+    assert found == 1
+    path.write_bytes(data)
+    return path
+
+
+def test_a_legacy_torch_file_declaring_more_than_it_holds_is_refused_before_loading(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    forged = _legacy(tmp_path / "forged.pth", 1 << 31)  # 8 GiB of float32 declared by a file of under 1 KB
+    assert forged.stat().st_size < 1024
+    proc = _align("inspect", forged, limit=True)
+    assert_one_line_error(proc, "its storages declare 2,147,483,648 elements, more than the")
+    weights = torch.arange(12.0).reshape(3, 4)  # a real legacy file, a view sharing a storage included, still loads
+    torch.save({"w": weights, "row": weights[1], "b": torch.ones(2, dtype=torch.int8)}, tmp_path / "real.pth",
+               _use_new_zipfile_serialization=False)
+    for trust in ((), ("--trust-pickle",)):
+        proc = align_in_process(capsys, "inspect", tmp_path / "real.pth", *trust)
+        assert proc.returncode == 0 and "3 tensors" in proc.stdout, proc.stderr
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "pt_L0_tensor_fc2" / "step0" / "rank0", run)
+    _legacy(run / "dump_tensor_data" / "Module.mlp.fc2.Linear.forward.0.output.0.pt", 1 << 31)
+    item = next(it for it in read_source(run, trust_pickle=True).items
+                if it.record.io == "output" and it.load is not None)
+    with pytest.raises(ValueError, match="its storages declare"):
+        load_tensor(item)
+
+
 # --- fuzz: every kind of substitute for every file kind ------------------------------------------------------------
 
 _SUBSTITUTES = ("fifo", "/dev/zero", "/dev/null", "loop", "directory")
@@ -300,22 +461,29 @@ def _cli_case(tmp: Path, case: str) -> tuple[Path, list[object]]:
         (tmp / side).mkdir(exist_ok=True)
         np.save(tmp / side / "x.npy", np.zeros(3, np.float32))
     (tmp / "run.log").write_text("step 1 loss 1.0\n")
+    dump = write_dump(tmp / "d", "pytorch", [{"module": "x", "array": np.zeros(3, np.float32)}])
+    run = _msprobe(tmp)
     target = tmp / {"source": "x.py", "map": "m.yaml", "like": "t.pth", "checkpoint": "c.pth", "log": "l.log",
-                    "input": "in.npy", "npz": "in.npz"}[case]
+                    "input": "in.npy", "npz": "in.npz", "manifest": "d/manifest.jsonl", "dump.json": "run/dump.json",
+                    "construct.json": "run/construct.json"}[case]
     return target, {"source": ["audit", "--source", target],
                     "map": ["compare", tmp / "a", tmp / "b", "--map", target],
                     "like": ["convert", tmp / "src.pth", "-o", tmp / "o.ckpt", "--like", target],
                     "checkpoint": ["inspect", target],
                     "log": ["losses", target, tmp / "run.log"],
                     "input": ["inspect", target],
-                    "npz": ["diff", target, target]}[case]
+                    "npz": ["diff", target, target],
+                    "manifest": ["compare", dump, tmp / "a"],
+                    "dump.json": ["compare", run, tmp / "a"],
+                    "construct.json": ["compare", run, tmp / "a"]}[case]
 
 
 class TestFuzzFileKinds:
     """Any command, any file kind, any substitute: exit 2 with one line, no traceback, no internal error."""
 
     @settings()
-    @given(case=st.sampled_from(["source", "map", "like", "checkpoint", "log", "input", "npz"]),
+    @given(case=st.sampled_from(["source", "map", "like", "checkpoint", "log", "input", "npz", "manifest", "dump.json",
+                                 "construct.json"]),
            kind=st.sampled_from(_SUBSTITUTES))
     def test_commands(self, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str],
                       case: str, kind: str) -> None:

@@ -6,13 +6,15 @@ block the open or the read forever, /dev/zero would be read until memory runs ou
 O_RDONLY|O_NONBLOCK|O_CLOEXEC and the descriptor is checked again (the path may have changed in between), then
 made blocking. Text inputs that are parsed whole have a size cap far above real files and far below memory
 exhaustion, each raised through an environment variable; binary tensor files have none (their readers bound memory
-by the shapes they declare), and zip archives are checked against `MAX_RATIO` before anything is decompressed.
+by the shapes they declare), zip archives are checked against `MAX_RATIO` before anything is decompressed, and
+legacy (non-zip) torch files against their own size before torch allocates the storages they declare.
 """
 from __future__ import annotations
 
 import dataclasses
 import fcntl
 import os
+import pickle
 import stat
 import zipfile
 from typing import BinaryIO, TextIO
@@ -139,3 +141,69 @@ def check_zip(path: str | os.PathLike[str], fh: BinaryIO, advice: str) -> None:
     finally:
         fh.seek(0)
     check_expansion(os.fspath(path), size, total, advice)
+
+
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of torch's legacy (non-zip) serialization
+
+
+class _Inert:
+    """Whatever a legacy torch pickle builds, built as nothing: the pickle is walked only for its storages' sizes,
+    and no class it names is imported or called."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __call__(self, *args: object, **kwargs: object) -> _Inert:
+        return _Inert()
+
+    def __setstate__(self, state: object) -> None:
+        pass
+
+    def __setitem__(self, key: object, value: object) -> None:
+        pass
+
+    def append(self, value: object) -> None:
+        pass
+
+    def extend(self, values: object) -> None:
+        pass
+
+
+class _StorageSizes(pickle.Unpickler):
+    """Reads a pickle into `_Inert`s, keeping each storage's declared element count by its key (views share one)."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        super().__init__(fh)
+        self.numels: dict[str, int] = {}
+
+    def find_class(self, module: str, name: str) -> type[_Inert]:
+        return _Inert
+
+    def persistent_load(self, pid: object) -> _Inert:
+        if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage" and isinstance(pid[4], int):
+            self.numels[str(pid[2])] = pid[4]
+        return _Inert()
+
+
+def check_legacy_torch(path: str | os.PathLike[str], fh: BinaryIO) -> None:
+    """Refuse a legacy (non-zip) torch file whose storages declare more elements than it holds bytes: torch
+    allocates each storage at the size its pickle declares before reading its data, so a 1 KB file could reserve
+    any number of GiB (every element takes at least a byte, so a real file never declares more). Anything else, a
+    zip file or a file these pickles do not parse, is left to torch.load; read from its start, `fh` is rewound."""
+    size = os.fstat(fh.fileno()).st_size
+    try:
+        fh.seek(0)
+        if _StorageSizes(fh).load() != _LEGACY_MAGIC:  # every pickle read inert: nothing named is imported
+            return
+        _StorageSizes(fh).load()  # the protocol version
+        _StorageSizes(fh).load()  # the system info
+        sizes = _StorageSizes(fh)
+        sizes.load()
+    except Exception:  # not a legacy file, or a corrupted one: torch.load says what it is
+        return
+    finally:
+        fh.seek(0)
+    declared = sum(n for n in sizes.numels.values() if n > 0)
+    if declared > size:
+        raise AlignerError(f"{os.fspath(path)}: its storages declare {declared:,} elements, more than the {size:,} "
+                           "bytes the file holds (a forged or truncated legacy torch file); refusing to load it")

@@ -235,6 +235,6 @@ def _listed_files(manifest_path: Path) -> set[str] | None:
                 return None
             if isinstance(entry, Record) and entry.file and entry.file.startswith(f"{TENSOR_DIR}/"):
                 names.add(entry.file[len(TENSOR_DIR) + 1:])
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError, AlignerError):  # AlignerError: swapped for a FIFO or device since checked
         return None
     return names

@@ -30,6 +30,7 @@ import msgspec
 from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
 from aligner.core.files import open_input
+from aligner.core.nesting import TOO_DEEP, NestingError, json_loads, too_deep
 from aligner.core.version import __version__
 
 MANIFEST = "manifest.jsonl"
@@ -44,7 +45,10 @@ RANK_DIR = re.compile(r"rank(\d+)")
 # called inside a zoomed module (dump(ops=True)); buffer: a normalisation buffer after a training-mode forward;
 # call: one module call's signature (no tensor: `args`, and `attrs` on a module's first call of a step), written with
 # inputs for replay; param: a parameter's or buffer's value at the start of a step (dump(params=True)).
-KINDS = ("forward", "backward", "param_grad", "probe", "op", "buffer", "param", "call")
+# block: what a module `leaves_only` keeps no records of (one with children) takes in and hands back, as links or
+# statistics only (no file), so a verdict can tell the block's own code from its children's.
+BLOCK = "block"
+KINDS = ("forward", "backward", "param_grad", "probe", "op", "buffer", "param", "call", BLOCK)
 _KNOWN_KINDS = frozenset(KINDS)
 
 
@@ -120,34 +124,12 @@ _OPTIONAL = ("arg", "args", "attrs", "skipped", "scope")
 _DECODER = msgspec.json.Decoder(Record)
 
 
-# How deep a manifest line may nest lists and objects (a call's `args`, the header's `groups`: a few levels). Deeper
-# lines are refused: the decoders recurse once per level (a RecursionError near Python's limit of 1000), and so would
-# whatever walked such a value later.
-MAX_NESTING = 64
-
-
-class NestingError(ValueError):
-    """A manifest line nested deeper than MAX_NESTING."""
-
-
-def _too_deep(value: Any) -> bool:
-    """Whether decoded JSON nests lists and objects more than MAX_NESTING deep (walked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            if depth > MAX_NESTING:
-                return True
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return False
-
-
-_TOO_DEEP = f"nested more than {MAX_NESTING} lists or objects deep"
-
-
+# How deep a manifest line may nest lists and objects (a call's `args`, the header's `groups`: a few levels) is
+# aligner.core.nesting's MAX_NESTING: deeper lines are refused (the decoders recurse once per level, and so would
+# whatever walked such a value later).
 def _record_too_deep(rec: Record) -> bool:
     """Whether a record's free-form fields (`args`, `attrs`: the only ones typed Any) nest too deep."""
-    return rec.args is not None and _too_deep(rec.args) or rec.attrs is not None and _too_deep(rec.attrs)
+    return rec.args is not None and too_deep(rec.args) or rec.attrs is not None and too_deep(rec.attrs)
 
 
 def _decode(line: bytes) -> Record:
@@ -160,7 +142,7 @@ def _decode(line: bytes) -> Record:
     except msgspec.DecodeError:
         rec = msgspec.convert(json.loads(line), Record)
     if _record_too_deep(rec):
-        raise NestingError(_TOO_DEEP)
+        raise NestingError(TOO_DEEP)
     if rec.kind == "call":
         rec.dtype = ""
     elif rec.skipped is None:  # a skipped record keeps the name of the dtype no reader supports
@@ -193,7 +175,7 @@ def write_header(path: str | os.PathLike, framework: str, framework_version: str
 
 def iter_manifest(directory: str | os.PathLike) -> Iterator[tuple[int, Record | dict[str, Any] | ValueError]]:
     """Yield (line number, header dict | Record | ValueError) per line; a bad line yields its error, never raises."""
-    with open(Path(directory) / MANIFEST, "rb") as fh:
+    with open_input(Path(directory) / MANIFEST) as fh:  # a FIFO or device refused before it is opened
         for lineno, line in enumerate(fh, 1):
             if line.strip():
                 yield lineno, _entry(lineno, line)
@@ -203,16 +185,14 @@ def _entry(lineno: int, line: bytes) -> Record | dict[str, Any] | ValueError:
     """One non-blank line: the header (line 1 only), a Record, or the ValueError that names the line."""
     try:
         if lineno == 1:
-            data = json.loads(line)
-            if _too_deep(data):
-                raise NestingError(_TOO_DEEP)
+            data = json_loads(line)
             if isinstance(data, dict) and data.get("format") == FORMAT:
                 return data
         return _decode(line)
     except NestingError as exc:
         return NestingError(f"{MANIFEST} line {lineno}: {exc}")
     except RecursionError:  # msgspec and json raise it, not a DecodeError, for a line nested near Python's limit
-        return NestingError(f"{MANIFEST} line {lineno}: {_TOO_DEEP}")
+        return NestingError(f"{MANIFEST} line {lineno}: {TOO_DEEP}")
     except (ValueError, TypeError, AlignerError) as exc:
         return ValueError(f"{MANIFEST} line {lineno}: {exc}")
 
@@ -300,7 +280,7 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
             else:
                 for n, rec in enumerate(decoded, lineno):  # what _decode and take() do, inlined
                     if _record_too_deep(rec):
-                        problems.append(f"{MANIFEST} line {n}: {_TOO_DEEP}")
+                        problems.append(f"{MANIFEST} line {n}: {TOO_DEEP}")
                         continue
                     if rec.kind == "call":
                         rec.dtype = ""

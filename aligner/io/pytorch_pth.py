@@ -12,7 +12,7 @@ import numpy as np
 
 from aligner.core.dtypes import canonical, numpy_to_torch, torch_to_numpy
 from aligner.core.errors import AlignerError
-from aligner.core.files import check_zip, open_input
+from aligner.core.files import check_legacy_torch, check_zip, open_input
 from aligner.io.base import TensorInfo, TensorSource
 
 NEST_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
@@ -77,6 +77,8 @@ class TorchSource(TensorSource):
                 self.file_backed = False
             if self.file_backed:
                 check_zip(path, fh, "unzip it and check what it holds if you trust it")
+            else:
+                check_legacy_torch(path, fh)
             self._size = os.fstat(fh.fileno()).st_size
         try:
             with warnings.catch_warnings():

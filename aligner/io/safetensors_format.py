@@ -13,6 +13,7 @@ import numpy as np
 
 from aligner.core.dtypes import SAFETENSORS_CODE, canonical, contiguous, to_numpy
 from aligner.core.errors import AlignerError
+from aligner.core.nesting import json_loads
 from aligner.io.base import FileSource, Layout, TensorInfo, checked_info
 
 _CODE_TO_CANON = {code: name for name, code in SAFETENSORS_CODE.items()}
@@ -47,8 +48,8 @@ class SafetensorsSource(FileSource):
         text = bytearray(hlen)
         self.read_into(memoryview(text), 8)
         try:
-            header = json.loads(text)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            header = json_loads(text)
+        except ValueError as exc:  # not UTF-8, not JSON, or nested too deep
             raise AlignerError(f"{path}: corrupted safetensors header ({str(exc)[:120]})") from None
         if not isinstance(header, dict):
             raise AlignerError(f"{path}: corrupted safetensors header (a JSON {type(header).__name__}, expected an "

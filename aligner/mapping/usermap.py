@@ -32,6 +32,7 @@ from typing import Any, Collection, Iterable
 
 from aligner.core.errors import AlignerError
 from aligner.core.files import TEXT, read_text
+from aligner.core.nesting import NestingError, yaml_loads
 from aligner.io.base import TensorInfo
 from aligner.mapping.transforms import Concat, Op, OpKind, Reshape, Split, Transpose
 
@@ -258,13 +259,13 @@ def read_yaml(path: str) -> Any:
     except UnicodeDecodeError:
         raise AlignerError(f"{path}: mapping file is not UTF-8 text") from None
     try:
-        return yaml.safe_load(text) or {}
+        return yaml_loads(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise AlignerError(f"{path}: YAML syntax error{where}: {getattr(exc, 'problem', exc)}") from None
-    except RecursionError:
-        raise AlignerError(f"{path}: YAML nested too deeply") from None
+    except NestingError as exc:
+        raise AlignerError(f"{path}: mapping file {exc}") from None
 
 
 def load_user_map(path: str) -> UserMap:

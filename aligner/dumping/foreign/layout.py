@@ -4,6 +4,7 @@ folders), and which of the files a dump's index names may be read at all."""
 from __future__ import annotations
 
 import enum
+import os
 import re
 from pathlib import Path
 from typing import Callable
@@ -32,8 +33,8 @@ NATIVE_RANK = re.compile(r"rank_(\d+)")
 
 def run_dirs(root: Path) -> list[Path]:
     """The msprobe rank folders under `root` that hold a dump.json: `root` itself, its rank folders (a step folder),
-    or its step folders' rank folders."""
-    if (root / DUMP_JSON).is_file():
+    or its step folders' rank folders (a dump.json that is no regular file counts: its reader says what it is)."""
+    if os.path.lexists(root / DUMP_JSON):
         return [root]
     found = [p.parent for p in root.glob(f"*/{DUMP_JSON}")]
     return found or [p.parent for p in root.glob(f"*/*/{DUMP_JSON}") if STEP.fullmatch(p.parent.parent.name)]

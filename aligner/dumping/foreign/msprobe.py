@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any, Iterator
@@ -32,7 +33,8 @@ import numpy as np
 
 from aligner.core.dtypes import canonical, torch_to_numpy
 from aligner.core.errors import AlignerError
-from aligner.core.files import INDEX, check_zip, open_input, open_text
+from aligner.core.files import INDEX, check_legacy_torch, check_zip, open_input, read_text
+from aligner.core.nesting import NestingError, json_loads
 from aligner.dumping.foreign.base import Entry, ForeignDump
 from aligner.dumping.foreign.layout import DUMP_JSON, STEP, inside, run_dirs
 from aligner.dumping.manifest import Record
@@ -69,15 +71,16 @@ def _runs(root: Path) -> list[Path]:
 
 
 def _load_json(path: Path, what: str) -> dict[str, Any]:
+    """One of msprobe's JSON indices (a regular file under the INDEX cap, nested at most MAX_NESTING deep) as a dict;
+    AlignerError naming the file for anything else."""
     try:
-        with open_text(path, INDEX) as fh:
-            data = json.load(fh)
+        data = json_loads(read_text(path, INDEX))
     except (OSError, UnicodeDecodeError) as exc:
         raise AlignerError(f"{path}: cannot read {what}: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise AlignerError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
-    except RecursionError as exc:
-        raise AlignerError(f"{path}: JSON nested too deeply to be an msprobe {what}") from exc
+    except NestingError as exc:
+        raise AlignerError(f"{path}: {exc}, too deep to be an msprobe {what}") from exc
     if not isinstance(data, dict):
         raise AlignerError(f"{path}: not an msprobe {what} (a JSON object expected, found {type(data).__name__})")
     return data
@@ -112,6 +115,7 @@ def load_pt(path: Path, shape: list[int], dtype: str) -> np.ndarray:
     try:
         with open_input(path) as fh:
             check_zip(path, fh, "a tensor file of the dump should not be compressed")
+            check_legacy_torch(path, fh)
             value = torch.load(fh, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise ValueError(f"{path.name}: file missing") from None
@@ -137,7 +141,10 @@ class _Reader:
         self.entries: list[Entry] = []
         self.problems: list[str] = []
         self.pickled = 0
-        self._real: dict[Path, Path | None] = {}  # each run's tensor folder, resolved once for all its files
+        try:
+            self._real: Path | None = root.resolve()  # once for every file the dump's indices name
+        except (OSError, RuntimeError):  # a symlink loop: `inside` then refuses every file
+            self._real = None
 
     def tensor(self, run: Path, call: str, spec: dict[str, Any], fields: dict[str, Any]) -> None:
         """One tensor dict -> one entry (a malformed one is a problem, skipped)."""
@@ -160,7 +167,7 @@ class _Reader:
         self.entries.append(entry)
         if not isinstance(name, str):
             return
-        path, why = self._inside(run / TENSOR_DIR, name) if "/" not in name and "\\" not in name else \
+        path, why = self.inside(run / TENSOR_DIR / name) if "/" not in name and "\\" not in name else \
             (None, f"names a file in another folder ({name!r}): refused")
         if path is None:
             entry.error = f"{DUMP_JSON} {call!r}: {why}"
@@ -172,14 +179,17 @@ class _Reader:
         else:
             entry.error = f"{DUMP_JSON} {call!r}: tensor file {name!r} is neither .npy nor .pt"
 
-    def _inside(self, folder: Path, name: str) -> tuple[Path | None, str | None]:
-        """`inside(folder, name)`, the folder resolved once (None where it cannot be: `inside` then says why)."""
-        if folder not in self._real:
-            try:
-                self._real[folder] = folder.resolve()
-            except (OSError, RuntimeError):  # a symlink loop
-                self._real[folder] = None
-        return inside(folder, name, self._real[folder])
+    def inside(self, path: Path) -> tuple[Path | None, str | None]:
+        """`inside` for a file under the dump folder the user named: a link (the file's, or a rank or tensor
+        folder's on the way) leading out of it is refused, so an index cannot make aligner read a file elsewhere."""
+        return inside(self.root, str(path.relative_to(self.root)), self._real)
+
+    def index(self, run: Path, name: str) -> dict[str, Any]:
+        """One of the run's JSON indices (dump.json, construct.json), confined to the dump folder (AlignerError)."""
+        path, why = self.inside(run / name)
+        if path is None:
+            raise AlignerError(f"{self.root}: {why}")
+        return _load_json(path, name)
 
     def call(self, run: Path, step: int, framework: str, name: str, call: Any, parents: dict[str, Any]) -> None:
         """One entry of dump.json's "data": its tensors as records (an API backward call is not read)."""
@@ -252,13 +262,13 @@ def read(root: Path, *, trust_pickle: bool = False) -> ForeignDump:
     except OSError as exc:
         raise AlignerError(f"{root}: cannot list the msprobe dump ({exc})") from exc
     for run in runs:
-        header = _load_json(run / DUMP_JSON, DUMP_JSON)
+        header = reader.index(run, DUMP_JSON)
         data = header.get("data")
         if not isinstance(data, dict):
             raise AlignerError(f"{run / DUMP_JSON}: not an msprobe dump.json (no \"data\" object of calls)")
         framework = str(header.get("framework", "unknown"))
         frameworks.add(framework)
-        parents = _load_json(run / CONSTRUCT_JSON, CONSTRUCT_JSON) if (run / CONSTRUCT_JSON).is_file() else {}
+        parents = reader.index(run, CONSTRUCT_JSON) if os.path.lexists(run / CONSTRUCT_JSON) else {}
         # msprobe writes a module call after the API calls inside it; they are read after it instead, so that the
         # module's output does not follow its last API call's identical output (compare folds such a record away)
         inner: dict[str, list[str]] = {}

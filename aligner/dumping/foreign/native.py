@@ -47,6 +47,7 @@ from aligner.core.atomic import atomic_open
 from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
 from aligner.core.files import INDEX, TEXT, open_input, open_text, read_text
+from aligner.core.nesting import json_loads
 from aligner.dumping.foreign.base import Entry, ForeignDump, npy_layout
 from aligner.dumping.foreign.layout import EXECUTION_ORDER, METADATA, NATIVE_RANK, inside, is_native_rank, native_ranks
 from aligner.dumping.manifest import Record
@@ -91,8 +92,8 @@ def _dump_version(rank: Path, real: Path) -> str | None:
     if path is None:
         raise AlignerError(f"{rank}: {why}")
     try:
-        found = json.loads(read_text(path, TEXT)).get("ms_version")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError):
+        found = json_loads(read_text(path, TEXT)).get("ms_version")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):  # ValueError: not JSON, or nested too deep
         return None
     return found if isinstance(found, str) else None
 

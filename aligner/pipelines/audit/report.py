@@ -11,6 +11,7 @@ from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.files import TEXT, read_text
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
+from aligner.core.nesting import NestingError, yaml_loads
 from aligner.pipelines.audit.optimizers import OptimizerAudit
 
 
@@ -139,7 +140,9 @@ def load_baseline(path: str | os.PathLike) -> set[tuple[str, str | None, str | N
     """The accepted findings' keys from a baseline file: an earlier `--json` report (its findings and accepted ones)
     or a YAML/JSON list of {rule, where: [torch path, MindSpore path], attribute}."""
     try:
-        data = yaml.safe_load(read_text(path, TEXT))
+        data = yaml_loads(read_text(path, TEXT))
+    except NestingError as exc:
+        raise AlignerError(f"--baseline {path}: {exc} (expected an audit --json report or YAML)") from None
     except AlignerError as exc:  # not a regular file, or above the cap
         raise AlignerError(f"--baseline {exc}") from None
     except OSError as exc:

@@ -33,7 +33,7 @@ from aligner.pipelines.check.report import CheckReport
 from aligner.pipelines.check.rules import Evaluation
 from aligner.pipelines.check.view import SkipError, nonfinite
 from aligner.pipelines.compare.ranks import read_header, read_ranks
-from aligner.pipelines.compare.sources import Item, Source, load_tensor, read_source
+from aligner.pipelines.compare.sources import Item, Source, TensorError, load_tensor, read_source
 
 _STATS = ("min", "max", "mean", "l2")
 _COUNTS = ("nan", "inf")
@@ -113,14 +113,21 @@ def _dp_groups(headers: list[dict[str, Any]], world: int) -> tuple[list[list[int
 
 
 def _differ(a: Item, b: Item, limit: float) -> float | None:
-    """How far two records' values are apart (max |a - b|; from statistics when either has no tensor file), or None
-    when within `limit`. NaN and Inf in the same places agree; a different shape or placement is inf."""
+    """How far two records' values are apart (max |a - b|; from statistics when either has no tensor file or one
+    that cannot be read), or None when within `limit`. NaN and Inf in the same places agree; a different shape or
+    placement is inf."""
     if a.record.file is not None and a.record.file == b.record.file and not a.error and not b.error:
         return None  # content-addressed: the same file name is the same dtype, shape and bytes
     if a.record.shape != b.record.shape:
         return math.inf
+    arrays: tuple[np.ndarray, np.ndarray] | None = None
     if a.path is not None and b.path is not None and not a.error and not b.error:
-        x, y = load_tensor(a), load_tensor(b)
+        try:
+            arrays = load_tensor(a), load_tensor(b)
+        except TensorError:  # missing, truncated, not a regular file: the statistics the manifest holds decide
+            pass
+    if arrays is not None:
+        x, y = arrays
         if x.dtype != y.dtype:
             return math.inf
         if limit == 0:

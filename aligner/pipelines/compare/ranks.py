@@ -14,7 +14,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import enum
-import json
 import multiprocessing
 import os
 import shlex
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.files import open_input
+from aligner.core.nesting import json_loads
 from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import ToleranceSpec
 from aligner.dumping.manifest import MANIFEST, RANK_DIR
@@ -45,9 +46,9 @@ class RankDump:
 def read_header(folder: Path) -> dict[str, Any]:
     """The first manifest line of a rank folder as a dict ({} when there is none: compare reports the folder)."""
     try:
-        with open(folder / MANIFEST, encoding="utf-8") as fh:
-            header = json.loads(fh.readline())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested near Python's limit
+        with open_input(folder / MANIFEST) as fh:  # a FIFO or device refused (AlignerError), never waited on
+            header = json_loads(fh.readline())
+    except (OSError, ValueError, AlignerError):  # ValueError: not UTF-8, not JSON, nested too deep
         return {}
     return header if isinstance(header, dict) else {}
 
@@ -198,11 +199,11 @@ def _dump_size(folder: Path) -> tuple[int, int]:
     if (folder / "tensors").is_symlink():  # never list a directory outside the dump
         return 0, 0
     try:
-        with open(folder / MANIFEST, "rb") as fh:
+        with open_input(folder / MANIFEST) as fh:
             lines = fh.read().count(b"\n")
         with os.scandir(folder / "tensors") as entries:
             size = sum(e.stat(follow_symlinks=False).st_size for e in entries if e.is_file(follow_symlinks=False))
-    except OSError:
+    except (OSError, AlignerError):  # AlignerError: not a regular file (the rank's own reading says so)
         return 0, 0
     return lines, size
 

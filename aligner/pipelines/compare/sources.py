@@ -7,6 +7,7 @@ cannot be compared at all raises `AlignerError`.
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import operator
 import os
@@ -18,6 +19,7 @@ import numpy as np
 
 from aligner.core.dtypes import canonical, to_numpy, to_storable
 from aligner.core.errors import AlignerError
+from aligner.core.files import open_fd
 from aligner.core.frameworks import Framework
 from aligner.dumping import foreign, manifest
 from aligner.dumping.foreign.layout import inside
@@ -108,12 +110,26 @@ def _saved_header(fh: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype] | None
     return None
 
 
+def _open_tensor_file(path: Path) -> io.FileIO:
+    """A tensor file opened unbuffered through aligner.core.files (a regular file, checked again once open: one
+    swapped for a FIFO since it was listed never blocks); TensorError naming the file when it is missing, not a
+    regular file or unreadable."""
+    try:
+        return io.FileIO(open_fd(path), "rb")
+    except FileNotFoundError:
+        raise TensorError(f"{path.name}: file missing") from None
+    except AlignerError as exc:  # a FIFO, device, socket or directory
+        raise TensorError(str(exc)) from None
+    except OSError as exc:
+        raise TensorError(f"{path.name}: cannot read ({exc.strerror or exc})") from None
+
+
 def read_npy_header(path: Path) -> NpyHeader:
     """Parse a .npy header without loading data; refuse object arrays and truncated files. Headers np.save did not
     write (other versions, other spellings, corrupted ones) go to numpy's own reader, which has the last word."""
     fmt = np.lib.format
-    try:
-        with open(path, "rb") as fh:
+    with _open_tensor_file(path) as fh:
+        try:
             parsed = _saved_header(fh)
             if parsed is None:
                 version = fmt.read_magic(fh)
@@ -121,16 +137,16 @@ def read_npy_header(path: Path) -> NpyHeader:
                 parsed = read(fh)
             shape, fortran, dtype = parsed
             offset = fh.tell()
-    except OSError as exc:
-        raise TensorError(f"{path.name}: cannot read ({exc.strerror or exc})") from exc
-    except Exception as exc:  # bad magic, unsupported version, malformed header: numpy raises ValueError and kin
-        if str(exc).startswith("EOF"):  # numpy's reader: "EOF: reading array header, expected N bytes got M"
-            raise TensorError(f"{path.name}: truncated inside its .npy header") from exc
-        raise TensorError(f"{path.name}: not a .npy file or corrupted .npy header") from exc
+        except OSError as exc:
+            raise TensorError(f"{path.name}: cannot read ({exc.strerror or exc})") from exc
+        except Exception as exc:  # bad magic, unsupported version, malformed header: numpy raises ValueError and kin
+            if str(exc).startswith("EOF"):  # numpy's reader: "EOF: reading array header, expected N bytes got M"
+                raise TensorError(f"{path.name}: truncated inside its .npy header") from exc
+            raise TensorError(f"{path.name}: not a .npy file or corrupted .npy header") from exc
+        size = os.fstat(fh.fileno()).st_size
     if dtype.hasobject:
         raise TensorError(f"{path.name}: pickled object array refused (never loaded with allow_pickle)")
     expected = offset + math.prod(shape) * dtype.itemsize
-    size = path.stat().st_size
     if size < expected:
         raise TensorError(f"{path.name}: truncated ({size} of {expected} bytes)")
     return NpyHeader(tuple(shape), dtype, fortran, offset)
@@ -157,7 +173,10 @@ class NpyStream:
         total = math.prod(self.header.shape)
         if self.header.fortran_order and len(self.header.shape) > 1:  # rare (not np.save's default): read whole
             try:
-                array = np.load(self.path, allow_pickle=False)
+                with _open_tensor_file(self.path) as fh:
+                    array = np.load(fh, allow_pickle=False)
+            except TensorError:
+                raise
             except ValueError as exc:  # cut short since its header was read
                 raise TensorError(f"{self.path.name}: truncated while being compared") from exc
             yield from flat_chunks(self._view(array), size)
@@ -166,7 +185,7 @@ class NpyStream:
             return
         if total * stored.itemsize <= _READ_BLOCK:  # small: one read()
             data = np.empty(total, stored)
-            with open(self.path, "rb", buffering=0) as fh:
+            with _open_tensor_file(self.path) as fh:
                 fh.seek(self.header.data_offset)
                 if fh.readinto(data.data) != data.nbytes:
                     raise TensorError(f"{self.path.name}: truncated while being compared")
@@ -176,7 +195,7 @@ class NpyStream:
         # map: a file truncated while it is read would raise SIGBUS inside a numpy copy, which Python cannot catch)
         block = max(size, _READ_BLOCK // stored.itemsize // size * size)
         buffer = np.empty(min(block, total), stored)
-        with open(self.path, "rb", buffering=0) as fh:
+        with _open_tensor_file(self.path) as fh:
             fh.seek(self.header.data_offset)
             for begin in range(0, total, block):
                 part = buffer[:min(block, total - begin)]
@@ -199,9 +218,7 @@ def open_tensor(item: Item) -> NpyStream | MemoryStream:
         raise TensorError(f"record {item.record.module!r} has no tensor file (statistics-only dump)")
     if item.header is not None:
         return NpyStream(item.path, item.header, item.record.dtype)
-    if not item.path.is_file():
-        raise TensorError(f"{item.path.name}: file missing")
-    header = read_npy_header(item.path)
+    header = read_npy_header(item.path)  # TensorError for a missing file or one that is not a regular file
     rec = item.record
     if list(header.shape) != list(rec.shape):
         raise TensorError(f"{item.path.name}: shape {list(header.shape)} but manifest says {rec.shape}")
@@ -270,6 +287,10 @@ def _resolve(item: Item, by_seq: dict[int, Item]) -> None:
 
 def _read_dump(root: Path) -> Source:
     framework, mode = "unknown", "full"
+    real = root.resolve()  # once for the manifest and all the tensor files it names
+    _, why = inside(root, manifest.MANIFEST, real)
+    if why is not None:
+        raise AlignerError(f"{root}: {why}")
     try:
         header, records, problems = manifest.read_manifest(root)
     except (OSError, UnicodeDecodeError) as exc:
@@ -284,7 +305,6 @@ def _read_dump(root: Path) -> Source:
     by_seq: dict[int, Item] = {}
     calls: dict[tuple[int, int], manifest.Record] = {}
     params: dict[tuple[int, str], Item] = {}
-    real = root.resolve()  # once for all the tensor files the manifest names
     for entry in records:
         if entry.kind == "call":
             if entry.call is not None:
@@ -327,7 +347,7 @@ def read_source(path: str | Path, *, trust_pickle: bool = False) -> Source:
         raise AlignerError(f"{root}: no such directory")
     if not root.is_dir():
         raise AlignerError(f"{root}: not a directory (expected a dump directory or a directory of .npy files)")
-    if (root / manifest.MANIFEST).is_file():
+    if os.path.lexists(root / manifest.MANIFEST):  # a manifest that is no regular file is refused by its reader
         source = _read_dump(root)
     else:
         tool = foreign.detect(root)

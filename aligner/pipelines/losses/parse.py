@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from aligner.core.errors import AlignerError
 from aligner.core.files import INDEX, Cap, open_text
+from aligner.core.nesting import NestingError, json_loads
 
 _NUM = r"\[?\s*+(?P<loss>[-+]?(?:nan|inf(?:inity)?|\d+\.?\d*(?:e[-+]?\d+)?|\.\d+(?:e[-+]?\d+)?))"
 _LOSS = r"\b(?:train_)?loss\b\s*+(?:is|[:=])?\s*+" + _NUM
@@ -132,9 +133,9 @@ def detect_format(path: Path, text: str) -> str:
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
-            json.loads(text)
+            json_loads(text)
             return "json"
-        except (ValueError, RecursionError):
+        except ValueError:  # not JSON, or nested too deep
             return _first_line_format(stripped)
     return "text"
 
@@ -193,8 +194,8 @@ def _suffix_format(path: Path) -> str | None:
 def _first_line_format(stripped: str) -> str:
     """Not one JSON document: JSON lines when the first line is a JSON object, else text."""
     try:
-        return "jsonl" if isinstance(json.loads(stripped.splitlines()[0]), dict) else "text"
-    except (ValueError, RecursionError):
+        return "jsonl" if isinstance(json_loads(stripped.splitlines()[0]), dict) else "text"
+    except ValueError:
         return "text"
 
 
@@ -322,11 +323,11 @@ def _read_json(path: Path) -> LossCurve:
     with _open(path, cap=INDEX) as handle:
         text = handle.read()
     try:
-        data = json.loads(text, parse_float=str, parse_int=str)
+        data = json_loads(text, parse_float=str, parse_int=str)
+    except NestingError as exc:
+        raise AlignerError(f"{path}: not readable JSON: {exc}") from None
     except ValueError as exc:
         raise AlignerError(f"{path}: not valid JSON: {exc}") from exc
-    except RecursionError:
-        raise AlignerError(f"{path}: not readable JSON: nested too deeply") from None
     del text
     if isinstance(data, dict):
         loss_key = next((k for k in LOSS_KEYS if isinstance(data.get(k), list)), None)
@@ -349,11 +350,11 @@ def _jsonl_rows(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[tuple[
         if not line.strip():
             continue
         try:
-            row = json.loads(line, parse_float=str, parse_int=str)
+            row = json_loads(line, parse_float=str, parse_int=str)
+        except NestingError as exc:
+            raise AlignerError(f"{path} line {number}: not readable JSON: {exc}") from None
         except ValueError as exc:
             raise AlignerError(f"{path} line {number}: not valid JSON: {exc}") from exc
-        except RecursionError:
-            raise AlignerError(f"{path} line {number}: not readable JSON: nested too deeply") from None
         if not isinstance(row, dict):
             raise AlignerError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
         yield number, row

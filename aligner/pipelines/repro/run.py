@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from aligner.core.errors import AlignerError
+from aligner.core.files import TEXT, read_text
 from aligner.core.frameworks import Framework
+from aligner.core.nesting import json_loads
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.dumping.manifest import Record
 from aligner.pipelines.compare.evaluate import RowStatus, evaluate
@@ -93,8 +95,8 @@ def _check_target(out: Path, force: bool) -> None:
 def _not_ours(out: Path) -> str | None:
     """The first entry of `out` a previous repro did not write (None: all of it is a repro's)."""
     try:
-        listed = set(json.loads((out / MARKER).read_text(encoding="utf-8"))["files"]) | {MARKER}
-    except (OSError, ValueError, KeyError, TypeError):
+        listed = set(json_loads(read_text(out / MARKER, TEXT))["files"]) | {MARKER}
+    except (OSError, ValueError, KeyError, TypeError, AlignerError):  # AlignerError: a FIFO, a device, over the cap
         return MARKER + " (missing or unreadable)"
     folders = {str(parent) for f in listed if isinstance(f, str) for parent in Path(f).parents}
     for root, dirs, names in os.walk(out):
