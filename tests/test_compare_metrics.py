@@ -153,3 +153,16 @@ def test_a_side_that_broadcasts_to_the_other_is_compared_broadcast() -> None:
     assert m.diverged and m.mismatched == 1 and m.max_abs_index == (1, 3, 5)
     assert compare_arrays(np.zeros((3, 4)), np.zeros((4, 3))).method == "none"  # no broadcast: not compared
     assert compare_arrays(np.zeros((2, 3)), np.zeros((3, 3))).method == "none"
+
+
+def test_a_layout_that_merges_consecutive_dimensions_is_compared_in_order() -> None:
+    """timm's Swin keeps [B, H, W, C] where mindcv keeps [B, H*W, C]: the same elements in the same C order, compared
+    elementwise (it was a 'shape mismatch' on every record of a clean pair); a transpose ([B, C, H*W]) is not."""
+    nhwc = np.random.default_rng(1).standard_normal((2, 8, 8, 16)).astype(np.float32)
+    flat = nhwc.reshape(2, 64, 16).copy()
+    for a, b in ((nhwc, flat), (flat, nhwc)):
+        m = compare_arrays(a, b)
+        assert m.method == "elements" and m.allclose and not m.shape_match
+    assert compare_arrays(flat.transpose(0, 2, 1).copy(), nhwc).method == "none"
+    stats = tensor_stats(nhwc)
+    assert compare_stats(stats, stats, (2, 8, 8, 16), (2, 64, 16), "float32", "float32").allclose

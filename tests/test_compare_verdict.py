@@ -93,7 +93,8 @@ def test_bisect_reads_log_n_pairs_and_finds_the_same_record(tmp_path: Path, at: 
     # record before it matching proves nothing about records it does not depend on)
     assert result["bisect_confirmed"] is (result["bisect_unread"] == 0)
     n = len(result["rows"])
-    # the last record, a binary search (log2 n), the samples before the answer (about isqrt n) and the walk up its inputs
+    # the last record, a binary search (log2 n), the samples before the answer (about isqrt n), the walk up its
+    # inputs
     assert result["bisect_reads"] <= 1 + math.ceil(math.log2(n)) + math.isqrt(n) + 4
     assert sum(r["status"] != "unread" for r in result["rows"]) == result["bisect_reads"]
     assert ("not ruled out" in result["summary"]) is (not result["bisect_confirmed"])

@@ -138,8 +138,8 @@ def test_the_parent_whose_code_differs_is_blamed(tmp_path, bug, layer, expected,
                 assert finding.culprit is Culprit.WIRING and f"At fault: the forward of {expected}, which hands" in text
             elif finding.culprit is Culprit.PARENT_CODE:
                 assert f"At fault: the code in the forward of {expected} " in text, text
-            else:  # a block recorded whole (leaves_only False) is the module itself
-                assert not leaves_only and finding.culprit is Culprit.MODULE, text
+            else:  # the block's own output (recorded whole, or its statistics under leaves_only) is the module
+                assert finding.culprit is Culprit.MODULE and bug == "no-residual", text
 
 
 def test_a_wiring_swap_names_what_each_side_hands_over(tmp_path):

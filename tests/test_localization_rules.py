@@ -202,7 +202,7 @@ def test_version_1_dumps_are_read_and_newer_ones_refused(tmp_path):
         lines = (d / "manifest.jsonl").read_text().splitlines()
         header = json.loads(lines[0]) | {"version": 1}
         recs = [{k: v for k, v in json.loads(line).items() if k not in ("call", "parent", "same_as", "source")}
-                for line in lines[1:]]
+                for line in lines[1:] if json.loads(line)["kind"] != "block"]  # version 1 had no block records
         (d / "manifest.jsonl").write_text("\n".join(json.dumps(x) for x in [header, *recs]) + "\n")
     assert aligner.compare(ms_dir, pt, progress=SILENT).exit_code == 0
     lines = (pt / "manifest.jsonl").read_text().splitlines()

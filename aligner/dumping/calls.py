@@ -47,6 +47,9 @@ class CallHooks:
             frame.first_seq = session.seq  # what the children record starts here
         elif self.fallback:
             kept = [inputs]  # references only: recorded at exit if nothing inside was
+            if self.opts.inputs is not False:
+                self._observed(frame, "input", inputs)
+                frame.first_seq = session.seq
         if self.opts.forward:  # what enters a call was computed by its caller, unless known to come from elsewhere
             caller = session.parent(frame)
             for t in tensors_in(inputs):
@@ -92,8 +95,19 @@ class CallHooks:
                     session.emit(self.path, self.type, "buffer", BUFFERS[name], 0, value, call=frame.call,
                                  parent=parent)
         elif self.opts.forward:  # outputs not recorded: a later input made of them was computed by this module's code
+            if self.fallback:
+                self._observed(frame, "output", output)
             for t in tensors_in(output):
                 session.computed_in(t, self.path)
+
+    def _observed(self, frame: Frame, io: str, tensors: Any) -> None:
+        """A block's (a module with children, under `leaves_only`) inputs or outputs as links or statistics; an
+        input with its place in the call, so the two sides' keyword arguments pair by name."""
+        parent = self.session.parent(frame)
+        places = describe(tuple(tensors[0]), dict(tensors[1]))[1] if io == "input" else None
+        for i, t in enumerate(tensors_in(tensors)):
+            self.session.observe(self.path, self.type, io, i, t, call=frame.call, parent=parent,
+                                 arg=places[i] if places is not None else None)
 
     def _guarded(self, frame: Frame, io: str, record: Callable[..., None], *args: Any) -> None:
         """Run `record(*args)`; an exception it meets becomes a skipped record of this call (`Session.failed`), never

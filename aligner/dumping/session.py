@@ -12,7 +12,7 @@ import numpy as np
 
 from aligner.core.dtypes import canonical
 from aligner.dumping.fstats import fast_stats_of, on_host, stats_of
-from aligner.dumping.manifest import Record
+from aligner.dumping.manifest import BLOCK, Record
 from aligner.dumping.tensors import dtype_label, dtype_name, failure, shape_of, to_host, unstorable, view_key
 
 # False: stats-only captures copy every tensor to the host and the sink computes its statistics there (the path
@@ -136,7 +136,7 @@ class Session:
     # -- records ----------------------------------------------------------------------------------------------------
     def emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
              call: int | None = None, parent: str | None = None, source: str | None = None,
-             arg: str | None = None, scope: str | None = None) -> int:
+             arg: str | None = None, scope: str | None = None, stats_only: bool = False) -> int:
         """Queue `tensor`'s record with the next sequence number (returned): with a host copy of the tensor (full
         dumps), or (a sink without `host_arrays`) with its statistics, computed now where the tensor lives: on its
         accelerator (`stats_of`), or in host memory in one pass without a copy (`fast_stats_of`). A tensor that cannot
@@ -147,7 +147,7 @@ class Session:
         skipped: str | None = None
         try:
             dtype, shape = dtype_name(tensor), shape_of(tensor)
-            if self.host_arrays:
+            if self.host_arrays and not stats_only:
                 array = host = to_host(tensor)
                 dtype, shape = canonical(host.dtype), list(host.shape)
             else:
@@ -181,6 +181,19 @@ class Session:
             self.sink.put(record, array)
         except Exception:  # a write error of the sink's: Sink.close raises it
             pass
+
+    def observe(self, module: str, type_: str, io: str, index: int, tensor: Any, *, call: int | None,
+                parent: str | None, arg: str | None = None) -> None:
+        """Record what a call `leaves_only` keeps no records of takes in or hands back (kind "block"): a link when it
+        is an earlier record's tensor, else its statistics alone (never a file, and never a producer that later
+        inputs link to: they keep their own data), so a verdict can tell a block's own code from its children's."""
+        same = self.producer(tensor)
+        if same is not None:
+            self._emit_link(module, type_, BLOCK, io, index, tensor, call=call, parent=parent, same=same, arg=arg)
+            return
+        scope = self.scope_of(tensor) if io == "input" else None
+        self.emit(module, type_, BLOCK, io, index, tensor, call=call, parent=parent, arg=arg,
+                  scope=scope if scope != parent else None, stats_only=True)
 
     def emit_output(self, module: str, type_: str, kind: str, index: int, tensor: Any, *, call: int | None,
                     parent: str | None, source: str | None = None) -> int:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import math
+import operator
 from typing import Any, Iterable, Iterator, Protocol
 
 import numpy as np
@@ -199,17 +201,17 @@ def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
 def compare_streams(a: ArrayStream, b: ArrayStream, tolerance: Tolerance | None = None, chunk: int = CHUNK) -> Metrics:
     """Metrics of `a` against the reference `b`, reading both once in chunks (memory independent of tensor size).
 
-    Shapes that differ only by size-1 dimensions (`[1, 10]` vs `[10]`) are compared elementwise but still reported
-    as a shape difference; so is a side that broadcasts to the other's shape (a position table returned as [16, 64]
-    where the other side gathers it into [2, 16, 64]), compared as broadcast when the result holds at most
-    BROADCAST_LIMIT elements; other shape differences are not compared (method NONE). Without a `tolerance`, the
-    dtypes' torch.testing defaults apply.
+    Shapes that differ only by size-1 dimensions (`[1, 10]` vs `[10]`), or where one merges consecutive dimensions of
+    the other (`same_order`), are compared elementwise but still reported as a shape difference; so is a side that
+    broadcasts to the other's shape (a position table returned as [16, 64] where the other side gathers it into
+    [2, 16, 64]), compared as broadcast when the result holds at most BROADCAST_LIMIT elements; other shape
+    differences are not compared (method NONE). Without a `tolerance`, the dtypes' torch.testing defaults apply.
     """
     dtype_a, dtype_b = canonical(a.dtype), canonical(b.dtype)
     tol = tolerance or Tolerance.for_dtype(dtype_a, dtype_b)
     metrics = Metrics(tuple(a.shape), tuple(b.shape), dtype_a, dtype_b, tol.rtol, tol.atol)
     shape = metrics.shape_b
-    if _squeezed(metrics.shape_a) != _squeezed(metrics.shape_b):
+    if not same_order(metrics.shape_a, metrics.shape_b):
         wide = broadcast_shape(metrics.shape_a, metrics.shape_b)
         if wide is None or math.prod(wide) > BROADCAST_LIMIT:
             metrics.method = Method.NONE
@@ -220,6 +222,17 @@ def compare_streams(a: ArrayStream, b: ArrayStream, tolerance: Tolerance | None 
     for piece_a, piece_b in _paired(a.chunks(chunk), b.chunks(chunk)):
         accumulate(_native(piece_a, dtype), _native(piece_b, dtype), metrics.rtol, metrics.atol, totals)
     return _finish(totals, metrics, shape)
+
+
+def same_order(shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> bool:
+    """Whether two shapes lay out the same elements in the same C order: one merges consecutive dimensions of the
+    other (timm's NHWC [2, 8, 8, 16] and mindcv's [B, H*W, C] [2, 64, 16]; size-1 dimensions aside). A transpose or
+    any other reshape is not: its flat order differs."""
+    if math.prod(shape_a) != math.prod(shape_b):
+        return False
+    ends_a = set(itertools.accumulate(_squeezed(shape_a), operator.mul))
+    ends_b = set(itertools.accumulate(_squeezed(shape_b), operator.mul))
+    return ends_a <= ends_b or ends_b <= ends_a
 
 
 BROADCAST_LIMIT = 1 << 24  # elements of a broadcast comparison: the narrower side is held in memory, broadcast
@@ -261,7 +274,7 @@ def compare_stats(stats_a: dict[str, Any], stats_b: dict[str, Any], shape_a: tup
     tol = tolerance or Tolerance.for_dtype(dtype_a, dtype_b)
     m = Metrics(tuple(shape_a), tuple(shape_b), dtype_a, dtype_b, tol.rtol, tol.atol, method=Method.STATS,
                 numel=math.prod(shape_b))
-    if m.shape_a != m.shape_b and _squeezed(m.shape_a) != _squeezed(m.shape_b):
+    if not same_order(m.shape_a, m.shape_b):
         m.method = Method.NONE
         return m
     get_a, get_b = stats_a.get, stats_b.get

@@ -83,8 +83,8 @@ def _describe(row: Row) -> str:
         parts.append(f"dtype {m.dtype_a} vs {m.dtype_b}")
     if not m.shape_match:
         parts.append(f"shape {list(m.shape_a)} vs {list(m.shape_b)}" + (
-            ", compared after broadcasting" if [s for s in m.shape_a if s != 1] != [s for s in m.shape_b if s != 1]
-            else ""))
+            ", compared after broadcasting" if math.prod(m.shape_a) != math.prod(m.shape_b) else
+            ", compared in the same element order"))
     if m.method == "stats":
         parts.append(f"statistics differ (norm rel err {_fmt(m.rel_l2_err, '.1e')})")
     else:
@@ -205,6 +205,12 @@ def summary(result: CompareResult) -> str:
     elif not v.findings:
         parts.append("No divergence: every compared record matches within tolerance." if v.bisect_reads is None
                      else "No divergence among the records read.")
+    if v.immaterial:
+        row = rows[v.immaterial[0]]
+        parts.append(f"{len(v.immaterial)} input record(s) differ while every output of their call agrees (first: "
+                     f"{_where(row)}, {_describe(row)}): another form of the same input (a mask with an extra "
+                     f"column, a table laid out differently) that changes nothing the call computes, listed, not a "
+                     f"divergence.")
     if v.nan_origin is not None:
         n = v.nan_origin
         side = result.side_a if n.side == "a" else result.side_b

@@ -525,9 +525,11 @@ def swin_gelu_tanh(pair) -> Restore:
     return set_attr(_swin_block(pair, 0, 0).mlp.act, "approximate", "tanh")
 
 
-_SWIN_MISS = ("issue 27 item 8: the clean swin pair already diverges at patch_embed (timm NHWC [2, 8, 8, 16] vs mindcv "
-              "[2, 64, 16], equal values): aligner names patch_embed ('introduced here', bisect 'confirms' it) "
-              "before the bug; needs comparing up to layout (reshape-only differences)")
+_SWIN_MISS = ("issue 27: the block calls its window attention without the shifted-window mask; the attention's inputs "
+              "(the mask among them, absent on one side) are not compared as a difference, so aligner blames "
+              "layers.0.blocks.1.attn ('introduced here'), the first module whose output changes, not the block "
+              "whose forward left the mask out: an argument one side passes and the other does not is not yet "
+              "evidence")
 
 
 # ---- the catalogue -----------------------------------------------------------------------------------------------
@@ -607,11 +609,7 @@ CATALOGUE: list[Bug] = [
     Bug("moe-top1", "moe_lm", "routing", "model.layers.0.block_sparse_moe", moe_top1,
         "layers.0 MoE block top_k = 1 instead of 2"),
     Bug("moe-no-renormalise", "moe_lm", "routing", "model.layers.0.block_sparse_moe", moe_no_renormalise,
-        "layers.0 MoE block construct without the renormalisation of the top-2 weights", now="miss",
-        why="issue 27 item 2: every expert's output matches (the weights multiply after the expert) and the MoE "
-            "block's output is not recorded (leaves_only): aligner blames model.layers.0 ('introduced here', bisect "
-            "'confirms' it) for a tensor the MoE block's own forward computed; needs the innermost scope that "
-            "can have computed it (the call records/links of block_sparse_moe)"),
+        "layers.0 MoE block construct without the renormalisation of the top-2 weights"),
     Bug("moe-capacity-drop", "moe_lm", "routing", "model.layers.0.block_sparse_moe", moe_capacity_drop,
         "layers.0 MoE block construct with an expert capacity of 8 tokens (the rest dropped)"),
     Bug("moe-missing-residual", "moe_lm", "missing residual", "model.layers.0", moe_missing_residual,
@@ -622,11 +620,7 @@ CATALOGUE: list[Bug] = [
     Bug("qwen2-rope-base", "gqa_lm", "position table", "model.rotary_emb", qwen2_rope_base,
         "rotary_emb.inv_freq from base 1e6 instead of 1e4 (the table computed once, read by every layer)"),
     Bug("qwen2-causal-mask", "gqa_lm", "mask", "model", qwen2_causal_mask_off_by_one,
-        "model's causal mask off by one (each position also sees the next token)", now="miss",
-        why="issue 27 item 2: the mask is computed once in Qwen2Model's forward and handed through each decoder "
-            "layer to self_attn; aligner blames model.layers.0.self_attn ('introduced here', bisect 'confirms' "
-            "it), the first module whose output changes, not the code that computed its attention_mask input "
-            "(model)"),
+        "model's causal mask off by one (each position also sees the next token)"),
     Bug("qwen2-rmsnorm-eps", "gqa_lm", "RMSNorm eps", "model.layers.0.input_layernorm", qwen2_rmsnorm_eps,
         "layers.0.input_layernorm eps 1e-3 instead of 1e-6"),
     # encdec: T5 (relative position bias, cross-attention)
@@ -645,17 +639,15 @@ CATALOGUE: list[Bug] = [
         "bucket 9, torch in 10 (a real MindSpore finding)", variant=t5_long_input_variant),
     # swin: timm vs mindcv Swin
     Bug("swin-shift-direction", "swin", "shift/roll", "layers.0.blocks.1", swin_shift_direction,
-        "layers.0.blocks.1 cyclic shift +2 before / -2 after the window attention (direction reversed)", now="miss",
-        why=_SWIN_MISS),
+        "layers.0.blocks.1 cyclic shift +2 before / -2 after the window attention (direction reversed)"),
     Bug("swin-shift-size", "swin", "shift/roll", "layers.0.blocks.1", swin_shift_size,
-        "layers.0.blocks.1 cyclic shift by 1 instead of 2", now="miss", why=_SWIN_MISS),
+        "layers.0.blocks.1 cyclic shift by 1 instead of 2"),
     Bug("swin-mask-off", "swin", "mask", "layers.0.blocks.1", swin_mask_off,
         "layers.0.blocks.1 window attention called without the shifted-window mask", now="miss", why=_SWIN_MISS),
     Bug("swin-missing-mlp-residual", "swin", "missing residual", "layers.0.blocks.0", swin_missing_mlp_residual,
-        "layers.0.blocks.0 without the MLP residual add (block output not recorded)", now="miss", why=_SWIN_MISS),
+        "layers.0.blocks.0 without the MLP residual add (block output not recorded)"),
     Bug("swin-gelu-tanh", "swin", "GELU approximate", "layers.0.blocks.0.mlp.act", swin_gelu_tanh,
-        "layers.0.blocks.0.mlp.act tanh-approximate GELU (MindSpore's default) instead of erf", now="miss",
-        why=_SWIN_MISS),
+        "layers.0.blocks.0.mlp.act tanh-approximate GELU (MindSpore's default) instead of erf"),
 ]
 
 

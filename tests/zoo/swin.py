@@ -15,6 +15,9 @@ Migration differences found (must be made identical for the outputs to agree; ca
   their Parameters `0.blocks.0...` and `0.blocks.1.blocks.0...` (the cell paths are `layers.0.blocks.0...`,
   `layers.1.blocks.0...`). The builder names every Parameter by its cell path (`parameters_and_names`), so the
   checkpoint keys are the paths the dumps use.
+* patch merging: mindcv's `PatchMerging` builds MindSpore `nn.LayerNorm([4 * dim])`, whose epsilon defaults to
+  1e-7; timm's uses torch's 1e-5 (logits 3.0e-6 apart as built; `align audit` names it). The builder gives mindcv's
+  merge a LayerNorm with epsilon 1e-5 (weights come from the conversion).
 * mindcv keeps the shift mask (`attn_mask`) and the one-hot bias index (`relative_bias.index`) as non-trainable
   Parameters, so they are checkpoint keys no torch tensor fills (timm: non-persistent buffers, recomputed at build)
   and `align convert --like` refuses ("5 target key(s) unfilled"). The builder turns them into plain Tensor
@@ -52,6 +55,7 @@ def _constants_to_tensors(msm) -> None:
 
 def build(seed: int = 0, batch: int = 2) -> Pair:
     from mindcv.models.swintransformer import SwinTransformer as MsSwin
+    from mindspore import nn
     from timm.models.swin_transformer import SwinTransformer as PtSwin
 
     seed_all(seed)
@@ -60,6 +64,9 @@ def build(seed: int = 0, batch: int = 2) -> Pair:
     perturb_constants_(pt, seed)
     msm = MsSwin(image_size=IMG, **CFG)
     _constants_to_tensors(msm)
+    for layer in msm.layers:  # the patch-merging LayerNorm epsilon difference above (timm's 1e-5)
+        if layer.downsample is not None:
+            layer.downsample.norm = nn.LayerNorm(layer.downsample.norm.normalized_shape, epsilon=1e-5)
     for path, param in msm.parameters_and_names():  # the Parameter-name difference above
         param.name = path
     for layer in msm.layers:

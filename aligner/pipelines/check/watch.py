@@ -121,7 +121,7 @@ class _Deferred(Session):
 
     def emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
              call: int | None = None, parent: str | None = None, source: str | None = None,
-             arg: str | None = None, scope: str | None = None) -> int:
+             arg: str | None = None, scope: str | None = None, stats_only: bool = False) -> int:
         """Number the record; keep the tensor for `flush` (or compute its statistics now; the watch keeps no
         `scope`: its rules read each record alone)."""
         if kind == "buffer":
@@ -168,6 +168,10 @@ class _Deferred(Session):
                 self._ms_cpu = str(ms.get_context("device_target")).upper().startswith("CPU")
             return tensor if self._ms_cpu else None  # MindSpore ops return new tensors: a reference is enough
         return None
+
+    def observe(self, module: str, type_: str, io: str, index: int, tensor: Any, *, call: int | None,
+                parent: str | None, arg: str | None = None) -> None:
+        """Nothing: the watch's rules read leaf records, and a block's statistics would only slow each step."""
 
     def flush(self) -> None:
         """Compute the statistics of every kept tensor in one batch and hand the records to the sink, in order."""

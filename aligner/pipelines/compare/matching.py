@@ -21,7 +21,7 @@ from typing import Callable, Hashable, Sequence
 
 from aligner import io, mapping  # the name planner, loaded only for PyTorch/MindSpore parameter gradients
 from aligner.core.frameworks import Framework
-from aligner.dumping.manifest import Record
+from aligner.dumping.manifest import BLOCK, Record
 from aligner.pipelines.compare import ops as op_records  # aligner.dump(ops=True) records: see compare/ops.py
 from aligner.pipelines.compare.sources import Item, stats_identity
 
@@ -393,8 +393,12 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     where_b = {k: i for i, k in enumerate(keys_b) if k is not None}
     named = [(i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b]  # sorted by i
     partner = dict(named)  # record of `a` -> its twin in `b`
-    inner_a = _inside_leaves(items_a, names_a, items_b, names_b, spelled)
-    inner_b = _inside_leaves(items_b, names_b, items_a, names_a, spelled)
+    # records kept out of the pairing by content: the internals of a composite the other side records as one leaf,
+    # and blocks' statistics (every block of a stack hands back the same shape: only a name tells them apart)
+    inner_a = _inside_leaves(items_a, names_a, items_b, names_b, spelled) | \
+        {i for i, it in enumerate(items_a) if it.record.kind == BLOCK}
+    inner_b = _inside_leaves(items_b, names_b, items_a, names_a, spelled) | \
+        {i for i, it in enumerate(items_b) if it.record.kind == BLOCK}
     by_content: set[int] = set()  # the records of `a` paired by content (the others by name)
     used_b = set(partner.values())
 

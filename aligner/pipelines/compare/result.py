@@ -137,7 +137,7 @@ class CompareResult:
             "calibration": self.calibration.to_dict() if self.calibration is not None else None,
             "msprobe_maps": [m.to_dict() for m in self.maps],
             "bisect_reads": v.bisect_reads, "bisect_confirmed": v.bisect_confirmed,
-            "bisect_unread": v.bisect_unread, "manifest_problems": self.problems,
+            "bisect_unread": v.bisect_unread, "immaterial_inputs": v.immaterial, "manifest_problems": self.problems,
             "rows": [self.row_dict(i) for i in range(len(self.rows))],
         }
 

@@ -16,14 +16,14 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Hashable, NamedTuple, Sequence
 
-from aligner.dumping.manifest import Record
+from aligner.dumping.manifest import BLOCK, Record
 from aligner.pipelines.compare.evaluate import Row
 
 if TYPE_CHECKING:  # compare/settings.py loads the audit's rules: only for a finding with call records
     from aligner.pipelines.compare.settings import SettingDiff
 
 AMPLIFICATION = 10.0  # an error this many times its inputs' error is new here, not carried from upstream
-FORWARD = ("forward", "probe", "op", "buffer")
+FORWARD = ("forward", "probe", "op", "buffer", BLOCK)
 BACKWARD = ("backward", "param_grad")
 
 
@@ -96,6 +96,7 @@ class Verdict:
     bisect_reads: int | None = None
     bisect_confirmed: bool | None = None  # every record before each answer was read (so it is the first divergence)
     bisect_unread: int | None = None      # records before the answers that bisect did not read
+    immaterial: list[int] = dataclasses.field(default_factory=list)  # divergent inputs of calls whose outputs agree
 
 
 def phase_of(row: Row) -> Phase:
@@ -124,8 +125,10 @@ class Flow(dict):
         self.untwinned: dict[int, int] = {}  # input row -> the producer row that has no twin on the other side
 
 
-_CALL_KINDS = ("forward", "op", "buffer")
+_CALL_KINDS = ("forward", "op", "buffer", BLOCK)
 _CONSUMERS = {("forward", "input"), ("backward", "grad_output")}  # records whose producer dataflow() looks up
+_INPUT_IOS = ("input", "grad_output")  # what flows into a call
+_MODULE_RECORDS = ("forward", BLOCK)  # a module call's own inputs and outputs (a leaf's, or a block's statistics)
 
 
 def _call_flow(rows: Sequence[Row]) -> Flow:
@@ -223,6 +226,24 @@ def dataflow(rows: Sequence[Row]) -> Flow:
     return inputs
 
 
+def evident(i: int, rows: Sequence[Row], inputs: Flow) -> bool:
+    """Whether divergent row i can start a divergence: it was set side by side, or its shapes differ where the call
+    itself made them (an output whose inputs compared: a pooling's ceil_mode). An input in a shape nothing relates
+    (mindone's mask [2, 1, 12, 13], transformers' [2, 1, 12, 12]; tokens routed to an expert), and an output that
+    only carries such an input's shape on, says where shapes part, not where numbers do: what comes after does."""
+    row = rows[i]
+    if row.metrics is None or row.metrics.method != "none":
+        return True
+    if row.pair.ref.record.io in _INPUT_IOS:
+        return False
+    return all(_comparable(rows[j]) for j in inputs.get(i, []))
+
+
+def _comparable(row: Row) -> bool:
+    """Whether a row's numbers were set side by side (an input whose shapes nothing relates is evidence of nothing)."""
+    return row.metrics is not None and row.metrics.method != "none"
+
+
 def _floor(row: Row) -> float:
     """Error level below which a row only carries float noise: its relative tolerance."""
     return row.metrics.rtol if row.metrics is not None else 0.0
@@ -230,7 +251,7 @@ def _floor(row: Row) -> float:
 
 def classify(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Label, str]:
     """("introduced" | "inherited", reason in words) for row i: new error, or error its inputs already carried."""
-    ups = [j for j in inputs.get(i, []) if rows[j].metrics is not None]
+    ups = [j for j in inputs.get(i, []) if _comparable(rows[j])]
     e_out = error_level(rows[i])
     if i in inputs.computed:
         return Label.INTRODUCED, _computed(rows[i], e_out)
@@ -352,7 +373,7 @@ def _handed_other(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[str, str |
     callee's."""
     rec = rows[i].pair.ref.record
     ups = inputs.get(i, [])
-    if rec.kind not in ("forward", "op") or rec.io != "input" or rec.same_as is None or len(ups) != 1 or \
+    if rec.kind not in ("forward", "op", BLOCK) or rec.io != "input" or rec.same_as is None or len(ups) != 1 or \
             i in inputs.computed:
         return None
     producer, other_side = rows[ups[0]], rows[i].pair.a
@@ -458,7 +479,7 @@ def trace_origin(first: int, rows: Sequence[Row], inputs: dict[int, list[int]],
         if read is not None:
             for j in inputs.get(cur, []):
                 read(j)
-        ups = [j for j in inputs.get(cur, []) if rows[j].metrics is not None and j not in seen]
+        ups = [j for j in inputs.get(cur, []) if _comparable(rows[j]) and j not in seen]
         if not ups:
             return cur
         j = max(ups, key=lambda k: error_level(rows[k]))
@@ -479,9 +500,10 @@ def _previous(i: int, rows: Sequence[Row], phase: Phase) -> int | None:
 def find(rows: Sequence[Row], inputs: Flow, phase: Phase, diverged: Sequence[int]) -> Divergence | None:
     """The first divergent row of a phase (`diverged`: the divergent rows, in order), traced back to where its error
     is introduced."""
-    first = next((i for i in diverged if phase_of(rows[i]) == phase), None)
-    if first is None:
+    in_phase = [i for i in diverged if phase_of(rows[i]) == phase]
+    if not in_phase:
         return None
+    first = next((i for i in in_phase if evident(i, rows, inputs)), in_phase[0])
     origin = trace_origin(first, rows, inputs)
     return Divergence(phase, first, _previous(first, rows, phase), origin, classify(origin, rows, inputs)[1],
                       **blame(origin, rows, inputs)._asdict(), above_noise=rows[origin].above_noise)
@@ -506,17 +528,54 @@ def nan_origin(rows: Sequence[Row], inputs: dict[int, list[int]]) -> NanFinding 
     return None
 
 
+def immaterial(rows: Sequence[Row], candidates: Sequence[int]) -> set[int]:
+    """The divergent call inputs among `candidates` whose call's outputs were all compared and all agree (a mask
+    mindone builds [2, 1, 12, 13] where transformers builds [2, 1, 12, 12], a table in another form: no number the
+    call computes changes), and containers' outputs that end at another point (`_boundary`): no divergence of what
+    the model computes. The report lists them apart."""
+    outputs: dict[tuple[int, int], list[Row]] = defaultdict(list)
+    for row in rows:
+        rec = row.pair.ref.record
+        if rec.kind in _MODULE_RECORDS and rec.io == "output" and rec.call is not None:
+            outputs[(rec.step, rec.call)].append(row)
+    out = set()
+    for i in candidates:
+        rec = rows[i].pair.ref.record
+        made = outputs.get((rec.step, rec.call)) if rec.kind in _MODULE_RECORDS and rec.io == "input" and \
+            rec.call is not None else None
+        if made and all(r.metrics is not None and not r.diverged for r in made):
+            out.add(i)
+        elif _boundary(rows, i):
+            out.add(i)
+    return out
+
+
+def _boundary(rows: Sequence[Row], i: int) -> bool:
+    """Whether row i is a container's output whose shapes cannot be compared while everything recorded inside it
+    agrees: the two zoos end the block at another point (timm merges a Swin stage's patches at its start, mindcv at
+    its end), so its outputs are different tensors, not different numbers for one tensor."""
+    row = rows[i]
+    rec = row.pair.ref.record
+    if row.metrics is None or row.metrics.method != "none" or rec.kind not in _MODULE_RECORDS or rec.io != "output":
+        return False
+    inside = [r for r in rows if r.pair.ref.record.step == rec.step and r.metrics is not None and
+              r.pair.ref.record.kind in _MODULE_RECORDS and r.pair.ref.record.module.startswith(rec.module + ".")]
+    return bool(inside) and not any(r.diverged for r in inside)
+
+
 def judge(rows: Sequence[Row]) -> Verdict:
     """All verdicts over fully evaluated rows."""
     inputs = dataflow(rows)
     diverged = [i for i, r in enumerate(rows) if r.diverged]
+    harmless = immaterial(rows, diverged)
+    diverged = [i for i in diverged if i not in harmless]
     labels = {i: classify(i, rows, inputs)[0] for i in diverged}
     findings = [f for f in (find(rows, inputs, p, diverged) for p in Phase) if f is not None]
     if len(findings) == 2:
         findings[1].reason += "; the forward pass had already diverged, so the backward one follows from it"
     for f in findings:
         labels[f.origin] = Label.INTRODUCED
-    return Verdict(findings, nan_origin(rows, inputs), labels)
+    return Verdict(findings, nan_origin(rows, inputs), labels, immaterial=sorted(harmless))
 
 
 def _evidence(row: Row) -> bool:
@@ -560,6 +619,20 @@ def _earliest(cand: list[int], found: int, diverged: Callable[[int], bool]) -> i
     return found
 
 
+def _evident_from(cand: list[int], found: int, rows: Sequence[Row], inputs: Flow, diverged: Callable[[int], bool],
+                  evaluated: Callable[[int], Row]) -> int:
+    """The first divergent row at or after position `found` that can start a divergence (`evident`: where shapes
+    part, what follows tells where numbers do), reading forward; `found` itself when none does."""
+    for k in range(found, len(cand)):
+        i = cand[k]
+        if diverged(i):
+            for j in inputs.get(i, []):
+                evaluated(j)
+            if evident(i, rows, inputs):
+                return k
+    return found
+
+
 def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
     """Find each phase's first divergent row reading O(log n + sqrt n) pairs, and say what the reads prove.
 
@@ -572,12 +645,27 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
     The answer is the first divergence (`bisect_confirmed`) only when every record before it was read.
     """
     read: set[int] = set()
+    made: dict[tuple[int, int], list[int]] = defaultdict(list)  # a call -> its forward output rows
+    for k, row in enumerate(rows):
+        rec = row.pair.ref.record
+        if rec.kind in _MODULE_RECORDS and rec.io == "output" and rec.call is not None:
+            made[(rec.step, rec.call)].append(k)
 
-    def diverged(i: int) -> bool:
+    def evaluated(i: int) -> Row:
         if i not in read:
             rows[i] = evaluate(i)
             read.add(i)
-        return rows[i].diverged
+        return rows[i]
+
+    def diverged(i: int) -> bool:
+        if not evaluated(i).diverged:
+            return False
+        rec = rows[i].pair.ref.record
+        if rec.kind not in _MODULE_RECORDS or rec.io != "input":
+            return True
+        for k in made.get((rec.step, rec.call or -1), []):  # an input whose call's outputs all agree: immaterial
+            evaluated(k)
+        return not immaterial(rows, [i])
 
     inputs = dataflow(rows)
     findings: list[Divergence] = []
@@ -591,10 +679,12 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
         if found is None:
             continue
         while True:
-            found = _earliest(cand, found, diverged)
+            found = _evident_from(cand, _earliest(cand, found, diverged), rows, inputs, diverged, evaluated)
             origin = trace_origin(cand[found], rows, inputs, diverged)
             if origin in inputs.computed or origin in inputs.untwinned or _handed_other(origin, rows, inputs):
-                before = [k for k, i in enumerate(cand[:found]) if i < origin and diverged(i)]  # the whole stretch
+                # a computed input may depend on anything before it: the whole stretch is read
+                before = [k for k, i in enumerate(cand[:found]) if i < origin and diverged(i) and
+                          _evident_from(cand, k, rows, inputs, diverged, evaluated) == k]
                 if before:
                     found = before[0]
                     continue
