@@ -166,3 +166,19 @@ def test_a_layout_that_merges_consecutive_dimensions_is_compared_in_order() -> N
     assert compare_arrays(flat.transpose(0, 2, 1).copy(), nhwc).method == "none"
     stats = tensor_stats(nhwc)
     assert compare_stats(stats, stats, (2, 8, 8, 16), (2, 64, 16), "float32", "float32").allclose
+
+
+def test_the_same_rows_in_another_order_are_an_order_only_difference() -> None:
+    """An MoE expert receives its tokens sorted by torch's unstable CPU argsort on one side and MindSpore's stable
+    one on the other: the same rows in another order. Not a divergence (it blamed a correct expert), reported as
+    such; rows that differ, or a transpose, still diverge."""
+    from aligner.metrics.measure import same_rows
+
+    rows = np.random.default_rng(2).standard_normal((6, 8)).astype(np.float32)
+    shuffled = rows[[3, 0, 5, 1, 4, 2]]
+    assert compare_arrays(shuffled, rows).diverged  # elementwise they differ...
+    assert same_rows(MemoryStream(shuffled), MemoryStream(rows))  # ...but hold the same rows
+    changed = shuffled.copy()
+    changed[0, 0] += 1e-2
+    assert not same_rows(MemoryStream(changed), MemoryStream(rows))
+    assert not same_rows(MemoryStream(rows.T.copy()), MemoryStream(rows[:, :6].T.copy()))

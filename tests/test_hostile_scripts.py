@@ -38,6 +38,7 @@ from aligner.pipelines.compare.run import compare
 from aligner.pipelines.repro import repro
 from aligner.render.compare import zoom
 from tests.conftest import align_in_process, assert_one_line_error
+from tests.test_repro import BLOCKER
 
 ms.set_context(mode=ms.PYNATIVE_MODE)
 
@@ -140,24 +141,9 @@ def on_call(module: str, change: Callable[[dict], None]) -> Callable[[dict], Non
     return lambda rec: change(rec) if rec["kind"] == "call" and rec["module"] == module else None
 
 
-# What runs a generated repro.py: a fresh interpreter (-I), cwd a scratch directory where a payload would leave its
-# marker file, several scripts in one start-up (torch and MindSpore imported once).
-RUNNER = textwrap.dedent('''
-    import runpy, sys
-    codes = {}
-    for script in sys.argv[1:]:
-        try:
-            runpy.run_path(script, run_name="__main__")
-            codes[script] = 0
-        except SystemExit as exc:
-            codes[script] = exc.code
-    print("CODES=" + repr(codes))
-''')
-
-
 def run_scripts(*scripts: Path, cwd: Path) -> tuple[dict[str, int], str]:
     env = dict(os.environ, GLOG_v="3", PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-I", "-c", RUNNER, *map(str, scripts)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-I", "-c", BLOCKER, *map(str, scripts)], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=300)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("CODES=")), None)
     assert line is not None, proc.stdout + proc.stderr

@@ -3,24 +3,12 @@ compare's exit codes and JSON on hand-made dumps."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 
-from aligner.dumping import manifest
 from aligner.dumping.fstats import fast_stats_of
 from tests.conftest import run_align
-
-
-def _dump(root: Path, records: list[dict], arrays: dict[str, np.ndarray]) -> Path:
-    """A dump directory with the given manifest records and tensors/<name>.npy files."""
-    (root / "tensors").mkdir(parents=True)
-    manifest.write_header(root, "numpy", "test", "full")
-    for name, array in arrays.items():
-        np.save(root / "tensors" / f"{name}.npy", array)
-    with open(root / manifest.MANIFEST, "a", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(r) + "\n" for r in records)
-    return root
+from tests.test_hostile_compare import _dump
 
 
 def _rec(seq: int, module: str, **extra) -> dict:
@@ -73,3 +61,17 @@ def test_an_unreadable_tensor_is_never_a_pass(tmp_path):
     # the report is written, and exit 2 still says why in one stderr line (it said nothing)
     assert proc.stderr.startswith("align: error: compare incomplete: 1 record(s) could not be read (first: gone")
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_an_order_only_difference_is_reported_not_blamed(tmp_path):
+    """A record holding the same rows in another order (tokens routed to an expert, sorted stably on one side only)
+    and an identical record after it: exit 0 (the expert was blamed, 'introduced here'), the summary says what
+    differs."""
+    rows = np.random.default_rng(3).standard_normal((6, 4))
+    out = rows.sum(axis=0)
+    recs = [_rec(0, "experts.0", file="tensors/x.npy", shape=[6, 4]), _rec(1, "moe", file="tensors/y.npy")]
+    a = _dump(tmp_path / "a", recs, {"x": rows[[5, 3, 1, 0, 2, 4]], "y": out})
+    b = _dump(tmp_path / "b", recs, {"x": rows, "y": out})
+    proc = run_align("compare", a, b)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 record(s) hold the same rows in another order" in proc.stdout and "introduced here" not in proc.stdout

@@ -60,6 +60,7 @@ class Metrics:
     nan_b: int = 0
     inf_a: int = 0
     inf_b: int = 0
+    reordered: bool = False            # the same rows (along the first axis), in another order: not a divergence
 
     @property
     def shape_match(self) -> bool:
@@ -90,7 +91,8 @@ class Metrics:
         """Values, dtype or shape disagree; a dtype seen as `torch.float32` on one side and `Float32` on the other
         does not, because both are canonical `float32` here. Integer widths do not either when every value agrees:
         MindSpore keeps index tensors as int32 where torch uses int64 (the dtype difference is still reported)."""
-        return not self.allclose or not (self.dtype_match or INTEGER >= {self.dtype_a, self.dtype_b})
+        return (not self.allclose and not self.reordered) or \
+            not (self.dtype_match or INTEGER >= {self.dtype_a, self.dtype_b})
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in _METRIC_FIELDS}  # flat: no deep copy needed
@@ -233,6 +235,22 @@ def same_order(shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> bool:
     ends_a = set(itertools.accumulate(_squeezed(shape_a), operator.mul))
     ends_b = set(itertools.accumulate(_squeezed(shape_b), operator.mul))
     return ends_a <= ends_b or ends_b <= ends_a
+
+
+def same_rows(a: ArrayStream, b: ArrayStream, tolerance: Tolerance | None = None) -> bool:
+    """Whether two tensors of one shape hold the same rows (along the first axis) in another order, within
+    tolerance: the tokens an MoE expert receives, ordered by a sort that is stable in one framework (MindSpore's) and
+    not in the other (torch's CPU argsort). Read whole: at most BROADCAST_LIMIT elements."""
+    if tuple(a.shape) != tuple(b.shape) or len(a.shape) < 2 or a.shape[0] < 2 or math.prod(a.shape) > BROADCAST_LIMIT:
+        return False
+    arrays = []
+    for stream in (a, b):
+        pieces = list(stream.chunks(BROADCAST_LIMIT))
+        flat = np.concatenate(pieces) if pieces else np.empty(0)
+        rows = flat.astype(np.float64).reshape(a.shape[0], -1)
+        arrays.append(rows[np.lexsort(rows.T[::-1])])
+    tol = tolerance or Tolerance.for_dtype(canonical(a.dtype), canonical(b.dtype))
+    return bool(np.allclose(arrays[0], arrays[1], rtol=tol.rtol, atol=tol.atol, equal_nan=True))
 
 
 BROADCAST_LIMIT = 1 << 24  # elements of a broadcast comparison: the narrower side is held in memory, broadcast

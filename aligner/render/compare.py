@@ -205,6 +205,11 @@ def summary(result: CompareResult) -> str:
     elif not v.findings:
         parts.append("No divergence: every compared record matches within tolerance." if v.bisect_reads is None
                      else "No divergence among the records read.")
+    reordered = [r for r in rows if r.metrics is not None and r.metrics.reordered]
+    if reordered:
+        parts.append(f"{len(reordered)} record(s) hold the same rows in another order (first: {_where(reordered[0])}; "
+                     f"an MoE expert's tokens sorted by a sort stable in one framework and not in the other): an "
+                     f"order-only difference, not a divergence.")
     if v.immaterial:
         row = rows[v.immaterial[0]]
         parts.append(f"{len(v.immaterial)} input record(s) differ while every output of their call agrees (first: "
@@ -380,6 +385,8 @@ def _verdict_cell(i: int, row: Row, v: Verdict) -> str:
         return f"error: {row.error}"
     if row.status is RowStatus.SKIPPED:
         return f"not compared: {row.skipped}"
+    if row.metrics is not None and row.metrics.reordered:
+        return "ok: same rows, other order"
     return row.status.value
 
 

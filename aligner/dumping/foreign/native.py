@@ -169,18 +169,24 @@ class _Op:
     input0: list[int] | None = None  # its first input's shape: a cell's first op reads the cell's input there
 
 
+def _bounded(text: str, most: int = 300) -> str:
+    """`text` kept to `most` characters by cutting its middle: a long path in it must not cut off the reason at its
+    end ("... not a regular file (a FIFO)")."""
+    return text if len(text) <= most else f"{text[:most // 2 - 2]}...{text[-(most // 2 - 1):]}"
+
+
 def _tensor_entry(path: Path, rank: Path, real: Path, step: int, found: re.Match[str]) -> Entry:
     record = Record(seq=0, module="", type=f"ops.{found['type']}", kind="op", io="output",
                     index=int(found["slot"]), dtype="", shape=[], step=step, file=str(path.relative_to(rank)))
     _, why = _confined(rank, real, path)
     if why:
-        return Entry(record, error=f"{path.name}: {why}"[:300])
+        return Entry(record, error=_bounded(f"{path.name}: {why}"))
     if found["format"] not in _HOST_FORMATS:
         return Entry(record, error=f"{path.name}: device layout {found['format']} (dump with trans_flag true)")
     try:
         record.shape, record.dtype = npy_layout(path)
     except (OSError, ValueError, AlignerError) as exc:
-        return Entry(record, error=f"{path.name}: not a readable .npy file ({exc})"[:300])
+        return Entry(record, error=_bounded(f"{path.name}: not a readable .npy file ({exc})"))
     return Entry(record, path)
 
 

@@ -6,7 +6,7 @@ import enum
 from typing import TYPE_CHECKING
 
 from aligner.core.tolerance import ToleranceSpec
-from aligner.metrics.measure import Metrics, compare_stats, compare_streams
+from aligner.metrics.measure import Metrics, compare_stats, compare_streams, same_rows
 from aligner.pipelines.compare.matching import Pair
 from aligner.pipelines.compare.sources import Item, TensorError, open_tensor
 
@@ -107,7 +107,9 @@ def evaluate(pair: Pair, tolerance: ToleranceSpec) -> Row:
         if ra.stats is not None and rb.stats is not None and (_stats_only(a) or _stats_only(b)):
             row.metrics = compare_stats(ra.stats, rb.stats, tuple(ra.shape), tuple(rb.shape), ra.dtype, rb.dtype, tol)
         else:
-            row.metrics = compare_streams(open_tensor(a), open_tensor(b), tol)
+            row.metrics = m = compare_streams(open_tensor(a), open_tensor(b), tol)
+            if m.diverged and m.method == "elements" and m.dtype_match:  # an order-only difference is reported apart
+                m.reordered = same_rows(open_tensor(a), open_tensor(b), tol)
     except (TensorError, OSError) as exc:
         row.error = str(exc)
     return row
