@@ -60,7 +60,7 @@ class Metrics:
     nan_b: int = 0
     inf_a: int = 0
     inf_b: int = 0
-    reordered: bool = False            # the same rows (along the first axis), in another order: not a divergence
+    reordered: bool = False            # diverged, but the same rows (along the first axis) in another order
 
     @property
     def shape_match(self) -> bool:
@@ -91,8 +91,7 @@ class Metrics:
         """Values, dtype or shape disagree; a dtype seen as `torch.float32` on one side and `Float32` on the other
         does not, because both are canonical `float32` here. Integer widths do not either when every value agrees:
         MindSpore keeps index tensors as int32 where torch uses int64 (the dtype difference is still reported)."""
-        return (not self.allclose and not self.reordered) or \
-            not (self.dtype_match or INTEGER >= {self.dtype_a, self.dtype_b})
+        return not self.allclose or not (self.dtype_match or INTEGER >= {self.dtype_a, self.dtype_b})
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in _METRIC_FIELDS}  # flat: no deep copy needed

@@ -208,8 +208,9 @@ def summary(result: CompareResult) -> str:
     reordered = [r for r in rows if r.metrics is not None and r.metrics.reordered]
     if reordered:
         parts.append(f"{len(reordered)} record(s) hold the same rows in another order (first: {_where(reordered[0])}; "
-                     f"an MoE expert's tokens sorted by a sort stable in one framework and not in the other): an "
-                     f"order-only difference, not a divergence.")
+                     f"an MoE expert's tokens sorted by a sort stable in one framework and not in the other)"
+                     + (": an order-only difference, not a divergence: nothing computed from them differs."
+                        if not v.findings else "."))
     if v.immaterial:
         row = rows[v.immaterial[0]]
         parts.append(f"{len(v.immaterial)} input record(s) differ while every output of their call agrees (first: "
@@ -374,6 +375,8 @@ def _style(i: int, row: Row, verdict: Verdict) -> str:
 
 def _verdict_cell(i: int, row: Row, v: Verdict) -> str:
     """The verdict column of one row in words."""
+    if row.status is RowStatus.DIVERGED and row.metrics is not None and row.metrics.reordered and i not in v.labels:
+        return "same rows, other order"
     if row.status is RowStatus.DIVERGED:
         label = str(v.labels.get(i, RowStatus.DIVERGED))
         return "ORIGIN " + label if any(f.origin == i for f in v.findings) else label
@@ -385,8 +388,6 @@ def _verdict_cell(i: int, row: Row, v: Verdict) -> str:
         return f"error: {row.error}"
     if row.status is RowStatus.SKIPPED:
         return f"not compared: {row.skipped}"
-    if row.metrics is not None and row.metrics.reordered:
-        return "ok: same rows, other order"
     return row.status.value
 
 

@@ -239,6 +239,12 @@ def evident(i: int, rows: Sequence[Row], inputs: Flow) -> bool:
     return all(_comparable(rows[j]) for j in inputs.get(i, []))
 
 
+def _reordered(row: Row) -> bool:
+    """Whether a divergent row holds the same rows as the reference in another order (an MoE expert's tokens sorted
+    stably on one side only): a divergence only where something computed from it differs too."""
+    return row.metrics is not None and row.metrics.reordered
+
+
 def _comparable(row: Row) -> bool:
     """Whether a row's numbers were set side by side (an input whose shapes nothing relates is evidence of nothing)."""
     return row.metrics is not None and row.metrics.method != "none"
@@ -569,6 +575,8 @@ def judge(rows: Sequence[Row]) -> Verdict:
     diverged = [i for i, r in enumerate(rows) if r.diverged]
     harmless = immaterial(rows, diverged)
     diverged = [i for i in diverged if i not in harmless]
+    if all(_reordered(rows[i]) for i in diverged):  # an order-only difference no computed number carries on
+        diverged = []
     labels = {i: classify(i, rows, inputs)[0] for i in diverged}
     findings = [f for f in (find(rows, inputs, p, diverged) for p in Phase) if f is not None]
     if len(findings) == 2:
@@ -694,6 +702,10 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
         findings.append(Divergence(phase, first, _previous(first, rows, phase), origin,
                                    classify(origin, rows, inputs)[1], **blame(origin, rows, inputs)._asdict(),
                                    above_noise=rows[origin].above_noise))
+    if findings and all(_reordered(rows[f.first]) for f in findings):  # order-only so far: what follows decides
+        for i in range(len(rows)):
+            evaluated(i)
+        return dataclasses.replace(judge(rows), bisect_reads=len(read), bisect_confirmed=True, bisect_unread=0)
     labels = {f.origin: Label.INTRODUCED for f in findings}
     return Verdict(findings, None, labels, bisect_reads=len(read), bisect_confirmed=not unread if findings else None,
                    bisect_unread=unread)
