@@ -390,8 +390,8 @@ def _handed_other(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[str, str |
     caller = rec.parent or ""
     here = f"input {rec.index} of {rec.module or '(root)'} (error {error_level(rows[i]):.1e})"
     if a.same_as is not None:
-        twin = next((r.pair.ref.record.module for r in rows if r.pair.a is not None and
-                     r.pair.a.record.seq == a.same_as and r.pair.a.record.step == a.step), None)
+        linked = _row_of_a(rows, a.step, a.same_as)
+        twin = linked.pair.ref.record.module if linked is not None else None
         if twin is not None:
             return caller, a.parent, (f"{here} is the output of {twin or '(root)'} on the other side and of {made} "
                                       f"here, which matched: the forward of {caller or 'the model'} wires them "
@@ -411,10 +411,15 @@ def _extra_op(rows: Sequence[Row], i: int) -> Record | None:
     a = rows[i].pair.a
     if a is None or a.record.same_as is None:
         return None
-    made = next((r.pair.a.record for r in rows if r.pair.a is not None and r.pair.a.record.seq == a.record.same_as
-                 and r.pair.a.record.step == a.record.step), None)
-    return made if made is not None and made.kind == "op" and not any(
-        r.pair.b is not None and r.pair.a is not None and r.pair.a.record is made for r in rows) else None
+    linked = _row_of_a(rows, a.record.step, a.record.same_as)
+    return linked.pair.a.record if linked is not None and linked.pair.a is not None and linked.pair.b is None and \
+        linked.pair.a.record.kind == "op" else None
+
+
+def _row_of_a(rows: Sequence[Row], step: int, seq: int) -> Row | None:
+    """The row holding side A's record `seq` of `step` (what an A-side link names)."""
+    return next((r for r in rows if r.pair.a is not None and r.pair.a.record.seq == seq and
+                 r.pair.a.record.step == step), None)
 
 
 def _same_numbers(rows: Sequence[Row], i: int) -> str | None:
@@ -534,22 +539,29 @@ def nan_origin(rows: Sequence[Row], inputs: dict[int, list[int]]) -> NanFinding 
     return None
 
 
-def immaterial(rows: Sequence[Row], candidates: Sequence[int]) -> set[int]:
+def call_outputs(rows: Sequence[Row]) -> dict[tuple[int, int], list[int]]:
+    """(step, call id) -> the rows of that module call's outputs (a leaf's or a block's)."""
+    made: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for k, row in enumerate(rows):
+        rec = row.pair.ref.record
+        if rec.kind in _MODULE_RECORDS and rec.io == "output" and rec.call is not None:
+            made[(rec.step, rec.call)].append(k)
+    return made
+
+
+def immaterial(rows: Sequence[Row], candidates: Sequence[int],
+               outputs: dict[tuple[int, int], list[int]] | None = None) -> set[int]:
     """The divergent call inputs among `candidates` whose call's outputs were all compared and all agree (a mask
     mindone builds [2, 1, 12, 13] where transformers builds [2, 1, 12, 12], a table in another form: no number the
     call computes changes), and containers' outputs that end at another point (`_boundary`): no divergence of what
     the model computes. The report lists them apart."""
-    outputs: dict[tuple[int, int], list[Row]] = defaultdict(list)
-    for row in rows:
-        rec = row.pair.ref.record
-        if rec.kind in _MODULE_RECORDS and rec.io == "output" and rec.call is not None:
-            outputs[(rec.step, rec.call)].append(row)
+    outputs = call_outputs(rows) if outputs is None else outputs
     out = set()
     for i in candidates:
         rec = rows[i].pair.ref.record
         made = outputs.get((rec.step, rec.call)) if rec.kind in _MODULE_RECORDS and rec.io == "input" and \
             rec.call is not None else None
-        if made and all(r.metrics is not None and not r.diverged for r in made):
+        if made and all(rows[k].metrics is not None and not rows[k].diverged for k in made):
             out.add(i)
         elif _boundary(rows, i):
             out.add(i)
@@ -653,11 +665,7 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
     The answer is the first divergence (`bisect_confirmed`) only when every record before it was read.
     """
     read: set[int] = set()
-    made: dict[tuple[int, int], list[int]] = defaultdict(list)  # a call -> its forward output rows
-    for k, row in enumerate(rows):
-        rec = row.pair.ref.record
-        if rec.kind in _MODULE_RECORDS and rec.io == "output" and rec.call is not None:
-            made[(rec.step, rec.call)].append(k)
+    made = call_outputs(rows)  # built once: `diverged` asks of every input it reads
 
     def evaluated(i: int) -> Row:
         if i not in read:
@@ -673,7 +681,7 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
             return True
         for k in made.get((rec.step, rec.call or -1), []):  # an input whose call's outputs all agree: immaterial
             evaluated(k)
-        return not immaterial(rows, [i])
+        return not immaterial(rows, [i], made)
 
     inputs = dataflow(rows)
     findings: list[Divergence] = []
