@@ -81,3 +81,14 @@ def test_torch_tensors_read_in_place_on_the_framework_threads() -> None:
     t2 = torch.randn(20_000)
     t2[5] = float("nan")
     _assert_same(torch_watch_stats(t2, full=False), tensor_stats(t2.numpy()), t2.numpy())  # NaN: every statistic, exact
+
+
+@pytest.mark.parametrize("values", [[1.0, "max", "max"], ["-max", "-max", 2.0, "-max"]])
+def test_a_mean_whose_float64_sum_overflows_is_the_finite_mean(values: list) -> None:
+    """Float64 values near its maximum overflow any float64 sum, but their mean fits: both the kernel and the reference
+    give it (was -inf from the reference and a finite, order-dependent value from the kernel: a random draw failed)."""
+    big = np.finfo(np.float64).max
+    a = np.array([{"max": big, "-max": -big}.get(v, v) for v in values], np.float64)
+    want = float(np.mean(a / a.size) * a.size)  # each term scaled first: no overflow, exact to a few ulps
+    for stats in (tensor_stats(a), fast_stats(a)):
+        assert math.isfinite(stats["mean"]) and abs(stats["mean"] - want) <= 1e-15 * abs(want)
