@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-shuffled lint bench clean
+.PHONY: install demo test test-shuffled lint docs bench clean
 
 # aligner's bytecode is compiled here, as pip does for a wheel: a sandbox with PYTHONDONTWRITEBYTECODE set would
 # otherwise compile every module from source on every `align` run (~40 ms of its start)
@@ -23,7 +23,7 @@ demo: install
 
 # Lint and types first, then the suite in file order; `make test-shuffled` runs the suite in a random order
 # (pytest-randomly prints the seed to repeat it with -p randomly -p "randomly_seed=N").
-test: install lint
+test: install lint docs
 	$(PY) -m pytest -n 2 -q -p no:randomly tests
 
 test-shuffled: install
@@ -32,6 +32,11 @@ test-shuffled: install
 lint: install
 	$(PY) -m ruff check aligner tests scripts
 	$(PY) -m mypy
+
+# The docs site (mkdocs + material, API page from the docstrings) into site/; --strict fails on any warning: a broken
+# link or anchor, a page missing from the nav, a docstring the API page cannot render. No network needed.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 bench: install
 	$(PY) scripts/bench_convert.py
@@ -42,4 +47,4 @@ bench: install
 	$(PY) scripts/bench_memory.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache aligner/metrics/_kernel*.so
+	rm -rf $(VENV) build site *.egg-info .pytest_cache aligner/metrics/_kernel*.so
