@@ -5,11 +5,11 @@ Scoring is strict (tests/zoo/LOCALIZATION.md): the blamed module (`verdict.findi
 one (a child or the next block is a miss) in both argument orders; `--bisect` in both orders must name it too or say
 that it could not confirm its answer (`bisect_confirmed` not true, no "confirms" / "introduced here" in its text);
 no summary (aligner.render.compare.summary) may say "introduced here", "confirms" or "No divergence" of a wrong
-answer; for code in a parent's forward the op-level zoom-in must name an op. README.md must show the catalogue's
-table. The catalogue's current misses are strict xfails (reason: what aligner says vs what is true), so a fix that
-turns a miss into a hit fails here until the catalogue (`Bug.now`) and LOCALIZATION.md are updated. An injection or
-dump that raises is a real failure, not an xfail. Also: each clean pair compared in both argument orders must not
-diverge (the four newer pair families in eval and training mode, leaves_only True and False).
+answer; for code in a parent's forward the op-level zoom-in must name an op. docs/compare.md must show the
+catalogue's table. The catalogue's current misses are strict xfails (reason: what aligner says vs what is true), so a
+fix that turns a miss into a hit fails here until the catalogue (`Bug.now`), docs/compare.md and LOCALIZATION.md are
+updated. An injection or dump that raises is a real failure, not an xfail. Also: each clean pair compared in both
+argument orders must not diverge (the four newer pair families in eval and training mode, leaves_only True and False).
 
 Skipped when the zoo is not installed (scripts/install_zoo.sh). Each pair is built, converted and its torch reference
 dumped once per module run: about 160 s for the whole file on the shared 2-core machine (65 s before the four newer
@@ -84,6 +84,6 @@ def test_compare_names_the_bug(pair_runs, bug):
         assert outcome.zoom and outcome.zoom.startswith("op: "), f"{bug.id}: zoom-in gave {outcome.zoom!r}"
 
 
-def test_readme_shows_the_catalogues_table():
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert loc.catalogue_matrix() in readme, "README.md's localization table differs from tests/zoo/localization.py"
+def test_docs_show_the_catalogues_table():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "compare.md").read_text()
+    assert loc.catalogue_matrix() in page, "docs/compare.md's localization table differs from tests/zoo/localization.py"
