@@ -30,4 +30,16 @@ def compare(dumps_a: str | os.PathLike, dumps_b: str | os.PathLike, *, progress:
     return _compare(str(dumps_a), str(dumps_b), progress=progress or terminal_progress(), **options)
 
 
-__all__ = ["dump", "compare", "audit"]
+def doctor(make_torch: Any, make_ms: Any, example_inputs: Any = None, *, progress: Progress | None = None,
+           **options: Any) -> Any:
+    """aligner.pipelines.doctor.doctor with a progress bar on a terminal, then every stage's report and doctor.html
+    written into `result.out`; returns the DoctorResult. (Imported here, on first call: `aligner.dump` stays light.)"""
+    from aligner.pipelines.doctor import doctor as run
+    from aligner.render.doctor import write_reports
+
+    result = run(make_torch, make_ms, example_inputs, progress=progress or terminal_progress(), **options)
+    write_reports(result)
+    return result
+
+
+__all__ = ["dump", "compare", "audit", "doctor"]

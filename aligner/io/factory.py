@@ -76,6 +76,11 @@ def _load_callable(spec: str) -> Any:
     return func
 
 
+def load_factory(spec: str) -> Any:
+    """The callable `spec` names, imported but not called (for a caller that unpacks what it returns itself)."""
+    return _load_callable(spec)
+
+
 def build(spec: str) -> Built:
     """Import the factory, call it with no arguments, and check it returned one model (or a tuple of a model, an
     optimizer and optionally a learning-rate scheduler)."""
