@@ -5,7 +5,7 @@ then times, in interleaved rounds, the local pipeline (one worker, and the defau
 engine on throwaway local clusters of 1, 2, ... CPUs (`--address local`; the first run on each cluster, which starts
 its worker processes, is timed apart). Every run's report must equal the local one. Ray's cost per task is measured
 with empty tasks. Page cache warm: this measures compute and scheduling, not the disk. A machine of N cores shows
-scaling up to N workers only; more nodes add their own cores and disks (see the README's plan).
+scaling up to N workers only; more nodes add their own cores and disks (see the plan in docs/at-scale.md).
 """
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ class _Block(torch.nn.Module):
 
 def _backward_records(root) -> dict:
     """(module, io) -> gradient of every backward record; a link (`same_as`: the very tensor an earlier record
-    holds) read through to that record's file, as the README's format section tells readers to."""
+    holds) read through to that record's file, as docs/dump-format.md tells readers to."""
     recs = [json.loads(line) for line in open(root / "manifest.jsonl", encoding="utf-8")][1:]
     files = {r["seq"]: r["file"] for r in recs}
     return {(r["module"], r["io"]): np.load(root / (r["file"] or files[r["same_as"]]))

@@ -4,7 +4,7 @@ match torch's step D. mint.optim.Adam/AdamW do not update parameters on the mind
 there their update is run in numpy, transcribed from their source, on the state loaded into them. A resume
 with the weights alone (a fresh optimizer) visibly does not match: the state matters.
 
-How the MindSpore side loads it (the recipe the README gives):
+How the MindSpore side loads it (the recipe docs/convert.md gives):
     params = ms.load_checkpoint(path)
     ms.load_param_into_net(net, params)   # weights and BatchNorm statistics
     ms.load_param_into_net(opt, params)   # moments / exp_avg / exp_avg_sq, global_step / state_step / step_t

@@ -4,7 +4,7 @@
         loss = loss_fn(model(x), y)
         loss.backward()                 # MindSpore: grads = value_and_grad(...)(x, y) inside the context
 
-See README "Determinism and dumping" for the on-disk format (aligner/dumping/manifest.py) and the options.
+See docs/dumping.md for the options and docs/dump-format.md for the on-disk format (aligner/dumping/manifest.py).
 """
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ class Layout:
         return self.world_size is not None and self.world_size > 1
 
     def header(self) -> dict[str, Any]:
-        """The manifest header fields (README "Dump format")."""
+        """The manifest header fields (docs/dump-format.md)."""
         return {"rank": self.rank, "world_size": self.world_size, "groups": self.groups or None, "comm": self.comm}
 
 

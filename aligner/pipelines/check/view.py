@@ -10,7 +10,7 @@ import numpy as np
 from aligner.dumping.manifest import Record
 
 ArrayLoader = Callable[[Record], "np.ndarray | None"]
-# the probe names users save with aligner.save (README "align check")
+# the probe names users save with aligner.save (docs/check.md)
 LOSS, LOSS_SCALE, GRAD_NORM, GRAD_NORM_CLIPPED = "loss", "loss_scale", "grad_norm", "grad_norm_clipped"
 
 

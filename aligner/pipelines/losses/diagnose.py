@@ -1,6 +1,6 @@
 """Compare two loss curves step by step against float32 noise and a tolerance; diagnose where they part.
 
-The rule (README, `align losses`): at step k, with d = |A-B|, v = half the last printed digit of each log, summed
+The rule (docs/losses.md): at step k, with d = |A-B|, v = half the last printed digit of each log, summed
 over the two logs and halved (`(res_A + res_B) / 2`), and sigma_k the noise of step k:
 
 * d > atol + rtol*max(|A|,|B|) + v              -> DIFFERS      (beyond the tolerance: a hard limit)
