@@ -15,7 +15,7 @@ from aligner.render.console import make_console
 from aligner.render.jsonout import write_json as write_output
 
 _HELP_EPILOG = """\b
-Rules and their thresholds: mappings/check_rules.yaml (README "align check"). A rule the dump cannot feed (one step:
+Rules and their thresholds: mappings/check_rules.yaml (docs/check.md). A rule the dump cannot feed (one step:
 no trends or updates; an old stats-only dump lacking a statistic; no probes) is listed as skipped with its reason.
 Probes read (aligner.save inside the dump): loss, loss_scale, grad_norm, grad_norm_clipped.
 \b

@@ -961,8 +961,8 @@ def matrix(cells: dict[str, str]) -> list[str]:
 
 
 def catalogue_matrix() -> str:
-    """The table README.md shows: the catalogue's current outcomes (tests/zoo/test_localization.py asserts each, and
-    that README.md holds exactly this table)."""
+    """The table docs/compare.md shows: the catalogue's current outcomes (tests/zoo/test_localization.py asserts each,
+    and that docs/compare.md holds exactly this table)."""
     return "\n".join(matrix({b.id: b.now for b in CATALOGUE}))
 
 
