@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "repro": ("aligner.cli.repro", "Write a standalone script reproducing one module of two dumps in both frameworks."),
     "replay": ("aligner.cli.replay", "Replay each module on the reference's inputs: its own error vs inherited."),
     "check": ("aligner.cli.check", "Check one dump for NaN origins, vanishing gradients, frozen weights and more."),
+    "data": ("aligner.cli.data", "Compare two input pipelines' recorded samples, or check one (align data check)."),
 }
 
 
