@@ -71,7 +71,8 @@ class MsMLP(mnn.Cell):
 class MsLayer(mnn.Cell):
     def __init__(self, bug: str) -> None:
         super().__init__()
-        self.norm = mnn.LayerNorm((D,), epsilon=1e-5)
+        # norm-identity: the port leaves the norm out (an Identity where PyTorch normalises)
+        self.norm = mnn.Identity() if bug == "norm-identity" else mnn.LayerNorm((D,), epsilon=1e-5)
         self.mlp = MsMLP(bug)
         self.bug = bug
 
@@ -100,9 +101,11 @@ def _pair(bug_layer: int, bug: str) -> tuple[TorchNet, MsNet]:
     tnet = TorchNet().eval()
     mnet = MsNet([bug if i == bug_layer else "" for i in range(3)])
     mnet.set_train(False)
+    params = dict(mnet.parameters_and_names())
     for name, param in tnet.named_parameters():
         cell_name = name.replace("norm.weight", "norm.gamma").replace("norm.bias", "norm.beta")
-        dict(mnet.parameters_and_names())[cell_name].set_data(ms.Tensor(param.detach().numpy()))
+        if cell_name in params:  # (norm-identity has no norm parameters)
+            params[cell_name].set_data(ms.Tensor(param.detach().numpy()))
     return tnet, mnet
 
 
@@ -121,6 +124,8 @@ CASES = [
     ("swap", 1, "layers.1.mlp", "layers.1.mlp.act_fn: 'introduced here: its input matched'"),
     ("no-residual", 1, "layers.1", "layers.2: 'computed by code in the forward of layers.2'"),
     ("head-scale", 1, "layers.1", "layers.1 (already right; the rule that fixes no-residual must keep it)"),
+    ("norm-identity", 1, "layers.1.norm", "(the rule keeping an Identity from pairing by name with a module that "
+                                          "computes must keep a left-out layer blamed)"),
 ]
 
 
@@ -139,7 +144,7 @@ def test_the_parent_whose_code_differs_is_blamed(tmp_path, bug, layer, expected,
             elif finding.culprit is Culprit.PARENT_CODE:
                 assert f"At fault: the code in the forward of {expected} " in text, text
             else:  # the block's own output (recorded whole, or its statistics under leaves_only) is the module
-                assert finding.culprit is Culprit.MODULE and bug == "no-residual", text
+                assert finding.culprit is Culprit.MODULE and bug in ("no-residual", "norm-identity"), text
 
 
 def test_a_wiring_swap_names_what_each_side_hands_over(tmp_path):
@@ -233,3 +238,172 @@ def test_a_composite_with_no_twin_children_is_not_paired_with_a_fused_layer(tmp_
         assert result.exit_code == 0 and not result.verdict.findings, summary(result)
         paired = {(r.pair.a.record.module, r.pair.b.record.module) for r in result.rows if r.pair.a and r.pair.b}
         assert not any("sigmoid" in x for pair in paired for x in pair), paired
+
+
+class _TorchAttention(torch.nn.Module):
+    """Scores of a projection against its input, a mask added when one is given, softmax, values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = torch.nn.Linear(D, D)
+        self.softmax = torch.nn.Softmax(dim=-1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        scores = self.q(x) @ x.transpose(-1, -2)
+        return self.softmax(scores if mask is None else scores + mask) @ x
+
+
+class _TorchMaskedBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(D)
+        self.attn = _TorchAttention()
+        self.register_buffer("mask", torch.triu(torch.full((3, 3), -100.0), diagonal=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.attn(self.norm(x), mask=self.mask)
+
+
+class _TorchMaskedNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_TorchMaskedBlock() for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class _MsAttention(mnn.Cell):
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.q = mnn.Dense(D, D)
+        self.softmax = mnn.Softmax(axis=-1)
+        self.scale = scale  # attention's own code: 0.5 where PyTorch multiplies by nothing
+
+    def construct(self, x: ms.Tensor, mask: ms.Tensor | None = None) -> ms.Tensor:
+        scores = ms.ops.matmul(self.q(x), x.swapaxes(-1, -2)) * self.scale
+        return ms.ops.matmul(self.softmax(scores if mask is None else scores + mask), x)
+
+
+class _MsMaskedBlock(mnn.Cell):
+    def __init__(self, bug: str) -> None:
+        super().__init__()
+        self.norm = mnn.LayerNorm((D,), epsilon=1e-5)
+        self.attn = _MsAttention(0.5 if bug == "attn-scale" else 1.0)
+        self.mask = ms.Tensor(np.triu(np.full((3, 3), -100.0, np.float32), 1))
+        self.bug = bug
+
+    def construct(self, x: ms.Tensor) -> ms.Tensor:
+        if self.bug == "mask-off":  # the block calls its attention without the mask
+            return x + self.attn(self.norm(x))
+        return x + self.attn(self.norm(x), mask=self.mask)
+
+
+class _MsMaskedNet(mnn.Cell):
+    def __init__(self, bug_block: int, bug: str) -> None:
+        super().__init__()
+        self.blocks = mnn.CellList([_MsMaskedBlock(bug if i == bug_block else "") for i in range(2)])
+
+    def construct(self, x: ms.Tensor) -> ms.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def _masked_dumps(root: Path, bug: str, leaves_only: bool) -> tuple[Path, Path]:
+    torch.manual_seed(0)
+    tnet, mnet = _TorchMaskedNet().eval(), _MsMaskedNet(1, bug)
+    mnet.set_train(False)
+    params = dict(mnet.parameters_and_names())
+    for name, param in tnet.named_parameters():
+        params[name.replace("norm.weight", "norm.gamma").replace("norm.bias", "norm.beta")].set_data(
+            ms.Tensor(param.detach().numpy()))
+    x = np.random.default_rng(0).standard_normal((2, 3, D)).astype(np.float32)
+    with aligner.dump(tnet, root / "pt", leaves_only=leaves_only), torch.no_grad():
+        tnet(torch.from_numpy(x))
+    with aligner.dump(mnet, root / "ms", leaves_only=leaves_only):
+        mnet(ms.Tensor(x))
+    return root / "ms", root / "pt"
+
+
+@pytest.mark.parametrize("leaves_only", [True, False], ids=["leaves", "all-modules"])
+def test_an_argument_one_side_leaves_out_blames_the_caller(tmp_path, leaves_only):
+    """A block calling its attention without the mask (Swin's shifted-window mask left out): the attention's own
+    inputs match and its output differs, but the mask it received on one side only is the evidence: the block's call
+    is named (with the attention's own use of the argument as the other possibility), never 'introduced' in the
+    attention alone."""
+    ms_dir, pt_dir = _masked_dumps(tmp_path, "mask-off", leaves_only)
+    for a, b in ((ms_dir, pt_dir), (pt_dir, ms_dir)):  # (the PyTorch side is the reference in both orders)
+        for bisect in (False, True):
+            result = aligner.compare(a, b, bisect=bisect)
+            finding = result.verdict.findings[0]
+            text = summary(result)
+            assert (finding.blame, finding.culprit) == ("blocks.1", Culprit.ARGUMENT), (bisect, a.name, text)
+            assert finding.argument is not None and finding.argument.name == "mask"
+            assert ("At fault: the forward of blocks.1, which calls blocks.1.attn with the tensor argument 'mask' "
+                    "on the reference side only (the first side leaves it out)") in text, text
+            assert "Zoom in" not in text
+
+
+@pytest.mark.parametrize("leaves_only", [True, False], ids=["leaves", "all-modules"])
+def test_a_callee_given_the_same_arguments_keeps_the_blame(tmp_path, leaves_only):
+    """The control: the attention's own code scales its scores while both blocks pass the mask: the attention is
+    blamed, not its caller (the argument rule needs an argument one side leaves out)."""
+    ms_dir, pt_dir = _masked_dumps(tmp_path, "attn-scale", leaves_only)
+    for a, b in ((ms_dir, pt_dir), (pt_dir, ms_dir)):
+        finding = aligner.compare(a, b).verdict.findings[0]
+        assert finding.blame == "blocks.1.attn" and finding.culprit is not Culprit.ARGUMENT, finding
+
+
+class _TorchStages(torch.nn.Module):
+    """timm's Swin layout: each stage STARTS with its `down` (an Identity in stage 0, a merge in stage 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stages = torch.nn.ModuleList([torch.nn.Module(), torch.nn.Module()])
+        self.stages[0].down, self.stages[0].fc = torch.nn.Identity(), torch.nn.Linear(D, D)
+        self.stages[1].down, self.stages[1].fc = torch.nn.Linear(D, H), torch.nn.Linear(H, H)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for stage in self.stages:
+            x = stage.fc(stage.down(x))
+        return x
+
+
+class _MsStages(mnn.Cell):
+    """mindcv's layout: stage 0 ENDS with its `down` (the merge); stage 1 has none."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stages = mnn.CellList([mnn.Cell(), mnn.Cell()])
+        self.stages[0].fc, self.stages[0].down = mnn.Dense(D, D), mnn.Dense(D, H)
+        self.stages[1].fc = mnn.Dense(H, H)
+
+    def construct(self, x: ms.Tensor) -> ms.Tensor:
+        x = self.stages[0].down(self.stages[0].fc(x))
+        return self.stages[1].fc(x)
+
+
+@pytest.mark.parametrize("leaves_only", [True, False], ids=["leaves", "all-modules"])
+def test_stages_that_end_at_another_point_are_not_a_divergence(tmp_path, leaves_only):
+    """A clean port whose stages end at another point: torch's `stages.0.down` is an Identity, MindSpore's the merge
+    (same name). The Identity, which returns its own input, was paired by name with the merge and blamed ('wires them
+    differently'); it folds, and the stage outputs of two different lengths are listed, not a divergence."""
+    torch.manual_seed(0)
+    tnet, mnet = _TorchStages().eval(), _MsStages()
+    mnet.set_train(False)
+    for (t, m) in (("stages.0.fc", mnet.stages[0].fc), ("stages.1.down", mnet.stages[0].down),
+                   ("stages.1.fc", mnet.stages[1].fc)):
+        m.weight.set_data(ms.Tensor(tnet.get_submodule(t).weight.detach().numpy()))
+        m.bias.set_data(ms.Tensor(tnet.get_submodule(t).bias.detach().numpy()))
+    x = np.random.default_rng(0).standard_normal((2, D)).astype(np.float32)
+    with aligner.dump(tnet, tmp_path / "pt", leaves_only=leaves_only), torch.no_grad():
+        tnet(torch.from_numpy(x))
+    with aligner.dump(mnet, tmp_path / "ms", leaves_only=leaves_only):
+        mnet(ms.Tensor(x))
+    for a, b in ((tmp_path / "ms", tmp_path / "pt"), (tmp_path / "pt", tmp_path / "ms")):
+        result = aligner.compare(a, b)
+        assert result.exit_code == 0 and not result.verdict.findings, summary(result)
+        assert result.compared > 0

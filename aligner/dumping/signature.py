@@ -129,12 +129,28 @@ def attributes(module: Any) -> dict[str, Any]:
                            "training": bool(getattr(module, "training", False))}
     base = _base_names(module)
     for name, value in vars(module).items():
-        if name.startswith("_") or name in base or is_tensor(value) or callable(value):
+        if name.startswith("_") or name in base or is_tensor(value):
+            continue
+        if callable(value):
+            settings = _primitive_settings(value)
+            if settings:  # the operator the cell computes with: its epsilon is what counts, not the cell's copy
+                out[name] = {"dict": settings}
             continue
         encoded = scalar(value)
         if not (isinstance(encoded, dict) and "repr" in encoded):
             out[name] = encoded
     return out
+
+
+def _primitive_settings(value: Any) -> dict[str, Any]:
+    """The plain-valued settings of a MindSpore operator a cell holds (`nn.LayerNorm.layer_norm`, an
+    `ops.LayerNorm(epsilon=...)`), {} for anything else callable."""
+    ms = sys.modules.get("mindspore")
+    primitive = getattr(getattr(ms, "ops", None), "Primitive", None)
+    if primitive is None or not isinstance(value, primitive) or not isinstance(getattr(value, "attrs", None), dict):
+        return {}
+    encoded = {str(k): scalar(v) for k, v in value.attrs.items()}
+    return {k: v for k, v in encoded.items() if not (isinstance(v, dict) and ("repr" in v or "dtype" in v))}
 
 
 @functools.cache

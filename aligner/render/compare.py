@@ -107,6 +107,8 @@ def _culprit(f: Divergence, rows: Sequence[Row]) -> str:
         other = f" ({f.blame_other or 'the model'} on the first side)" if f.blame_other not in (None, f.blame) else ""
         return (f" At fault: the forward of {f.blame or 'the model'}{other}, which hands {module} another module's "
                 f"output than the reference does (wiring), not {module} itself.")
+    if f.culprit is Culprit.ARGUMENT and f.argument is not None:
+        return " At fault: " + argument_words(f) + "."
     if f.culprit is Culprit.PARENT_CODE:
         parent = f.blame or "the model's top-level forward"
         there = f.blame_other
@@ -130,6 +132,18 @@ def _culprit(f: Divergence, rows: Sequence[Row]) -> str:
     if f.culprit is Culprit.MODEL_INPUT:
         return " At fault: the data given to the model (its own input differs), not its code."
     return ""
+
+
+def argument_words(f: Divergence) -> str:
+    """A call's argument passed on one side only, and the two places that can be at fault, in words."""
+    x = f.argument
+    assert x is not None
+    callee, on, off = x.callee or "(root)", *(("the first", "the reference") if x.side == "a" else
+                                               ("the reference", "the first"))
+    other = f" ({f.blame_other or 'the model'} on the first side)" if f.blame_other not in (None, f.blame) else ""
+    return (f"the forward of {f.blame or 'the model'}{other}, which calls {callee} with the tensor argument "
+            f"{x.name!r} on {on} side only ({off} side leaves it out), or {callee}'s own use of that argument; "
+            f"{callee}'s other inputs matched")
 
 
 def _setting_value(value: Any, meaning: Any) -> str:
@@ -276,7 +290,8 @@ def calibration_text(result: CompareResult) -> str:
 
 
 # culprits that name their code already: an op with its source line, the model's input, a call handed another output
-NO_ZOOM = (Culprit.OP, Culprit.MODEL_INPUT, Culprit.WIRING)
+# or an argument on one side only
+NO_ZOOM = (Culprit.OP, Culprit.MODEL_INPUT, Culprit.WIRING, Culprit.ARGUMENT)
 
 
 def zoomed(result: CompareResult, f: Divergence) -> bool:

@@ -44,6 +44,7 @@ from aligner.render.compare import (
     _fmt,
     _kind_io,
     _where,
+    argument_words,
     settings_text,
     summary,
     zoomed,
@@ -168,7 +169,9 @@ def next_step(result: CompareResult) -> tuple[str, str]:
                if finding.culprit is Culprit.OP else
                "Give both models the same input, then compare again." if finding.culprit is Culprit.MODEL_INPUT else
                f"Fix which tensor the forward of {finding.blame or 'the model'} hands over (see the headline), then "
-               f"compare again." if finding.culprit is Culprit.WIRING else zoomed_text(result, finding))
+               f"compare again." if finding.culprit is Culprit.WIRING else
+               f"Pass the same arguments in the forward of {finding.blame or 'the model'} (see the headline), then "
+               f"compare again." if finding.culprit is Culprit.ARGUMENT else zoomed_text(result, finding))
         return fix, f"align compare {a} {b}"
     a, b = _path(result.side_a), _path(result.side_b)
     if result.strict and result.unmatched:
@@ -211,6 +214,8 @@ def _link(rows: Sequence[Row], i: int) -> str:
 def _culprit_words(f: Divergence) -> str:
     if f.culprit is Culprit.WIRING:
         return f"the forward of {f.blame or 'the model'}, which hands a call another module's output (wiring)"
+    if f.culprit is Culprit.ARGUMENT and f.argument is not None:
+        return argument_words(f)
     if f.culprit is Culprit.PARENT_CODE:
         return f"the code in the forward of {f.blame or 'the model'} between its module calls, not a module"
     if f.culprit is Culprit.OP:

@@ -525,13 +525,6 @@ def swin_gelu_tanh(pair) -> Restore:
     return set_attr(_swin_block(pair, 0, 0).mlp.act, "approximate", "tanh")
 
 
-_SWIN_MISS = ("issue 27: the block calls its window attention without the shifted-window mask; the attention's inputs "
-              "(the mask among them, absent on one side) are not compared as a difference, so aligner blames "
-              "layers.0.blocks.1.attn ('introduced here'), the first module whose output changes, not the block "
-              "whose forward left the mask out: an argument one side passes and the other does not is not yet "
-              "evidence")
-
-
 # ---- the catalogue -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Bug:
@@ -643,7 +636,7 @@ CATALOGUE: list[Bug] = [
     Bug("swin-shift-size", "swin", "shift/roll", "layers.0.blocks.1", swin_shift_size,
         "layers.0.blocks.1 cyclic shift by 1 instead of 2"),
     Bug("swin-mask-off", "swin", "mask", "layers.0.blocks.1", swin_mask_off,
-        "layers.0.blocks.1 window attention called without the shifted-window mask", now="miss", why=_SWIN_MISS),
+        "layers.0.blocks.1 window attention called without the shifted-window mask"),
     Bug("swin-missing-mlp-residual", "swin", "missing residual", "layers.0.blocks.0", swin_missing_mlp_residual,
         "layers.0.blocks.0 without the MLP residual add (block output not recorded)"),
     Bug("swin-gelu-tanh", "swin", "GELU approximate", "layers.0.blocks.0.mlp.act", swin_gelu_tanh,

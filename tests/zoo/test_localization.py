@@ -32,19 +32,13 @@ from tests.zoo import localization as loc  # noqa: E402
 
 # Clean configurations (family, training mode, leaves_only) compared in both orders; value: None (must pass) or the
 # xfail reason (a known false divergence: what aligner says, and why it is false).
-_SWIN_BOUNDARY = ("issue 27 item 8 (leaves_only=False only): the two zoos end a Swin stage at another point: timm's "
-                  "`layers.0.downsample` is an Identity (it merges patches at the START of the next stage), mindcv's "
-                  "`layers.0.downsample` is the PatchMerging at the END of stage 0; recorded whole, the two "
-                  "same-named modules pair, and aligner says 'the forward of layers.0 ... wires them differently' "
-                  "while every leaf and the logits agree: a --map renaming the modules pairs them")
 CLEAN = {
     ("cnn", False, True): None, ("vit", False, True): None, ("encoder_lm", False, True): None,
     ("decoder_lm", False, True): None, ("mha", False, True): None, ("upsample", False, True): None,
     ("cnn", True, True): None,
     **{(f, t, lo): None for f in ("encdec", "gqa_lm") for t in (False, True) for lo in (True, False)},
     **{("moe_lm", t, lo): None for t in (False, True) for lo in (True, False)},
-    **{("swin", t, True): None for t in (False, True)},
-    **{("swin", t, False): _SWIN_BOUNDARY for t in (False, True)},
+    **{("swin", t, lo): None for t in (False, True) for lo in (True, False)},
 }
 
 

@@ -22,8 +22,8 @@ from typing import Callable, Hashable, Sequence
 from aligner import io, mapping  # the name planner, loaded only for PyTorch/MindSpore parameter gradients
 from aligner.core.frameworks import Framework
 from aligner.dumping.manifest import BLOCK, Record
+from aligner.dumping.read.source import Item, stats_identity
 from aligner.pipelines.compare import ops as op_records  # aligner.dump(ops=True) records: see compare/ops.py
-from aligner.pipelines.compare.sources import Item, stats_identity
 
 Namer = Callable[[Record], "str | None"]  # the name a record is matched under (None: match by order only)
 _MAX_DP_CELLS = 250_000
@@ -374,6 +374,22 @@ def passthrough(items: Sequence[Item]) -> dict[int, int]:
     return folded
 
 
+def _returns_input(items: Sequence[Item], folded: dict[int, int]) -> set[int]:
+    """The folded records of calls that hand back one of their own inputs (an Identity; not a container whose output
+    is its last child's), by call id: version 2 dumps."""
+    calls: dict[tuple[int, str, int], list[int]] = defaultdict(list)
+    for k in folded:
+        r = items[k].record
+        if r.call is not None:
+            calls[(r.step, r.module, r.call)].append(k)
+    out: set[int] = set()
+    for ks in calls.values():
+        given = {_same(items[k]) for k in ks if items[k].record.io in _INPUTS}
+        if given and all(_same(items[k]) in given for k in ks if items[k].record.io not in _INPUTS):
+            out.update(ks)
+    return out
+
+
 def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None = None,
           name_b: Namer | None = None) -> list[Pair]:
     """All records of both sides as pairs, in the reference side's (`b`) execution order, unmatched and folded ones
@@ -391,7 +407,11 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     by_arg = _named_inputs(items_a) and _named_inputs(items_b)  # else inputs pair by position
     keys_a, keys_b = _keys(items_a, names_a, spelled, by_arg), _keys(items_b, names_b, spelled, by_arg)
     where_b = {k: i for i, k in enumerate(keys_b) if k is not None}
-    named = [(i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b]  # sorted by i
+    # a call that returns its own input never pairs by name with one that computes a new tensor (timm's Swin stage
+    # starts with an Identity `downsample` where mindcv's `downsample` merges patches): each folds or pairs by content
+    same_a, same_b = _returns_input(items_a, fold_a), _returns_input(items_b, fold_b)
+    named = [(i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b and
+             (i in same_a) == (where_b[k] in same_b)]  # sorted by i
     partner = dict(named)  # record of `a` -> its twin in `b`
     # records kept out of the pairing by content: the internals of a composite the other side records as one leaf,
     # and blocks' statistics (every block of a stack hands back the same shape: only a name tells them apart)

@@ -55,9 +55,20 @@ class Culprit(str, enum.Enum):
     OP = "op"                      # one tensor operation of an op-level dump (its inputs matched)
     MODEL_INPUT = "model_input"    # the data given to the model differs
     WIRING = "wiring"              # the parent's forward hands a call another recorded output (gate and up swapped)
+    ARGUMENT = "argument"          # the parent's forward passes a call a tensor argument on one side only (a mask)
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class OneSided:
+    """A tensor argument that one side's caller passes to a call and the other side's does not (a window attention
+    called without its mask): the callee's own code, or its caller's, is what differs."""
+
+    callee: str                # the called module (reference path)
+    name: str                  # the argument as recorded ("mask", or its position)
+    side: str                  # "a" | "b": the side that passes it
 
 
 @dataclasses.dataclass
@@ -74,6 +85,7 @@ class Divergence:
     source: str | None = None  # file:line of the op at fault (op-level dumps)
     blame_other: str | None = None  # the blamed module's path on the other side, where it is known and differs
     op: str | None = None      # culprit OP: the op as called ("Tensor.__mul__"), where it is not the origin record's
+    argument: OneSided | None = None  # culprit ARGUMENT: what the caller (`blame`) passes on one side only
     above_noise: float | None = None  # the origin's error over its reference's own float64 noise (--calibrate)
     # culprit MODULE: the blamed module's settings that differ between the sides (compare/settings.py fills them)
     settings: tuple[SettingDiff, ...] = ()
@@ -440,6 +452,40 @@ class Fault(NamedTuple):
     source: str | None = None
     blame_other: str | None = None
     op: str | None = None
+    argument: OneSided | None = None
+
+
+def one_sided(rows: Sequence[Row], i: int, callee: str) -> OneSided | None:
+    """The first tensor argument of `callee`'s latest call before row i that one side records and the other does not
+    (an input record left without a twin), when both sides recorded that call's inputs."""
+    step = rows[i].pair.ref.record.step
+    paired = next((r for r in reversed(rows[:i + 1]) if r.pair.a is not None and r.pair.b is not None and
+                   r.pair.b.record.module == callee and r.pair.b.record.step == step and
+                   r.pair.b.record.io == "input" and r.pair.b.record.kind in _MODULE_RECORDS), None)
+    if paired is None or paired.pair.a is None or paired.pair.b is None:
+        return None
+    a, b = paired.pair.a.record, paired.pair.b.record
+    for r in rows:
+        only = r.pair.b if r.pair.a is None else r.pair.a if r.pair.b is None else None
+        if only is None:
+            continue
+        side, rec, twin = ("b", only.record, b) if r.pair.a is None else ("a", only.record, a)
+        if rec.io == "input" and rec.kind in _MODULE_RECORDS and \
+                (rec.module, rec.call, rec.step) == (twin.module, twin.call, twin.step):
+            return OneSided(callee, rec.arg if rec.arg is not None else str(rec.index), side)
+    return None
+
+
+def _caller_passes(rows: Sequence[Row], i: int, callee: str) -> Fault | None:
+    """Blame on `callee`'s caller when that call received a tensor argument on one side only: the code that differs
+    is the caller's call or the callee's use of it; the widest of the two is named (the text names both)."""
+    if not callee:
+        return None
+    extra = one_sided(rows, i, callee)
+    if extra is None:
+        return None
+    caller = _ancestor(callee, 1)
+    return Fault(Culprit.ARGUMENT, caller, argument=extra)
 
 
 def blame(i: int, rows: Sequence[Row], inputs: Flow) -> Fault:
@@ -460,7 +506,7 @@ def blame(i: int, rows: Sequence[Row], inputs: Flow) -> Fault:
         op = _extra_op(rows, i)
         if op is not None:  # the other side computes it with an op this side does not run: that op is the code
             return Fault(Culprit.OP, scope, op.source, op.parent, op.type)
-        return Fault(Culprit.PARENT_CODE, scope, rec.source, there)
+        return _caller_passes(rows, i, scope) or Fault(Culprit.PARENT_CODE, scope, rec.source, there)
     handed = _handed_other(i, rows, inputs)
     if handed is not None and rec.kind == "op":  # the op called on another op's output: its call is the code
         return Fault(Culprit.OP, rec.parent or "", rec.source)
@@ -472,6 +518,8 @@ def blame(i: int, rows: Sequence[Row], inputs: Flow) -> Fault:
         return Fault(Culprit.MODEL_INPUT, rec.module)  # aligner.save("batch", x) before the model ran: the data
     if rec.kind == "param_grad":
         return Fault(Culprit.MODULE, rec.module.rpartition(".")[0])
+    if rec.kind in _MODULE_RECORDS and rec.io == "output":
+        return _caller_passes(rows, i, rec.module) or Fault(Culprit.MODULE, rec.module)
     return Fault(Culprit.MODULE, rec.module)
 
 
