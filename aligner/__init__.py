@@ -35,7 +35,7 @@ _API = {
     "convert_state_dicts": "aligner.pipelines.optim",
     "check": "aligner.pipelines.check",
     "watch": "aligner.pipelines.check.watch",
-    "native_dump_config": "aligner.dumping.foreign.native",
+    "native_dump_config": "aligner.dumping.read.foreign.native",
 }
 
 __all__ = sorted(_API)

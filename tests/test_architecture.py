@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import pkgutil
 import subprocess
 import sys
@@ -116,9 +117,10 @@ def test_only_render_formats() -> None:
 COMPARE_UNUSED = ("multiprocessing", "concurrent.futures", "yaml", "ml_dtypes", "rich.progress", "aligner.render.html",
                   "aligner.render.ranks", "aligner.pipelines.compare.ranks", "aligner.pipelines.compare.calibrate",
                   "aligner.pipelines.compare.distributed", "aligner.pipelines.compare.parallel",
-                  "aligner.dumping.ranks", "aligner.dumping.foreign.msprobe", "aligner.dumping.foreign.native",
+                  "aligner.dumping.ranks", "aligner.dumping.read.foreign.msprobe",
+                  "aligner.dumping.read.foreign.native",
                   "aligner.mapping.plan", "aligner.mapping.usermap", "aligner.mapping.ops", "aligner.core.findings")
-FACADES = ("aligner.pipelines.compare", "aligner.render", "aligner.dumping.foreign", "aligner.mapping",
+FACADES = ("aligner.pipelines.compare", "aligner.render", "aligner.dumping.read.foreign", "aligner.mapping",
            "aligner.dumping", "aligner.io")
 
 
@@ -140,3 +142,40 @@ def test_lazy_facades_name_what_exists() -> None:
         facade = importlib.import_module(name)
         for attribute in facade.__all__:
             assert getattr(facade, attribute) is not None, f"{name}.{attribute}"
+
+
+# The dump format's owner: aligner.dumping writes it (manifest.py, writer.py) and reads it (read/: aligner dumps,
+# plain .npy folders, msprobe and native dumps, rank folders). What a pipeline needs of it comes from there.
+DUMP_FORMAT = ("aligner.dumping.manifest", "aligner.dumping.read.source", "aligner.dumping.read.ranks",
+               "aligner.dumping.read.foreign", "aligner.dumping.read.foreign.layout", "aligner.io.npy_header")
+# What reading a dump or a .npy header by hand looks like: the manifest's file name, numpy's header reader.
+FORMAT_INTERNALS = ("MANIFEST", "read_manifest", "read_array_header", "read_magic", "RANK_DIR")
+
+
+def _format_names() -> set[str]:
+    names: set[str] = set()
+    for module in DUMP_FORMAT:
+        loaded = importlib.import_module(module)
+        names |= {n for n, v in vars(loaded).items() if not n.startswith("_") and not inspect.ismodule(v)
+                  and getattr(v, "__module__", module) == module}
+    return names
+
+
+def test_pipelines_read_dumps_only_through_dumping() -> None:
+    """No pipeline takes a dump reader's name (Item, read_source, read_ranks, ...) from another pipeline, and none
+    reads the format by hand (the manifest's name, numpy's header parser): one owner, below the pipelines."""
+    names, found = _format_names(), []
+    assert {"Item", "Source", "read_source", "load_tensor", "read_ranks", "holds_ranks", "NpyHeader"} <= names
+    for name, path in _modules():
+        if _room(name) != "pipelines":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aligner.pipelines"):
+                found += [f"{name}:{node.lineno} takes {a.name} from {node.module}" for a in node.names
+                          if a.name in names]
+            elif isinstance(node, (ast.Name, ast.Attribute)):
+                word = node.id if isinstance(node, ast.Name) else node.attr
+                if word in FORMAT_INTERNALS:
+                    found.append(f"{name}:{node.lineno} reads the dump format itself ({word})")
+    assert not found, "dump format read outside aligner.dumping:\n" + "\n".join(found)

@@ -28,9 +28,9 @@ from mindspore import nn as mnn  # noqa: E402
 from aligner.core.errors import AlignerError  # noqa: E402
 from aligner.dumping import dump  # noqa: E402
 from aligner.dumping.noise import noise_floor  # noqa: E402
+from aligner.dumping.read.source import open_tensor  # noqa: E402
 from aligner.pipelines.compare.result import CompareResult  # noqa: E402
 from aligner.pipelines.compare.run import compare  # noqa: E402
-from aligner.pipelines.compare.sources import open_tensor  # noqa: E402
 from aligner.render.compare import summary, to_json  # noqa: E402
 from aligner.render.html import write_html  # noqa: E402
 

@@ -24,8 +24,8 @@ from conftest import align_in_process, assert_one_line_error
 
 from aligner.core.errors import AlignerError
 from aligner.core.findings import Severity
+from aligner.dumping.read.source import read_source
 from aligner.pipelines.check import RuleConfig, check, evaluate
-from aligner.pipelines.compare.sources import read_source
 
 BATCH = 16
 

@@ -7,10 +7,10 @@ import pytest
 from compare_fixtures import write_dump
 
 from aligner.dumping.manifest import Record
+from aligner.dumping.read.source import Item
 from aligner.metrics.stats import tensor_stats
 from aligner.pipelines.compare.matching import match, passthrough
 from aligner.pipelines.compare.run import compare
-from aligner.pipelines.compare.sources import Item
 from aligner.render.compare import summary
 
 

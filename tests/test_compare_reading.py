@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from aligner.core.tolerance import ToleranceSpec
+from aligner.dumping.read.source import read_source
 from aligner.pipelines.compare.evaluate import evaluate
 from aligner.pipelines.compare.matching import match
-from aligner.pipelines.compare.sources import read_source
 
 
 @pytest.mark.parametrize("numel", [1000, 1 << 19])  # read in one call / mapped block by block

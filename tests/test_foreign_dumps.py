@@ -28,8 +28,8 @@ from twin_models import example_input, make_twins  # noqa: E402
 
 import aligner  # noqa: E402
 from aligner.core.errors import AlignerError  # noqa: E402
+from aligner.dumping.read.source import load_tensor, read_source  # noqa: E402
 from aligner.pipelines.compare.run import compare  # noqa: E402
-from aligner.pipelines.compare.sources import load_tensor, read_source  # noqa: E402
 from aligner.render.compare import to_json  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "msprobe"

@@ -106,7 +106,7 @@ def test_a_tensor_file_truncated_while_it_is_read_is_an_error_not_a_crash(tmp_pa
     code = f"""
 import sys
 from pathlib import Path
-from aligner.pipelines.compare.sources import NpyStream, TensorError, read_npy_header
+from aligner.dumping.read.source import NpyStream, TensorError, read_npy_header
 path = Path({str(path)!r})
 stream = NpyStream(path, read_npy_header(path), "float32")
 chunks = stream.chunks(1 << 18)

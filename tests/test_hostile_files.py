@@ -30,10 +30,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aligner.core.errors import AlignerError
-from aligner.dumping.foreign import native
+from aligner.dumping.read.foreign import native
+from aligner.dumping.read.source import load_tensor, read_source
 from aligner.mapping.usermap import load_user_map
 from aligner.pipelines.audit.report import load_baseline
-from aligner.pipelines.compare.sources import load_tensor, read_source
 from aligner.pipelines.losses.parse import read_losses
 
 DATA = Path(__file__).parent / "data" / "msprobe"
@@ -89,7 +89,7 @@ _READ_NATIVE = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     from aligner.core.errors import AlignerError
-    from aligner.dumping.foreign import native
+    from aligner.dumping.read.foreign import native
     try:
         dump = native.read(Path(sys.argv[1]))
     except AlignerError as exc:
@@ -171,7 +171,7 @@ def test_msprobe_pt_fifo_does_not_hang_under_trust_pickle(tmp_path: Path) -> Non
     target = run / "dump_tensor_data" / "Module.mlp.fc2.Linear.forward.0.output.0.pt"
     target.unlink()
     _fifo(target)
-    code = ("import sys; from pathlib import Path; from aligner.pipelines.compare.sources import load_tensor, "
+    code = ("import sys; from pathlib import Path; from aligner.dumping.read.source import load_tensor, "
             "read_source\nfor it in read_source(Path(sys.argv[1]), trust_pickle=True).items:\n"
             "    try: load_tensor(it)\n    except ValueError as exc: print(exc)")
     proc = _run([sys.executable, "-c", code, str(run)])
@@ -305,7 +305,7 @@ def test_a_dump_tensor_that_is_a_fifo_is_named_not_called_missing(tmp_path: Path
 
 def test_a_tensor_swapped_for_a_fifo_after_listing_does_not_block(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", np.ones(3, np.float32))  # a plain .npy folder: its header is read while listing
-    code = ("import os, sys; from pathlib import Path; from aligner.pipelines.compare.sources import TensorError, "
+    code = ("import os, sys; from pathlib import Path; from aligner.dumping.read.source import TensorError, "
             "open_tensor, read_source\nitem = read_source(Path(sys.argv[1])).items[0]\nitem.path.unlink(); "
             "os.mkfifo(item.path)\ntry: list(open_tensor(item).chunks(8))\nexcept TensorError as exc: print(exc)")
     proc = _run([sys.executable, "-c", code, str(tmp_path)])

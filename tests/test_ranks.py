@@ -17,11 +17,11 @@ import pytest
 
 from aligner.core.errors import AlignerError
 from aligner.dumping.ranks import Layout, _checked_groups
+from aligner.dumping.read.source import load_tensor, read_source
 from aligner.pipelines.check.ranks import check_ranks
 from aligner.pipelines.compare import ranks as ranks_pipeline
 from aligner.pipelines.compare.engine import LocalEngine
 from aligner.pipelines.compare.ranks import RankStatus, compare_ranks
-from aligner.pipelines.compare.sources import load_tensor, read_source
 from tests.conftest import align_in_process, assert_one_line_error
 
 JOB = Path(__file__).with_name("ranks_job.py")

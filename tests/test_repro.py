@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from aligner.core.errors import AlignerError
-from aligner.pipelines.compare.sources import read_source
+from aligner.dumping.read.source import read_source
 from tests.conftest import align_in_process, assert_one_line_error
 
 torch = pytest.importorskip("torch")

@@ -6,9 +6,9 @@ import click
 from aligner.cli.options import check_outputs, json_option
 from aligner.core.atomic import atomic_files
 from aligner.core.errors import AlignerError
+from aligner.dumping.read.ranks import holds_ranks
 from aligner.pipelines.check import RuleConfig, check
 from aligner.pipelines.check.ranks import check_ranks
-from aligner.pipelines.compare.ranks import holds_ranks
 from aligner.render.check import print_check, write_check_html, write_check_json
 from aligner.render.check_ranks import print_check_ranks, write_check_ranks_json
 from aligner.render.console import make_console

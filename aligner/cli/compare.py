@@ -17,10 +17,10 @@ from aligner.core.atomic import atomic_files
 from aligner.core.collect import gc_paused
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.tolerance import CALIBRATION_K, ToleranceSpec, parse_nonnegative
+from aligner.dumping.read.ranks import holds_ranks
 from aligner.pipelines import compare as pipeline  # multi-rank dumps: loaded on first use (compare/__init__.py)
 from aligner.pipelines.compare.engine import ENGINES, Engine, open_engine
 from aligner.pipelines.compare.run import compare
-from aligner.pipelines.compare.sources import holds_ranks
 from aligner.render.compare import incomplete, print_table, summary, write_csv, write_json, zoom
 from aligner.render.console import make_console
 from aligner.render.jsonout import write_json as write_output

@@ -18,6 +18,7 @@ import numpy as np
 from aligner.core.errors import AlignerError
 from aligner.core.files import check_expansion, open_input
 from aligner.io.base import READ_BLOCK, FileSource, Layout, TensorInfo, TensorSource, checked_info
+from aligner.io.npy_header import NpyHeaderError, read_header
 
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, ValueError,
                NotImplementedError, RuntimeError)
@@ -25,19 +26,12 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, O
 
 def _header(fh: IO[bytes], where: str, name: str) -> tuple[TensorInfo, np.dtype, bool, int]:
     """(info, stored dtype, fortran order, header length) of the .npy stream `fh` positioned at its start."""
-    fmt = np.lib.format
     try:
-        version = fmt.read_magic(fh)
-        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-        shape, fortran, dtype = read(fh)
-    except Exception as exc:  # numpy parses the header with ast/tokenize: ValueError, SyntaxError, TokenError, ...
-        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:100]
-        raise AlignerError(f"{where}: not a readable .npy file (corrupted header: {reason})") from None
-    if dtype.hasobject:
-        raise AlignerError(f"{where}: holds pickled objects; refusing to load it (aligner never unpickles .npy)")
-    if dtype.fields is not None or dtype.subdtype is not None:
-        raise AlignerError(f"{where}: structured dtype {dtype} is not a tensor")
-    return checked_info(where, name, shape, dtype), dtype, bool(fortran), fh.tell()
+        header = read_header(fh)
+    except NpyHeaderError as exc:
+        raise AlignerError(f"{where}: {exc}") from None
+    return (checked_info(where, name, header.shape, header.dtype), header.dtype, header.fortran_order,
+            header.data_offset)
 
 
 class NpySource(FileSource):

@@ -14,11 +14,11 @@ import numpy as np
 
 from aligner.core.errors import AlignerError
 from aligner.dumping.manifest import Record
+from aligner.dumping.read.source import Item, Source, load_tensor, read_source
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.report import CheckReport, Verdict
 from aligner.pipelines.check.rules import RULES, Evaluation, evaluate
 from aligner.pipelines.check.view import GRAD_NORM, GRAD_NORM_CLIPPED, LOSS, LOSS_SCALE
-from aligner.pipelines.compare.sources import Item, Source, load_tensor, read_source
 
 __all__ = ["check", "check_source", "CheckReport", "Verdict", "RuleConfig", "Evaluation", "evaluate", "RULES", "LOSS",
            "LOSS_SCALE", "GRAD_NORM", "GRAD_NORM_CLIPPED"]

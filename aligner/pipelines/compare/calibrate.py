@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Hashable, Sequence
 from aligner.core.dtypes import FLOATING
 from aligner.core.errors import AlignerError
 from aligner.core.tolerance import CALIBRATION_K, Tolerance, ToleranceSpec
+from aligner.dumping.read.source import Item, Source, TensorError, open_tensor, read_source
 from aligner.metrics.measure import Metrics, compare_streams
 from aligner.pipelines import compare as package  # the cluster's part loaded on first use: see compare/__init__.py
 from aligner.pipelines.compare.matching import Pair
-from aligner.pipelines.compare.sources import Item, Source, TensorError, open_tensor, read_source
 
 if TYPE_CHECKING:
     from aligner.pipelines.compare.engine import Engine

@@ -23,79 +23,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from aligner.core.errors import AlignerError, ExitCode
-from aligner.core.files import open_input
-from aligner.core.nesting import json_loads
 from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import ToleranceSpec
-from aligner.dumping.manifest import MANIFEST, RANK_DIR
+from aligner.dumping.read.ranks import folder_size, holds_ranks, read_ranks
 from aligner.pipelines.compare.engine import Engine, open_engine
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.run import compare
-from aligner.pipelines.compare.sources import holds_ranks as holds_ranks  # where `align check` asks it too
-
-
-@dataclasses.dataclass(frozen=True)
-class RankDump:
-    """One side: its rank folders and the world size their headers agree on (None: no header says)."""
-
-    root: Path
-    folders: dict[int, Path]
-    world_size: int | None
-
-
-def read_header(folder: Path) -> dict[str, Any]:
-    """The first manifest line of a rank folder as a dict ({} when there is none: compare reports the folder)."""
-    try:
-        with open_input(folder / MANIFEST) as fh:  # a FIFO or device refused (AlignerError), never waited on
-            header = json_loads(fh.readline())
-    except (OSError, ValueError, AlignerError):  # ValueError: not UTF-8, not JSON, nested too deep
-        return {}
-    return header if isinstance(header, dict) else {}
-
-
-def read_ranks(path: str | os.PathLike) -> RankDump:
-    """The rank folders of `path`, each header's rank checked against its folder name and every header's world size
-    against the others'; AlignerError (one line) for a folder that is a link or a file, a dump that is also a
-    single-process dump, or headers that disagree (mixed world sizes)."""
-    root = Path(path)
-    if not root.is_dir():
-        raise AlignerError(f"{root}: no such directory")
-    if (root / MANIFEST).exists():
-        raise AlignerError(f"{root} holds both a single-process dump ({MANIFEST}) and rank folders; give the "
-                           "directory of one run")
-    folders: dict[int, Path] = {}
-    for name in sorted(os.listdir(root)):
-        found = RANK_DIR.fullmatch(name)
-        if found is None:
-            continue
-        folder = root / name
-        if folder.is_symlink() or not folder.is_dir():
-            raise AlignerError(f"{folder} is {'a link' if folder.is_symlink() else 'not a directory'}; rank "
-                               f"folders must be directories inside {root}")
-        if int(found[1]) in folders:
-            raise AlignerError(f"{root} holds two folders for rank {int(found[1])} ({folders[int(found[1])].name} "
-                               f"and {name})")
-        folders[int(found[1])] = folder
-    worlds: dict[int, list[int]] = {}
-    for rank, folder in folders.items():
-        header = read_header(folder)
-        said, world = header.get("rank"), header.get("world_size")
-        if isinstance(said, int) and said != rank:
-            raise AlignerError(f"{folder} holds the dump of rank {said}, not rank {rank}: rank folders were moved "
-                               "or renamed")
-        if isinstance(world, int):
-            worlds.setdefault(world, []).append(rank)
-    if len(worlds) > 1:
-        says = "; ".join(f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}: {w}"
-                         for w, r in sorted(worlds.items()))
-        raise AlignerError(f"mixed world sizes in {root}: the rank folders' headers disagree ({says} ranks); a "
-                           "folder left over from an earlier run of another size?")
-    world = next(iter(worlds), None)
-    beyond = [r for r in folders if world is not None and r >= world]
-    if world is not None and beyond:
-        raise AlignerError(f"mixed world sizes in {root}: rank{beyond[0]}/ in a dump whose headers say "
-                           f"{world} ranks (0..{world - 1}); a folder left over from an earlier, larger run?")
-    return RankDump(root, folders, world)
 
 
 class RankStatus(enum.Enum):
@@ -187,30 +120,16 @@ class RankedCompareResult:
 
 
 # Measured with scripts/bench_ranks.py, 4 ranks, 2 CPUs under load from other jobs, forked against one after
-# another: tensor bytes per record (one side, _dump_size) of 163 KB ran 0.68x (8 x Linear(512), 226 records per rank)
+# another: tensor bytes per record (one side, folder_size) of 163 KB ran 0.68x (8 x Linear(512), 226 records per rank)
 # and of 2 KB 0.75x (64 x Linear(32), 1794 records); 617 KB ran 1.22-1.37x (12 x Linear(1024), 338 records). Fork
 # from 512 KB per record, and 64 MB per rank (both sides) so that no fork is started for a few large records.
 _FORK_MIN_BYTES_PER_RECORD = 512 << 10
 _FORK_MIN_BYTES_PER_RANK = 64 << 20
 
 
-def _dump_size(folder: Path) -> tuple[int, int]:
-    """(manifest lines, bytes of tensor files) of one rank folder, from the directory listing (nothing parsed)."""
-    if (folder / "tensors").is_symlink():  # never list a directory outside the dump
-        return 0, 0
-    try:
-        with open_input(folder / MANIFEST) as fh:
-            lines = fh.read().count(b"\n")
-        with os.scandir(folder / "tensors") as entries:
-            size = sum(e.stat(follow_symlinks=False).st_size for e in entries if e.is_file(follow_symlinks=False))
-    except (OSError, AlignerError):  # AlignerError: not a regular file (the rank's own reading says so)
-        return 0, 0
-    return lines, size
-
-
 def _worth_forking(folders: list[Path], ranks: int) -> bool:
     """Whether the ranks' tensors are big enough per record for forked processes to beat one after another."""
-    lines, size = map(sum, zip(*(_dump_size(f) for f in folders))) if folders else (0, 0)
+    lines, size = map(sum, zip(*(folder_size(f) for f in folders))) if folders else (0, 0)
     return size >= _FORK_MIN_BYTES_PER_RANK * ranks and size >= _FORK_MIN_BYTES_PER_RECORD * max(lines, 1)
 
 

@@ -12,13 +12,13 @@ from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import CALIBRATION_K, Tolerance, ToleranceSpec
-from aligner.dumping.foreign.layout import Tool, detect, msprobe_maps
+from aligner.dumping.read.foreign.layout import Tool, detect, msprobe_maps
+from aligner.dumping.read.source import Source, read_source
 from aligner.pipelines import compare as package  # the parts loaded on first use: see compare/__init__.py
 from aligner.pipelines.compare.engine import Engine, LocalEngine
 from aligner.pipelines.compare.evaluate import Row, evaluate
 from aligner.pipelines.compare.matching import Pair, match, namers, same_layer
 from aligner.pipelines.compare.result import CompareResult
-from aligner.pipelines.compare.sources import Source, read_source
 from aligner.pipelines.compare.verdict import bisect as bisect_rows
 from aligner.pipelines.compare.verdict import judge
 

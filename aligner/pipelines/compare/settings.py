@@ -16,13 +16,13 @@ from typing import Any, Sequence
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.dumping.manifest import Record
+from aligner.dumping.read.source import Source
 from aligner.dumping.signature import restore
 from aligner.pipelines.audit.layers import Layer
 from aligner.pipelines.audit.model import _Auditor  # the audit's rule checks, one owner for what differs
 from aligner.pipelines.audit.pairing import LayerPair
 from aligner.pipelines.audit.rules import RuleBook, load_rulebook
 from aligner.pipelines.compare.evaluate import Row
-from aligner.pipelines.compare.sources import Source
 from aligner.pipelines.compare.verdict import Culprit, Verdict
 
 PT, MS = Framework.PYTORCH, Framework.MINDSPORE

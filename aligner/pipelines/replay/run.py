@@ -21,11 +21,11 @@ from aligner.core.frameworks import Framework
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.dumping.context import dump
 from aligner.dumping.options import compile_pattern
+from aligner.dumping.read.source import Item, Source, TensorError, load_tensor
 from aligner.dumping.signature import MalformedCallError, restore
 from aligner.dumping.tensors import model_framework, tensors_in, to_host
 from aligner.metrics.measure import Metrics, compare_arrays
 from aligner.pipelines.compare.run import choose_reference, read_pair
-from aligner.pipelines.compare.sources import Item, Source, TensorError, load_tensor
 from aligner.pipelines.replay.result import ReplayResult, ReplayRow
 from aligner.pipelines.replay.runner import Runner, put_back, runner
 

@@ -23,10 +23,10 @@ from aligner.core.frameworks import Framework
 from aligner.core.nesting import json_loads
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.dumping.manifest import Record
+from aligner.dumping.read.source import Item, Source, TensorError, load_tensor
 from aligner.pipelines.compare.evaluate import RowStatus, evaluate
 from aligner.pipelines.compare.matching import Pair
 from aligner.pipelines.compare.run import check_same_model, read_pair
-from aligner.pipelines.compare.sources import Item, Source, TensorError, load_tensor
 from aligner.pipelines.repro.layers import Build, Planned, Recorded, buildable, plan
 from aligner.pipelines.repro.script import FOLDER, SideCode, StandIn, readme, repro_py
 

@@ -17,9 +17,9 @@ import numpy as np
 from aligner.core.buffers import is_buffer
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.findings import Finding, Severity
+from aligner.dumping.read.source import Item, TensorError, load_tensor, read_source
 from aligner.io import TensorSource, open_checkpoint
 from aligner.mapping.plan import EntryStatus
-from aligner.pipelines.compare.sources import Item, TensorError, load_tensor, read_source
 from aligner.pipelines.convert import plan_conversion
 from aligner.pipelines.update_rule.explain import compare_sides, loss_scale
 from aligner.pipelines.update_rule.fit import FIT_RTOL, ParamFit

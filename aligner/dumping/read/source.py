@@ -13,7 +13,7 @@ import operator
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Hashable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator
 
 import numpy as np
 
@@ -21,12 +21,14 @@ from aligner.core.dtypes import canonical, to_numpy, to_storable
 from aligner.core.errors import AlignerError
 from aligner.core.files import open_fd
 from aligner.core.frameworks import Framework
-from aligner.dumping import foreign, manifest
-from aligner.dumping.foreign.layout import inside
+from aligner.dumping import manifest
+from aligner.dumping.read import foreign
+from aligner.dumping.read.foreign.layout import inside
+from aligner.io.npy_header import NpyHeader, NpyHeaderError, read_header
 from aligner.metrics.measure import MemoryStream, flat_chunks
 
 if TYPE_CHECKING:  # what foreign.read_foreign returns (its module is loaded only for a foreign dump)
-    from aligner.dumping.foreign.base import ForeignDump
+    from aligner.dumping.read.foreign.base import ForeignDump
 
 _GRAD_TOKENS = {"backward", "grad", "grads", "gradient"}
 _EXECUTION_ORDER = operator.attrgetter("record.step", "record.seq")  # an item's (step, seq)
@@ -35,16 +37,6 @@ _READ_BLOCK = 1 << 20  # bytes: files up to this size are read in one call, larg
 
 class TensorError(ValueError):
     """A tensor file that cannot be read (missing, truncated, pickled, not .npy, or not what the manifest says)."""
-
-
-@dataclasses.dataclass
-class NpyHeader:
-    """What a .npy header says, checked against the file's length."""
-
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    fortran_order: bool
-    data_offset: int
 
 
 @dataclasses.dataclass(slots=True)
@@ -92,24 +84,6 @@ class Source:
     params: dict[tuple[int, str], Item] = dataclasses.field(default_factory=dict)
 
 
-# The version 1.0 header np.save writes, e.g. "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }" and
-# space padding. Matched directly: numpy's reader runs ast.literal_eval, half the cost of listing many small files.
-_SAVED_HEADER = re.compile(rb"\{'descr': '([<>|=][a-z]\d+)', 'fortran_order': (False|True), "
-                           rb"'shape': \(((?:\d+, )*\d+,?)?\), \} *\n")
-
-
-def _saved_header(fh: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype] | None:
-    """(shape, fortran_order, dtype) of a header exactly as np.save writes it, else None with `fh` rewound."""
-    start = fh.read(10)
-    if start[:8] == b"\x93NUMPY\x01\x00" and len(start) == 10:
-        found = _SAVED_HEADER.fullmatch(fh.read(int.from_bytes(start[8:], "little")))
-        if found:
-            shape = tuple(int(n) for n in (found[3] or b"").split(b",") if n.strip())
-            return shape, found[2] == b"True", np.dtype(found[1].decode())
-    fh.seek(0)
-    return None
-
-
 def _open_tensor_file(path: Path) -> io.FileIO:
     """A tensor file opened unbuffered through aligner.core.files (a regular file, checked again once open: one
     swapped for a FIFO since it was listed never blocks); TensorError naming the file when it is missing, not a
@@ -125,31 +99,19 @@ def _open_tensor_file(path: Path) -> io.FileIO:
 
 
 def read_npy_header(path: Path) -> NpyHeader:
-    """Parse a .npy header without loading data; refuse object arrays and truncated files. Headers np.save did not
-    write (other versions, other spellings, corrupted ones) go to numpy's own reader, which has the last word."""
-    fmt = np.lib.format
+    """Parse a .npy header without loading data (aligner.io.npy_header: object arrays and structured dtypes
+    refused); TensorError naming the file for those, a bad header, or a file shorter than its header declares."""
     with _open_tensor_file(path) as fh:
         try:
-            parsed = _saved_header(fh)
-            if parsed is None:
-                version = fmt.read_magic(fh)
-                read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-                parsed = read(fh)
-            shape, fortran, dtype = parsed
-            offset = fh.tell()
+            header = read_header(fh)
         except OSError as exc:
             raise TensorError(f"{path.name}: cannot read ({exc.strerror or exc})") from exc
-        except Exception as exc:  # bad magic, unsupported version, malformed header: numpy raises ValueError and kin
-            if str(exc).startswith("EOF"):  # numpy's reader: "EOF: reading array header, expected N bytes got M"
-                raise TensorError(f"{path.name}: truncated inside its .npy header") from exc
-            raise TensorError(f"{path.name}: not a .npy file or corrupted .npy header") from exc
+        except NpyHeaderError as exc:
+            raise TensorError(f"{path.name}: {exc}") from None
         size = os.fstat(fh.fileno()).st_size
-    if dtype.hasobject:
-        raise TensorError(f"{path.name}: pickled object array refused (never loaded with allow_pickle)")
-    expected = offset + math.prod(shape) * dtype.itemsize
-    if size < expected:
-        raise TensorError(f"{path.name}: truncated ({size} of {expected} bytes)")
-    return NpyHeader(tuple(shape), dtype, fortran, offset)
+    if size < header.data_offset + header.nbytes:
+        raise TensorError(f"{path.name}: truncated ({size} of {header.data_offset + header.nbytes} bytes)")
+    return header
 
 
 @dataclasses.dataclass
@@ -328,15 +290,6 @@ def _foreign(dump: ForeignDump) -> Source:
     """Another tool's dump (msprobe, MindSpore's native dump) as a Source."""
     items = [Item(e.record, e.path, e.error, load=e.load) for e in dump.entries]
     return Source(dump.root, dump.framework, dump.mode, items, dump.problems)
-
-
-def holds_ranks(path: str | os.PathLike) -> bool:
-    """Whether `path` is a directory with `rank{N}/` entries (a multi-rank dump)."""
-    root = Path(path)
-    try:
-        return root.is_dir() and any(manifest.RANK_DIR.fullmatch(name) for name in os.listdir(root))
-    except OSError:
-        return False
 
 
 def read_source(path: str | Path, *, trust_pickle: bool = False) -> Source:

@@ -1,5 +1,5 @@
 """What the foreign-dump readers share: the records they return (the tools and the confinement of the files they
-name are in aligner.dumping.foreign.layout, which `align compare` reads for every folder)."""
+name are in aligner.dumping.read.foreign.layout, which `align compare` reads for every folder)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,6 +11,7 @@ import numpy as np
 from aligner.core.dtypes import canonical
 from aligner.core.files import open_input
 from aligner.dumping.manifest import Record
+from aligner.io.npy_header import read_header
 
 
 @dataclasses.dataclass
@@ -36,13 +37,8 @@ class ForeignDump:
 
 
 def npy_layout(path: Path) -> tuple[list[int], str]:
-    """(shape, canonical dtype) from a .npy file's header, without reading its data; ValueError/OSError if it is
-    not a readable .npy file, AlignerError if it is not a regular file."""
-    fmt = np.lib.format
+    """(shape, canonical dtype) from a .npy file's header, without reading its data (aligner.io.npy_header's policy);
+    ValueError/OSError if it is not a readable .npy file, AlignerError if it is not a regular file."""
     with open_input(path) as fh:
-        version = fmt.read_magic(fh)
-        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-        shape, _, dtype = read(fh)
-    if dtype.hasobject:
-        raise ValueError("a pickled object array (never loaded)")
-    return list(shape), canonical(dtype)
+        header = read_header(fh)
+    return list(header.shape), canonical(header.dtype)

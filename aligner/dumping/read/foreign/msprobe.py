@@ -35,9 +35,9 @@ from aligner.core.dtypes import canonical, torch_to_numpy
 from aligner.core.errors import AlignerError
 from aligner.core.files import INDEX, check_legacy_torch, check_zip, open_input, read_text
 from aligner.core.nesting import NestingError, json_loads
-from aligner.dumping.foreign.base import Entry, ForeignDump
-from aligner.dumping.foreign.layout import DUMP_JSON, STEP, inside, run_dirs
 from aligner.dumping.manifest import Record
+from aligner.dumping.read.foreign.base import Entry, ForeignDump
+from aligner.dumping.read.foreign.layout import DUMP_JSON, STEP, inside, run_dirs
 
 CONSTRUCT_JSON = "construct.json"
 TENSOR_DIR = "dump_tensor_data"

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aligner.dumping.foreign import msprobe, native
-from aligner.dumping.foreign.base import ForeignDump
-from aligner.dumping.foreign.layout import Tool
+from aligner.dumping.read.foreign import msprobe, native
+from aligner.dumping.read.foreign.base import ForeignDump
+from aligner.dumping.read.foreign.layout import Tool
 
 
 def read_foreign(root: Path, tool: Tool, *, trust_pickle: bool = False) -> ForeignDump:

@@ -48,9 +48,16 @@ from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
 from aligner.core.files import INDEX, TEXT, open_input, open_text, read_text
 from aligner.core.nesting import json_loads
-from aligner.dumping.foreign.base import Entry, ForeignDump, npy_layout
-from aligner.dumping.foreign.layout import EXECUTION_ORDER, METADATA, NATIVE_RANK, inside, is_native_rank, native_ranks
 from aligner.dumping.manifest import Record
+from aligner.dumping.read.foreign.base import Entry, ForeignDump, npy_layout
+from aligner.dumping.read.foreign.layout import (
+    EXECUTION_ORDER,
+    METADATA,
+    NATIVE_RANK,
+    inside,
+    is_native_rank,
+    native_ranks,
+)
 
 STATISTIC_CSV = "statistic.csv"
 CONFIG_NAME = "mindspore_dump_config.json"  # what native_dump_config writes into the dump directory
