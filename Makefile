@@ -36,7 +36,7 @@ lint: install
 # The docs site (mkdocs + material, API page from the docstrings) into site/; --strict fails on any warning: a broken
 # link or anchor, a page missing from the nav, a docstring the API page cannot render. No network needed.
 docs: install
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 bench: install
 	$(PY) scripts/bench_convert.py

@@ -3,26 +3,32 @@
 README.md stays the one source of the first-hour guide: the home page is its text with `docs/PAGE.md` links made
 relative to the site, so `mkdocs build --strict` checks README's links and anchors with the pages'. The API page
 is built from `_API` in aligner/__init__.py, read as text (nothing is imported), so a name added there or a module
-moved shows up without editing the page.
+moved shows up without editing the page. A repository path a page names in backticks (`aligner/core/files.py`,
+`tests/test_faults.py`, `mappings/check_rules.yaml`) must exist: a module moved without its docs fails the build.
 """
 from __future__ import annotations
 
 import ast
+import logging
 import re
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+LOG = logging.getLogger("mkdocs.hooks.aligner")  # under "mkdocs": a warning fails --strict
+REPO_PATH = re.compile(r"`((?:aligner|tests|scripts|mappings|docs)/[\w./-]*\w)(?:::\w+)?`")
 API_MARKER = "<!-- api: generated from aligner._API by scripts/docs_hooks.py -->"
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     """The home page's text is README.md's; the API page's marker becomes one mkdocstrings block per public name."""
     if page.file.src_uri == "index.md":
-        readme = (ROOT / "README.md").read_text(encoding="utf-8")
-        return re.sub(r"\]\(docs/", "](", readme)
-    if page.file.src_uri == "api.md":
-        return markdown.replace(API_MARKER, api_blocks())
+        markdown = re.sub(r"\]\(docs/", "](", (ROOT / "README.md").read_text(encoding="utf-8"))
+    elif page.file.src_uri == "api.md":
+        markdown = markdown.replace(API_MARKER, api_blocks())
+    for path in sorted(set(REPO_PATH.findall(markdown))):
+        if not (ROOT / path).exists():
+            LOG.warning("Doc file '%s' names `%s`, which is not in the repository", page.file.src_uri, path)
     return markdown
 
 
