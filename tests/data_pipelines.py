@@ -47,17 +47,17 @@ def torch_images(root: Path, *, resize: int | None = None, shuffle: bool = False
                  to_tensor: bool = True) -> Any:
     """The reference: torchvision ImageFolder, CenterCrop (or Resize), ToTensor, Normalize; a DataLoader."""
     import torch
-    import torchvision.transforms as T
+    import torchvision.transforms as tvt
     from torchvision.datasets import ImageFolder
 
-    steps: list[Any] = [T.Resize((resize, resize)) if resize else T.CenterCrop(CROP)]
+    steps: list[Any] = [tvt.Resize((resize, resize)) if resize else tvt.CenterCrop(CROP)]
     if to_tensor:
-        steps.append(T.ToTensor())
+        steps.append(tvt.ToTensor())
     if normalize:
-        steps.append(T.Normalize(MEAN, STD))
+        steps.append(tvt.Normalize(MEAN, STD))
     if not to_tensor:
-        steps.append(T.PILToTensor())
-    data = ImageFolder(str(root), transform=T.Compose(steps))
+        steps.append(tvt.PILToTensor())
+    data = ImageFolder(str(root), transform=tvt.Compose(steps))
     generator = torch.Generator().manual_seed(seed) if shuffle else None
     return torch.utils.data.DataLoader(data, batch_size=batch, shuffle=shuffle and sampler is None,
                                        generator=generator, drop_last=drop_last, sampler=sampler)

@@ -66,6 +66,8 @@ def cli() -> None:
       3. pin randomness (in both training scripts)
          aligner.fix_random(0); aligner.disable_dropout(model)
       3a. same data: aligner.save("batch", x) before the forward, both sides
+         aligner.record_data(loader, "data_pt/")   (and "data_ms/")
+         align data data_pt/ data_ms/; align data check data_ms/
       4. compare losses: step 1 differs: forward; step 2: backward/optimizer
          align losses train_ms.log train_pt.log
       4a. forward differs: dump both sides, find the first divergent layer

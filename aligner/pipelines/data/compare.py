@@ -490,6 +490,29 @@ def sharding(dumps: dict[int, DataDump], side: str, section: Section) -> list[Da
     return []
 
 
+def _all_digests(d: DataDump) -> np.ndarray:
+    return np.concatenate([f.digest for f in d.fields], axis=1)
+
+
+def _union(dumps: dict[int, DataDump]) -> DataDump:
+    """The first epochs of all ranks as one dump (no tensors), for what the ranks read together."""
+    parts = [d for _, d in sorted(dumps.items())]
+    idx = [d.epoch(0) for d in parts]
+    first = parts[0]
+    fields = []
+    for k, f in enumerate(first.fields):
+        def joined(attr: str, k: int = k) -> np.ndarray | None:
+            arrays = [getattr(d.fields[k], attr) for d in parts]
+            return None if arrays[0] is None else np.concatenate([a[i] for a, i in zip(arrays, idx)])
+        digest, nonfinite = joined("digest"), joined("nonfinite")
+        assert digest is not None and nonfinite is not None
+        fields.append(FieldData(f.spec, k, digest, nonfinite, joined("stats"), joined("seq"), joined("content"),
+                                joined("label")))
+    samples = np.concatenate([d.samples[i] for d, i in zip(parts, idx)])
+    samples[:, 0] = 0
+    return DataDump(first.path, first.header | {"tensors": False}, samples, fields)
+
+
 def _compare_ranks(a: str, b: str, ranks_a: dict[int, Any], ranks_b: dict[int, Any]) -> DataCompareResult:
     if set(ranks_a) != set(ranks_b):
         raise AlignerError(f"the sides hold different ranks: {a} has {sorted(ranks_a)}, {b} has {sorted(ranks_b)}")
@@ -497,13 +520,20 @@ def _compare_ranks(a: str, b: str, ranks_a: dict[int, Any], ranks_b: dict[int, A
     dumps_b = {r: read_data_dump(p) for r, p in ranks_b.items()}
     results = tuple((r, _compare(dumps_a[r], dumps_b[r])) for r in sorted(ranks_a))
     findings = sharding(dumps_a, a, _S) + sharding(dumps_b, b, _S)
-    union_a = set().union(*(rank_keys(d) for d in dumps_a.values()))
-    union_b = set().union(*(rank_keys(d) for d in dumps_b.values()))
-    if union_a & union_b:  # the samples agree in content: samples one side's ranks leave out are missing there
-        for side, other, mine, theirs in ((a, b, union_a, union_b), (b, a, union_b, union_a)):
-            if theirs - mine:
-                findings.append(_finding(DataRule.SHARD_MISSING, None, side=side, other=other,
-                                         missing=len(theirs - mine)))
+    union_a, union_b = _union(dumps_a), _union(dumps_b)
+    names = [f.name for f in union_a.fields]
+    if names == [f.name for f in union_b.fields]:
+        pairing, pairs, lone_a, lone_b = _pair(union_a, union_b, union_a.epoch(0), union_b.epoch(0), names)
+        if pairing == Pairing.CONTENT:
+            # samples of one side's union no rank of the other reads (lone_a: side A's, so missing on side B); a
+            # lone sample repeating a paired one is a sampler's padding, not a missing sample
+            for side, other, reader, lone, paired in ((b, a, union_a, lone_a, [i for i, _ in pairs]),
+                                                      (a, b, union_b, lone_b, [j for _, j in pairs])):
+                keys = _keys(_all_digests(reader))
+                missing = {keys[i] for i in lone} - {keys[i] for i in paired}
+                if missing:
+                    findings.append(_finding(DataRule.SHARD_MISSING, None, side=side, other=other,
+                                             missing=len(missing)))
     first = results[0][1]
     return DataCompareResult(a, b, first.framework_a, first.framework_b, sum(r.samples_a for _, r in results),
                              sum(r.samples_b for _, r in results), first.pairing,
