@@ -122,10 +122,10 @@ def blame(runs: dict[Stage, StageRun]) -> Blame | None:
     if isinstance(forward, ForwardOutcome) and forward.compare.verdict.findings:
         return _forward_blame(forward, audit)
     if isinstance(train, TrainOutcome):
-        if train.compare.verdict.findings:
-            return _compare_blame(Stage.TRAIN, train.compare)
         terms = tuple(train.update.differences) if train.update is not None else ()
-        return Blame(Stage.TRAIN, CulpritKind.OPTIMIZER, terms=terms)
+        if terms or not train.compare.verdict.findings:  # an optimizer term: the later steps' records only inherit
+            return Blame(Stage.TRAIN, CulpritKind.OPTIMIZER, terms=terms)
+        return _compare_blame(Stage.TRAIN, train.compare)
     if isinstance(determinism, DeterminismOutcome):
         side = next(r for r in determinism.reports if not r.deterministic)
         return Blame(Stage.DETERMINISM, CulpritKind.NONDETERMINISM, torch_path=side.differing[0])

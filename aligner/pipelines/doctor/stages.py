@@ -152,6 +152,8 @@ def _elements(side: Side) -> tuple[int, int]:
     """(elements, tensors) in the model's checkpoint (torch's num_batches_tracked counters aside: no MindSpore
     twin)."""
     state = {n: t for n, t in _state(side).items() if not n.endswith("num_batches_tracked")}
+    if side.framework is Framework.PYTORCH:  # a tied weight is one tensor under several names (MindSpore: one name)
+        state = {(t.data_ptr(), tuple(t.shape)): t for t in state.values()}  # type: ignore[misc]
     return sum(int(np.prod(t.shape)) for t in state.values()), len(state)
 
 
