@@ -21,6 +21,7 @@ _API = {
     "dump": "aligner.api",
     "compare": "aligner.api",
     "audit": "aligner.api",
+    "doctor": "aligner.api",
     "save": "aligner.dumping.context",
     "save_grads": "aligner.dumping.ranks",
     "compare_ranks": "aligner.pipelines.compare.ranks",

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "repro": ("aligner.cli.repro", "Write a standalone script reproducing one module of two dumps in both frameworks."),
     "replay": ("aligner.cli.replay", "Replay each module on the reference's inputs: its own error vs inherited."),
     "check": ("aligner.cli.check", "Check one dump for NaN origins, vanishing gradients, frozen weights and more."),
+    "doctor": ("aligner.cli.doctor", "Run the whole migration check on two model factories: one verdict, one page."),
     "data": ("aligner.cli.data", "Compare two input pipelines' recorded samples, or check one (align data check)."),
 }
 
@@ -54,6 +55,10 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="aligner")
 def cli() -> None:
     """aligner: prove a PyTorch <-> MindSpore migration computes the same numbers, and find where it doesn't.
+
+    \b
+    Every step below at once, from the two model constructors:
+      align doctor make_pt.py:build make_ms.py:build --input-shape 1,3,224,224 -o doctor/
 
     \b
     Typical workflow (README's workflow table, step by step):
