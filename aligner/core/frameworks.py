@@ -15,6 +15,11 @@ class Framework(str, enum.Enum):
         return self.value
 
     @property
+    def label(self) -> str:
+        """How messages name it: torch, MindSpore, NumPy."""
+        return _LABELS[self]
+
+    @property
     def other(self) -> "Framework":
         """The other side of a PyTorch <-> MindSpore migration."""
         return Framework.MINDSPORE if self is Framework.PYTORCH else Framework.PYTORCH
@@ -31,3 +36,4 @@ class Framework(str, enum.Enum):
 _ALIASES = {"pytorch": Framework.PYTORCH, "torch": Framework.PYTORCH, "pt": Framework.PYTORCH,
             "mindspore": Framework.MINDSPORE, "ms": Framework.MINDSPORE, "numpy": Framework.NUMPY,
             "np": Framework.NUMPY}
+_LABELS = {Framework.PYTORCH: "torch", Framework.MINDSPORE: "MindSpore", Framework.NUMPY: "NumPy"}

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from aligner.core.frameworks import Framework
 from aligner.io.base import TensorInfo, TensorSource
-from aligner.mapping.rules import group_names, load_rules
+from aligner.mapping.rules import group_names, load_layer_rules
 
 
 def guess_framework(infos: dict[str, TensorInfo]) -> Framework | None:
     """The naming convention of a name set, from leaves that only one framework's rules use (None if no clue)."""
     ms_votes = pt_votes = 0
-    for rule in load_rules():
+    for rule in load_layer_rules():
         ms_only = set(rule.rename.values()) - set(rule.rename)
         pt_only = set(rule.rename) - set(rule.rename.values())
         for leaves in group_names(infos).values():

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from importlib import resources
 
 from aligner.core.frameworks import Framework
+from aligner.core.rules import ListOf, MapOf, Opt, load_rules
 
 OPS_FILE = "ops_torch_mindspore.yaml"  # in the top-level mappings/, shipped inside the wheel as aligner.mappings
 FRAMEWORKS = (Framework.PYTORCH, Framework.MINDSPORE)
+SCHEMA = {"ops": MapOf({fw.value: Opt(ListOf(str)) for fw in FRAMEWORKS})}   # op -> framework -> names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,15 +33,11 @@ def load_op_table(name: str = OPS_FILE) -> OpTable:
     """Parse an op table of the installed `aligner.mappings` package once. A name listed under two canonical ops
     (within a framework, or across them: the compare side looks names up without knowing the framework) is a
     ValueError: the table would pair it both ways."""
-    import yaml  # only when an op record is looked up: plain compares never parse the table
-
-    data = yaml.safe_load(resources.files("aligner.mappings").joinpath(name).read_text(encoding="utf-8"))
+    data = load_rules(name, SCHEMA)   # only when an op record is looked up: plain compares never parse the table
     by_framework: dict[str, dict[str, str]] = {fw: {} for fw in FRAMEWORKS}
     merged: dict[str, str] = {}
     for op, sides in data["ops"].items():
         for framework, names in sides.items():
-            if framework not in by_framework:
-                raise ValueError(f"{name}: op {op!r} lists names for unknown framework {framework!r}")
             for called in names:
                 for table in (by_framework[framework], merged):
                     if table.setdefault(called, op) != op:

@@ -4,10 +4,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from importlib import resources
 from typing import Any
 
 from aligner.core.frameworks import Framework
+from aligner.core.rules import ANY, ListOf, MapOf, OneOf, Opt, load_rules
 from aligner.io.base import TensorInfo
 from aligner.mapping.transforms import AxisOp, Create, parse_axis_op
 
@@ -61,21 +61,28 @@ class LayerRule:
     reshape: dict[str, AxisOp]             # pytorch leaf -> op going pytorch -> mindspore (`.inverse()` back)
     pytorch_only: dict[str, Create]        # leaf -> how to recreate it going to pytorch
     mindspore_infix: str | None
-    note: str
+    why: str                               # what the rule cannot tell from names alone
 
     def leaf_map(self, src: str) -> dict[str, str]:
         """Leaf renames in the direction away from `src`."""
         return dict(self.rename) if src == Framework.PYTORCH else {v: k for k, v in self.rename.items()}
 
 
-@functools.cache
-def load_rules(name: str = RULES_FILE) -> tuple[LayerRule, ...]:
-    """Parse a rules file of the installed `aligner.mappings` package once (a checkout and a wheel alike)."""
-    import yaml  # here, not at import: reading a dump never parses the rules (`align compare`'s start time)
+_SIGNATURE = OneOf(None, {"leaves": MapOf(OneOf(int, None)), "exact": Opt(bool), "name_hint": Opt(str),
+                          "same_shape": Opt(bool)})
+SCHEMA = {"rules": ListOf({
+    "type": str, "pytorch": _SIGNATURE, "mindspore": _SIGNATURE, "rename": MapOf(str),
+    "reshape": Opt(MapOf({"pytorch_to_mindspore": str})),
+    "pytorch_only": Opt(MapOf({"dtype": str, "shape": ListOf(int), "value": ANY})),
+    "mindspore_infix": Opt(str), "why": Opt(str)})}
 
-    data = yaml.safe_load(resources.files("aligner.mappings").joinpath(name).read_text(encoding="utf-8"))
+
+@functools.cache
+def load_layer_rules(name: str = RULES_FILE) -> tuple[LayerRule, ...]:
+    """The layer rules of a shipped rules file, parsed once (PyYAML is imported only here: reading a dump never
+    parses the rules, `align compare`'s start time)."""
     rules = []
-    for item in data["rules"]:
+    for item in load_rules(name, SCHEMA)["rules"]:
         rules.append(LayerRule(
             type=item["type"],
             signatures={fw: Signature.parse(item.get(fw)) for fw in FRAMEWORKS},
@@ -85,7 +92,7 @@ def load_rules(name: str = RULES_FILE) -> tuple[LayerRule, ...]:
             pytorch_only={leaf: Create(spec["dtype"], tuple(spec["shape"]), spec["value"])
                           for leaf, spec in (item.get("pytorch_only") or {}).items()},
             mindspore_infix=item.get("mindspore_infix"),
-            note=item.get("note", ""),
+            why=item.get("why", ""),
         ))
     return tuple(rules)
 
@@ -108,7 +115,7 @@ def group_names(infos: dict[str, TensorInfo]) -> dict[str, dict[str, TensorInfo]
 
 def infer_rule(prefix: str, leaves: dict[str, TensorInfo], framework: str) -> LayerRule | None:
     """The first rule whose `framework`-side signature matches this group, or None (names kept as they are)."""
-    for rule in load_rules():
+    for rule in load_layer_rules():
         sig = rule.signatures.get(framework)
         if sig is not None and sig.matches(prefix, leaves):
             return rule

@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Iterable, Iterator
 
 from aligner.io.base import TensorInfo
-from aligner.mapping.rules import load_rules, split_name
+from aligner.mapping.rules import load_layer_rules, split_name
 
 MIN_SIMILARITY = 0.5
 MIN_MARGIN = 0.15
@@ -27,13 +27,13 @@ MIN_MARGIN = 0.15
 
 @functools.cache
 def _neutral_leaves() -> dict[str, str]:
-    return {ms: pt for rule in load_rules() for pt, ms in rule.rename.items()}
+    return {ms: pt for rule in load_layer_rules() for pt, ms in rule.rename.items()}
 
 
 @functools.cache
 def _optional_leaves() -> frozenset[str]:
     """Leaves only one side keeps (num_batches_tracked): they may be absent in a group of the same layout."""
-    return frozenset(leaf for rule in load_rules() for leaf in rule.pytorch_only)
+    return frozenset(leaf for rule in load_layer_rules() for leaf in rule.pytorch_only)
 
 
 def neutral_leaf(leaf: str) -> str:

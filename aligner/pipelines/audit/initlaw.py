@@ -12,15 +12,13 @@ within 5 standard errors of the sample std, else reported as a free law with two
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-from importlib import resources
 from typing import Any
 
 import numpy as np
-import yaml
 
 from aligner.core.frameworks import Framework
+from aligner.core.rules import ListOf, OneOf, load_rules
 
 LAWS_FILE = "audit_init.yaml"
 Z = 5.0                 # standard errors: a sampling tolerance with negligible false alarms over thousands of tensors
@@ -29,9 +27,14 @@ NORMAL_MISS = 1e-6      # a normal draw is ruled out when all its values lying t
 MIN_COMPARE_FAMILY = 256   # two sides' families are compared only from this many values; below it only the moments are
 
 
-@functools.cache
+_LINES = {"pytorch": str, "mindspore": str}   # the line that initialises a parameter with the law, per side
+SCHEMA = {"scaled": ListOf({"name": str, "family": OneOf("uniform", "normal"), "numerator": float, "fan": str,
+                           **_LINES}),
+          "free": {family: {"name": str, **_LINES} for family in ("uniform", "normal", "constant")}}
+
+
 def _laws() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("aligner.mappings").joinpath(LAWS_FILE).read_text(encoding="utf-8"))
+    return load_rules(LAWS_FILE, SCHEMA)
 
 
 @dataclasses.dataclass(frozen=True)

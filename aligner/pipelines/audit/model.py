@@ -40,7 +40,6 @@ from aligner.pipelines.audit.windows import Geometry, geometry, spatial_rank
 
 PT, MS = Framework.PYTORCH, Framework.MINDSPORE
 SAMPLE_SIZES = tuple(range(16, 32))   # input sizes tried when none is given: every residue of strides up to 4
-NAMES = {PT: "torch", MS: "MindSpore"}
 
 
 def _lit(value: Any) -> str:
@@ -134,7 +133,7 @@ class _Auditor:
             return None
         t_arg, m_arg = self._arg(rule, PT, pair.torch, tv), self._arg(rule, MS, pair.ms, mv)
         note = f" (torch's meaning: {_lit(mv)})" if _lit(m_arg) != _lit(mv) else ""
-        defaults = "".join(self._default_note(layer, fix.arg if fix is not None else None, arg, NAMES[fw])
+        defaults = "".join(self._default_note(layer, fix.arg if fix is not None else None, arg, fw.label)
                            for fw, layer, arg in ((PT, pair.torch, t_arg), (MS, pair.ms, m_arg))
                            for fix in [rule.sides[fw].fix_for(layer.base)])
         message = f"{rule.attribute} torch {_lit(t_arg)} vs MindSpore {_lit(m_arg)}{note}{defaults}"
@@ -290,11 +289,11 @@ class _Auditor:
                 f"initialise {name} with mean {ref.mean:.3g}, std {ref.std:.3g}"
             each = f"{line.format(param='P', shape='P.shape')} for each P" if line else \
                 "initialise each with the reference's mean and std"
-            message = (f"{where_text(pair.torch.path, pair.ms.path)} {NAMES[self.migrated]} {name} ~ "
-                       f"{mig.describe()}; {NAMES[self.reference]} ~ {ref.describe()}")
+            message = (f"{where_text(pair.torch.path, pair.ms.path)} {self.migrated.label} {name} ~ "
+                       f"{mig.describe()}; {self.reference.label} ~ {ref.describe()}")
             found = Finding("init-law", Severity.WARNING, message, (pair.torch.path, pair.ms.path), fix=fix,
                             attribute=f"init:{leaf}", values=(laws[PT].name, laws[MS].name))
-            self.shared[id(found)] = (f"{own}: {NAMES[self.migrated]} ~ {mig.name}; {NAMES[self.reference]} ~ "
+            self.shared[id(found)] = (f"{own}: {self.migrated.label} ~ {mig.name}; {self.reference.label} ~ "
                                       f"{ref.name}", each)
             out.append(found)
         return out
@@ -318,7 +317,7 @@ class _Auditor:
         classes = f"{qualname(type(pair.torch.module))} vs {qualname(type(pair.ms.module))}"
         detail = f"({pair.torch.kind}): outputs differ on one input (standard normal x 3, same parameters); {classes}"
         fix = result.fix + " (reproduces the reference's outputs on the probe)" if result.fix else \
-            f"make the {NAMES[self.migrated]} layer compute what the reference's does (no framework layer tried did)"
+            f"make the {self.migrated.label} layer compute what the reference's does (no framework layer tried did)"
         message = (f"{where_text(pair.torch.path, pair.ms.path)} ({pair.torch.kind}): outputs differ by up to "
                    f"{result.max_diff:.2g} on one {shape} input (standard normal x 3, same parameters); {classes}")
         found = Finding("probe", Severity.ERROR, message, (pair.torch.path, pair.ms.path), fix=fix, attribute="outputs",
@@ -350,8 +349,8 @@ class _Auditor:
                     for p, leaf in members for layer in [self._side_layer(p, fw)]]
 
         shared, separate = names(shared_side), names(shared_side.other)
-        detail = (f"{NAMES[shared_side]} shares one parameter between {' and '.join(shared)}; "
-                  f"{NAMES[shared_side.other]} has {len(separate)} separate ones ({', '.join(separate)}): equal "
+        detail = (f"{shared_side.label} shares one parameter between {' and '.join(shared)}; "
+                  f"{shared_side.other.label} has {len(separate)} separate ones ({', '.join(separate)}): equal "
                   "after a conversion, they train apart from the second step (each gets only its own gradient)")
         mig = names(self.migrated)
         tied = shared_side == self.reference

@@ -4,7 +4,8 @@ parameter-name mapping (`bn.weight` <-> `bn.gamma`): the update formula (MindSpo
 nn.AdamWeightDecay do not compute torch's), weight decay and which parameters get it, momentum / dampening /
 nesterov, betas, eps, amsgrad, maximize, loss scale, and the rate each side applies over the first N steps.
 
-Rules and texts as data: mappings/audit_optimizers.yaml. Severity: error = some parameter's update differs from the
+What each class is: the optimizer catalogue (mappings/optimizers.yaml); what is compared and how severe: mappings/
+audit_optimizers.yaml. Severity: error = some parameter's update differs from the
 first steps; warning = only in corner cases, or training fails later; info. Fixes are for the migrated side.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from aligner.core.frameworks import Framework
 from aligner.io.base import TensorInfo
 from aligner.io.factory import model_framework
 from aligner.mapping import FAILING, build_plan
+from aligner.mapping.optimizers import Family, catalogue
 from aligner.pipelines.audit.optsides import (
     OptimizerSide,
     ParamUpdate,
@@ -31,11 +33,10 @@ from aligner.pipelines.audit.optsides import (
     scheduler_framework,
     supported_names,
 )
-from aligner.pipelines.update_rule.rules import Family, first_update_ratio
+from aligner.pipelines.update_rule.rules import first_update_ratio
 from aligner.pipelines.update_rule.side import describe
 
 PT, MS = Framework.PYTORCH, Framework.MINDSPORE
-NAMES = {PT: "torch", MS: "MindSpore"}
 DEFAULT_STEPS = int(load_table()["default_steps"])
 
 
@@ -181,7 +182,7 @@ class _Comparer:
         label = attr.replace("_", " ")
         why = f"; {rule['why']}" if rule.get("why") else ""
         m_side = self.sides[MS]
-        if rule.get("why_gamma_beta") and m_side.short.startswith("nn.") and not mv and any(
+        if rule.get("why_gamma_beta") and _api(m_side) == "nn" and not mv and any(
                 m.rpartition(".")[2] in ("gamma", "beta") for _, m in group):
             why += f"; {rule['why_gamma_beta']}"
         message = f"{self.head}: {label} torch {_lit(tv)} vs MindSpore {_lit(mv)} for {self._names(group)}{why}"
@@ -192,16 +193,15 @@ class _Comparer:
     def _setting_fix(self, attr: str, group: list[tuple[str, str]], value: Any) -> str:
         side = self.sides[self.migrated]
         partial = len(group) < len(self.pairs)
-        arg = {"nesterov": "use_nesterov" if side.short == "nn.Momentum" else "nesterov",
-               "amsgrad": "use_amsgrad" if side.short == "nn.Adam" else "amsgrad"}.get(attr, attr)
-        if attr == "betas" and side.short in ("nn.Adam", "nn.AdamWeightDecay"):
-            text = f"beta1={_lit(value[0])}, beta2={_lit(value[1])}"
+        arg = side.argument(attr)
+        if isinstance(arg, tuple):   # one setting, several arguments: betas -> beta1, beta2
+            text = ", ".join(f"{name}={_lit(v)}" for name, v in zip(arg, value))
         else:
             text = f"{arg}={_lit(value)}"
         if not partial:
             return f"{side.short}(..., {text})"
         names = ", ".join(self._migrated_names(group)[:8]) + (" ..." if len(group) > 8 else "")
-        if side.framework == MS and side.short.startswith("nn.") and attr == "weight_decay":
+        if side.framework == MS and _api(side) == "nn" and attr == "weight_decay":
             return (f"group the parameters: {side.short}([{{'params': decay}}, {{'params': no_decay, "
                     f"'weight_decay': {_lit(value)}}}], ..., weight_decay=...) with no_decay = [{names}]"
                     if not value else
@@ -219,16 +219,14 @@ class _Comparer:
                 groups.setdefault((ft, fm), []).append((t, m))
         out = []
         for (ft, fm), group in groups.items():
-            entry = next((e for e in self.table["formulas"] if ft.value in e["torch"] and fm.value in e["mindspore"]),
-                         None)
+            entry = catalogue().pair(ft, fm)
             if entry is None:
                 continue
             mu = self.sides[MS].params[group[0][1]].rule
-            why = entry["why"].format(ratio=first_update_ratio(mu),
-                                      eps_factor=1 / math.sqrt(max(1 - mu.beta2, 1e-30)))
+            why = entry.why.format(ratio=first_update_ratio(mu), eps_factor=1 / math.sqrt(max(1 - mu.beta2, 1e-30)))
             message = (f"{self.head}: the update formulas differ for {self._names(group)}: torch {ft.value} vs "
                        f"MindSpore {fm.value.removeprefix('MindSpore ')}; {why}")
-            out.append(Finding("optimizer-formula", Severity(entry["severity"]), message, self._where(group),
+            out.append(Finding("optimizer-formula", entry.severity, message, self._where(group),
                                fix=self._formula_fix(ft, fm, group), attribute="optimizer:formula",
                                values=(ft.value, fm.value)))
         return out
@@ -238,7 +236,7 @@ class _Comparer:
             return f"use torch.optim.{fm.value if fm in (Family.SGD, Family.ADAM, Family.ADAMW) else 'Adam'} " \
                    "with the same settings (torch has no update without bias correction)"
         ref = self.sides[PT].params[group[0][0]].rule
-        cls = self.table["torch_equivalent"][self.sides[PT].params[group[0][0]].rule.family.value]
+        cls = ref.family.spec.mindspore_class
         if ref.family is Family.SGD:
             args = f"lr={_lit(ref.lr)}, momentum={_lit(ref.momentum)}, dampening={_lit(ref.dampening)}, " \
                    f"weight_decay={_lit(ref.weight_decay)}, nesterov={ref.nesterov}"
@@ -258,11 +256,11 @@ class _Comparer:
             if not lone:
                 continue
             names = self._names(lone) if len(lone) < len(pairs_all) else f"all {len(lone)} parameters"
-            message = f"{self.head}: " + meta["text"].format(
-                names=names, verb="is" if len(lone) == 1 else "are", side=NAMES[fw],
+            message = f"{self.head}: " + meta["why"].format(
+                names=names, verb="is" if len(lone) == 1 else "are", side=fw.label,
                 them="it" if len(lone) == 1 else "them")
-            fix = f"add them to the {NAMES[self.migrated]} optimizer" if fw == self.reference else \
-                f"leave them out of the {NAMES[self.migrated]} optimizer (or freeze them on the other side)"
+            fix = f"add them to the {self.migrated.label} optimizer" if fw == self.reference else \
+                f"leave them out of the {self.migrated.label} optimizer (or freeze them on the other side)"
             out.append(Finding("optimizer-not-optimized", Severity(meta["severity"]), message, self._where(lone),
                                fix=fix, attribute="optimizer:params", values=(fw == PT, fw == MS)))
         return out
@@ -329,7 +327,7 @@ class _Comparer:
             meta = self._rule_meta("optimizer-lr")
             value = tr[0] if self.reference == PT else mr[0]
             side = self.sides[self.migrated]
-            arg = "learning_rate" if side.short.startswith("nn.") else "lr"
+            arg = side.argument("lr")
             out.append(Finding("optimizer-lr", Severity(meta["severity"]),
                                f"{self.head}: lr torch {_lit(tr[0])} vs MindSpore {_lit(mr[0])} for {names}", where,
                                step=0, fix=f"{side.short}(..., {arg}={_lit(value)})", attribute="optimizer:lr",
@@ -365,6 +363,11 @@ class _Comparer:
         out.append(Finding("optimizer-lr-schedule", Severity(meta["severity"]), f"{head}; {detail}", where, step=bad,
                            fix=fix, attribute="optimizer:lr-schedule", values=(tr[bad], mr[bad])))
         return out
+
+
+def _api(side: OptimizerSide) -> str | None:
+    """groups (torch-style param_groups) or nn (MindSpore's legacy cells); None for a class the audit does not read."""
+    return side.spec.api if side.spec is not None else None
 
 
 def _split(objs: Sequence[Any], detect: Any, what: str) -> dict[Framework, Any]:
@@ -412,8 +415,8 @@ def audit_optimizers(opt_a: Any, opt_b: Any, model_a: Any, model_b: Any, *, step
     lone = [fw for fw in (PT, MS) if not sides[fw].supported]
     if lone:
         meta = load_table()["rules"]["optimizer-unsupported"]
-        findings = [Finding("optimizer-unsupported", Severity(meta["severity"]), meta["text"].format(
-            side=NAMES[fw], cls=sides[fw].class_name, supported=", ".join(supported_names())),
+        findings = [Finding("optimizer-unsupported", Severity(meta["severity"]), meta["why"].format(
+            side=fw.label, cls=sides[fw].class_name, supported=", ".join(supported_names())),
             ("optimizer", "optimizer"), attribute="optimizer:class",
             values=(sides[PT].class_name, sides[MS].class_name)) for fw in lone]
         return dataclasses.replace(base, findings=tuple(findings), notes=tuple(notes))

@@ -1,33 +1,44 @@
-"""Read one live optimizer (and its learning-rate schedule) into the update each parameter gets, per the class table
-in mappings/audit_optimizers.yaml: torch.optim and MindSpore mint/experimental optimizers keep torch-style
-`param_groups`; MindSpore's legacy nn optimizers keep per-parameter `learning_rate`, `weight_decay` (times
-`loss_scale`) and `decay_flags` (gamma/beta skipped when weight_decay is one number). Schedules are read without
-touching the user's objects: a torch scheduler is stepped on a deep copy, a MindSpore LRScheduler on a copy with its own
-counters, a LearningRateSchedule cell or a dynamic lr list is evaluated at global_step 0..N-1."""
+"""Read one live optimizer (and its learning-rate schedule) into the update each parameter gets, per the optimizer
+catalogue (mappings/optimizers.yaml: each class's formula and where it keeps each setting): torch.optim and MindSpore
+mint/experimental optimizers keep torch-style `param_groups`; MindSpore's legacy nn optimizers keep per-parameter
+`learning_rate`, `weight_decay` (times `loss_scale`) and `decay_flags` (gamma/beta skipped when weight_decay is one
+number). Schedules are read without touching the user's objects: a torch scheduler is stepped on a deep copy, a
+MindSpore LRScheduler on a copy with its own counters, a LearningRateSchedule cell or a dynamic lr list is evaluated at
+global_step 0..N-1."""
 from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import warnings
-from importlib import resources
 from typing import Any
 
-import yaml
-
 from aligner.core.errors import AlignerError
+from aligner.core.findings import Severity
 from aligner.core.frameworks import Framework
-from aligner.pipelines.update_rule.rules import Family, UpdateRule
+from aligner.core.rules import ListOf, Opt, load_rules
+from aligner.mapping.optimizers import Family, OptimizerClass, catalogue
+from aligner.pipelines.update_rule.rules import UpdateRule
 
 RULES_FILE = "audit_optimizers.yaml"
 PT, MS = Framework.PYTORCH, Framework.MINDSPORE
 
 
-@functools.cache
-def load_table(name: str = RULES_FILE) -> dict[str, Any]:
-    """The optimizer rules file of the installed `aligner.mappings` package, parsed once."""
-    data = yaml.safe_load(resources.files("aligner.mappings").joinpath(name).read_text(encoding="utf-8"))
-    return dict(data)
+_RULE = {"severity": Severity, "why": Opt(str)}
+SCHEMA = {
+    "tolerance": {"rtol": float, "peak_rtol": float},
+    "default_steps": int,
+    "compare": ListOf({"id": str, "attribute": str, "severity": Severity, "families": Opt(ListOf(Family)),
+                       "why": Opt(str), "why_gamma_beta": Opt(str)}),
+    "rules": {rule: _RULE for rule in (
+        "optimizer-unsupported", "optimizer-not-optimized", "optimizer-lr", "optimizer-lr-schedule",
+        "optimizer-lr-list-short", "optimizer-loss-scale", "optimizer-grad-centralization",
+        "optimizer-scheduler-ignored")},
+}
+
+
+def load_table() -> dict[str, Any]:
+    """The audit's comparison rules (mappings/audit_optimizers.yaml; the classes are the catalogue's)."""
+    return load_rules(RULES_FILE, SCHEMA)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,16 +82,26 @@ class OptimizerSide:
     framework: Framework
     class_name: str                       # the qualified class name
     short: str                            # how messages name it (nn.Momentum, torch.optim.AdamW)
-    supported: bool
+    spec: OptimizerClass | None           # its catalogue entry (None: a class the audit does not read)
     params: dict[str, ParamUpdate]
     schedules: tuple[Schedule, ...]
-    reads: frozenset[str] = frozenset()   # the settings this class has (mappings: read)
+    reads: frozenset[str] = frozenset()   # the settings this class has (the catalogue's read)
     not_optimized: tuple[str, ...] = ()   # trainable model parameters the optimizer does not hold
     loss_scale: float = 1.0
     grad_centralization: tuple[str, ...] = ()
     scheduler: str | None = None
     scheduler_ignored: bool = False       # a scheduler was given but the class applies its constructor lr
     notes: tuple[str, ...] = ()
+
+    @property
+    def supported(self) -> bool:
+        return self.spec is not None
+
+    def argument(self, setting: str) -> str | tuple[str, ...]:
+        """How this class's constructor spells `setting` (torch's name: nesterov -> use_nesterov on nn.Momentum,
+        lr -> learning_rate on nn cells); the setting's own name where the catalogue gives none."""
+        found = self.spec.argument(setting) if self.spec is not None else None
+        return found if found is not None else setting
 
 
 def qualname(obj: Any) -> str:
@@ -124,13 +145,17 @@ def scheduler_framework(obj: Any) -> Framework | None:
 
 
 def supported_names() -> list[str]:
-    """The short names of every optimizer class the audit reads."""
-    table = load_table()["optimizers"]
-    return [entry["short"] for fw in ("pytorch", "mindspore") for entry in table[fw].values()]
+    """The short names of every optimizer class the audit reads (the catalogue's, in its order)."""
+    return [c.short for c in catalogue().classes]
 
 
-def _entry(fw: Framework, optimizer: Any) -> dict[str, Any] | None:
-    return load_table()["optimizers"][fw.value].get(qualname(optimizer))
+def _entry(fw: Framework, optimizer: Any) -> OptimizerClass | None:
+    found = catalogue().by_qualname.get(qualname(optimizer))
+    return found if found is not None and found.framework == fw else None
+
+
+def _reads(entry: OptimizerClass | None) -> dict[str, Any]:
+    return entry.read if entry else {}
 
 
 def _read(spec: Any, source: Any, groups: bool) -> Any:
@@ -165,9 +190,9 @@ def read_torch(optimizer: Any, model: Any, scheduler: Any, steps: int) -> Optimi
     params: dict[str, ParamUpdate] = {}
     foreign: list[tuple[int, ...]] = []
     for gi, group in enumerate(optimizer.param_groups):
-        settings = {k: _read(spec, group, True) for k, spec in (entry or {}).get("read", {}).items()}
-        family = Family(entry["family"]) if entry else Family.SGD
-        if entry and entry.get("decoupled_if") and group.get(entry["decoupled_if"]):
+        settings = {k: _read(spec, group, True) for k, spec in _reads(entry).items()}
+        family = entry.family if entry else Family.SGD
+        if entry and entry.decoupled_if and group.get(entry.decoupled_if):
             family = Family.ADAMW
         rule, amsgrad, maximize = _rule(family, _plain(group["lr"]), _plain(group.get("weight_decay", 0.0)),
                                         settings)
@@ -180,9 +205,9 @@ def read_torch(optimizer: Any, model: Any, scheduler: Any, steps: int) -> Optimi
         raise _foreign("torch", len(foreign), foreign)
     schedules, source, notes = _torch_schedules(optimizer, scheduler, steps)
     not_opt = tuple(n for n, p in model.named_parameters() if p.requires_grad and n not in params)
-    return OptimizerSide(PT, qualname(optimizer), entry["short"] if entry else type(optimizer).__name__,
-                         entry is not None, params, schedules, frozenset((entry or {}).get("read", {})),
-                         not_opt, scheduler=source, notes=tuple(notes))
+    return OptimizerSide(PT, qualname(optimizer), entry.short if entry else type(optimizer).__name__,
+                         entry, params, schedules, frozenset(_reads(entry)), not_opt, scheduler=source,
+                         notes=tuple(notes))
 
 
 def _torch_schedules(optimizer: Any, scheduler: Any, steps: int) -> tuple[tuple[Schedule, ...], str | None, list[str]]:
@@ -239,12 +264,12 @@ def read_mindspore(optimizer: Any, model: Any, scheduler: Any, steps: int) -> Op
         raise _foreign("MindSpore", len(foreign), foreign)
     not_opt = tuple(n for n, p in model.parameters_and_names() if p.requires_grad and n not in named)
     gc = tuple(names.get(id(p), p.name) for p in extra.pop("grad_centralization", ()))
-    return OptimizerSide(MS, qualname(optimizer), entry["short"] if entry else type(optimizer).__name__,
-                         entry is not None, named, schedules, frozenset((entry or {}).get("read", {})), not_opt,
-                         grad_centralization=gc, **extra)
+    return OptimizerSide(MS, qualname(optimizer), entry.short if entry else type(optimizer).__name__,
+                         entry, named, schedules, frozenset(_reads(entry)), not_opt, grad_centralization=gc,
+                         **extra)
 
 
-def _read_legacy(opt: Any, entry: dict[str, Any] | None, steps: int
+def _read_legacy(opt: Any, entry: OptimizerClass | None, steps: int
                  ) -> tuple[list[tuple[Any, ParamUpdate]], tuple[Schedule, ...], dict[str, Any]]:
     """nn.Optimizer: `learning_rate` (one, or one per parameter when grouped), `weight_decay` (one Tensor, or a
     tuple per parameter) times `loss_scale`, `decay_flags` per parameter."""
@@ -253,8 +278,8 @@ def _read_legacy(opt: Any, entry: dict[str, Any] | None, steps: int
     params = list(opt._parameters)
     loss_scale = float(getattr(opt, "loss_scale", 1.0))
     step0 = int(_plain(opt.global_step)) if hasattr(opt, "global_step") else 0
-    settings = {k: _read(spec, opt, False) for k, spec in (entry or {}).get("read", {}).items()}
-    family = Family(entry["family"]) if entry else Family.SGD
+    settings = {k: _read(spec, opt, False) for k, spec in _reads(entry).items()}
+    family = entry.family if entry else Family.SGD
     cache: dict[int, int] = {}
     schedules: list[Schedule] = []
     notes: list[str] = []
@@ -305,10 +330,10 @@ def _legacy_schedule(lr_obj: Any, step0: int, steps: int) -> Schedule:
     return Schedule("constant", (float(_plain(lr_obj)),) * steps)
 
 
-def _read_groups(opt: Any, entry: dict[str, Any] | None, scheduler: Any, steps: int
+def _read_groups(opt: Any, entry: OptimizerClass | None, scheduler: Any, steps: int
                  ) -> tuple[list[tuple[Any, ParamUpdate]], tuple[Schedule, ...], dict[str, Any]]:
     """mint / experimental optimizers: torch-style `param_groups`; the rate from the group key the update applies."""
-    lr_key = (entry or {}).get("lr", "lr")
+    lr_key = entry.lr_key if entry else "lr"
     applied = [float(_plain(g.get(lr_key, g["lr"]))) for g in opt.param_groups]
     extra: dict[str, Any] = {}
     if scheduler is None:
@@ -320,10 +345,10 @@ def _read_groups(opt: Any, entry: dict[str, Any] | None, scheduler: Any, steps: 
     else:
         schedules = _mindspore_scheduler(opt, scheduler, steps)
         extra["scheduler"] = type(scheduler).__name__
-    family = Family(entry["family"]) if entry else Family.SGD
+    family = entry.family if entry else Family.SGD
     out = []
     for gi, group in enumerate(opt.param_groups):
-        settings = {k: _read(spec, group, True) for k, spec in (entry or {}).get("read", {}).items()}
+        settings = {k: _read(spec, group, True) for k, spec in _reads(entry).items()}
         rule, amsgrad, maximize = _rule(family, applied[gi], _plain(group.get("weight_decay", 0.0)), settings)
         out += [(p, ParamUpdate(p.name, rule, amsgrad, maximize, gi, gi)) for p in group["params"]]
     return out, schedules, extra

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from importlib import resources
 from typing import Any, Callable
-
-import yaml
 
 from aligner.core.findings import Severity
 from aligner.core.frameworks import Framework
+from aligner.core.rules import ANY, ListOf, MapOf, OneOf, Opt, load_rules
 
 RULES_FILE = "audit_layers.yaml"
 _MISSING = object()
@@ -152,10 +150,28 @@ def _side(data: dict[str, Any] | None) -> Side:
                 tuple(Fix(**f) for f in (fixes if isinstance(fixes, list) else [fixes])))
 
 
+_READ = OneOf(str, {"attr": Opt(str), "convert": Opt(str), "module": Opt(str), "default": Opt(ANY),
+                     "present": Opt(str), "const": Opt(ANY), "values": Opt(MapOf(ANY, keys=ANY))})
+_FIX = {"arg": Opt(str), "convert": Opt(str), "values": Opt(MapOf(ANY, keys=ANY)), "module": Opt(str),
+        "text": Opt(str)}
+_SIDE = {"read": Opt(ListOf(_READ)), "fix": Opt(OneOf(_FIX, ListOf(_FIX)))}
+_BY_FRAMEWORK = {fw.value: Opt(ListOf(str)) for fw in Framework if fw is not Framework.NUMPY}
+SCHEMA = {
+    "kinds": MapOf(_BY_FRAMEWORK),
+    "rules": ListOf({"id": str, "kinds": ListOf(str), "attribute": str, "severity": Severity, "compare": Opt(str),
+                     "rtol": Opt(float), "pytorch": Opt(_SIDE), "mindspore": Opt(_SIDE), "why": Opt(str)}),
+    "by_name": Opt(MapOf(ListOf(str))),
+    "probe_atol": Opt(float), "probe_rtol": Opt(float),
+    "probe_fixes": Opt(MapOf(MapOf(ListOf({"class": str, "args": Opt(MapOf(ANY))})))),
+    "noop": Opt(MapOf(ANY)),
+    "amp_o1_float16": Opt(ListOf(str)),
+}
+
+
 @functools.cache
 def load_rulebook(name: str = RULES_FILE) -> RuleBook:
-    """Parse the rules file of the installed `aligner.mappings` package once."""
-    data = yaml.safe_load(resources.files("aligner.mappings").joinpath(name).read_text(encoding="utf-8"))
+    """The audit's rule book, parsed once from the shipped rules file."""
+    data = load_rules(name, SCHEMA)
     kinds: dict[Framework, dict[str, str]] = {Framework.PYTORCH: {}, Framework.MINDSPORE: {}}
     for kind, per_fw in data["kinds"].items():
         for fw, names in per_fw.items():

@@ -19,15 +19,13 @@ import functools
 import io
 import os
 import tokenize
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
-
-import yaml
 
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.files import SOURCE, read_bytes
 from aligner.core.findings import Finding, Severity
+from aligner.core.rules import ANY, ListOf, MapOf, OneOf, Opt, load_rules
 
 DEFAULTS_FILE = "defaults_mindspore_torch.yaml"   # in the top-level mappings/, shipped as aligner.mappings
 RULE_PREFIX = "source."                          # a finding's rule is "source.<row id>"
@@ -76,7 +74,7 @@ class DefaultRule:
         if kind not in ("absent", "literal_below", "not_literal_below", "equals"):
             raise ValueError(f"{DEFAULTS_FILE}: rule {data['id']}: unknown condition {kind!r}")
         fixes = [data["fix"]] if isinstance(data["fix"], str) else data["fix"]
-        return cls(data["id"], Severity(data["severity"]), Side.parse(data["mindspore"]), Side.parse(data["torch"]),
+        return cls(data["id"], Severity(data["severity"]), Side.parse(data["mindspore"]), Side.parse(data["pytorch"]),
                    kind, threshold, {arg: tuple(_ABSENT if v is None else _hashable(v) for v in values)
                                      for arg, values in (data.get("skip_when") or {}).items()},
                    tuple((name.strip(), template.strip()) for name, _, template in (f.partition("=") for f in fixes)),
@@ -101,13 +99,25 @@ class DefaultsTable:
         return {api: tuple(rules) for api, rules in found.items()}
 
 
+_SIDE = {"apis": ListOf(str), "argument": str, "default": ANY,
+         "also": Opt({"api": str, "argument": str, "default": ANY})}
+SCHEMA = {
+    "rules": ListOf({"id": str, "severity": Severity, "mindspore": _SIDE, "pytorch": _SIDE,
+                     "fires": OneOf(str, MapOf(ANY)), "skip_when": Opt(MapOf(ListOf(ANY))),
+                     "fix": OneOf(str, ListOf(str)), "why": str,
+                     "convention": Opt(str), "window": Opt(str)}),
+    "signatures": MapOf(ListOf(str)),
+    "agree": Opt(ListOf({"mindspore": _SIDE, "pytorch": _SIDE})),
+}
+
+
 @functools.cache
 def load_defaults(name: str = DEFAULTS_FILE) -> DefaultsTable:
     """Parse the defaults table of the installed `aligner.mappings` package once."""
-    data = yaml.safe_load(resources.files("aligner.mappings").joinpath(name).read_text(encoding="utf-8"))
+    data = load_rules(name, SCHEMA)
     table = DefaultsTable(tuple(DefaultRule.parse(r) for r in data["rules"]),
                           {api: tuple(params) for api, params in data["signatures"].items()},
-                          tuple((Side.parse(r["mindspore"]), Side.parse(r["torch"])) for r in data.get("agree", ())))
+                          tuple((Side.parse(r["mindspore"]), Side.parse(r["pytorch"])) for r in data.get("agree", ())))
     unsigned = sorted(api for api in table.by_api if api not in table.signatures)
     if unsigned:
         raise ValueError(f"{name}: no signature for {', '.join(unsigned)}")

@@ -3,31 +3,28 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import math
-from importlib import resources
 from typing import Any, Mapping
-
-import yaml
 
 from aligner.core.errors import AlignerError
 from aligner.core.findings import Severity
+from aligner.core.rules import ListOf, MapOf, OneOf, Opt, load_rules
 
 RULES_FILE = "check_rules.yaml"
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
-@functools.cache
+# rule -> {enabled, severity, and its thresholds: numbers, true/false or lists of names}
+SCHEMA = MapOf({"enabled": bool, "severity": Severity,
+                **{key: Opt(OneOf(bool, float, ListOf(str))) for key in (
+                    "depth_ratio", "factor", "fraction", "growth_steps", "high", "jump", "low", "max_abs",
+                    "min_layers", "min_numel", "min_scale", "min_steps", "negligible", "ratio", "rtol", "sigmoid",
+                    "spike", "step_growth", "tanh", "tiny_fraction", "types", "zeros")}})
+
+
 def _defaults() -> dict[str, dict[str, Any]]:
-    """The rules file of the installed `aligner.mappings` package, parsed once (a broken file is one line)."""
-    try:
-        text = resources.files("aligner.mappings").joinpath(RULES_FILE).read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError) as exc:
-        raise AlignerError(f"{RULES_FILE}: cannot read the check rules: {exc}") from exc
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise AlignerError(f"{RULES_FILE}: expected a mapping of rule -> {{key: value}}")
-    return data
+    """The shipped rules and their default thresholds (a broken file is one AlignerError line)."""
+    return load_rules(RULES_FILE, SCHEMA)
 
 
 def _coerce(rule: str, key: str, value: Any, default: Any) -> Any:

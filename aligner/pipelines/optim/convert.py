@@ -23,17 +23,10 @@ from aligner.io import detect_format, open_checkpoint, write_checkpoint
 from aligner.io.base import ArraySource, TensorInfo, TensorSource
 from aligner.io.pytorch_pth import OPTIMIZER_KEYS, TorchSource, write_training_pth
 from aligner.mapping import Plan
+from aligner.mapping.optimizers import same_state
 from aligner.mapping.transforms import Cast, apply_ops
 from aligner.pipelines.convert import ConvertResult, plan_conversion
-from aligner.pipelines.optim.kinds import (
-    PREFIXES,
-    SCALARS,
-    Hyper,
-    OptimizerKind,
-    check_pair,
-    detect_ms_kind,
-    is_optimizer_key,
-)
+from aligner.pipelines.optim.kinds import Hyper, OptimizerKind, check_pair, detect_ms_kind, is_optimizer_key
 from aligner.pipelines.optim.state import (
     OptimizerState,
     check_powers,
@@ -43,10 +36,6 @@ from aligner.pipelines.optim.state import (
     to_torch,
     torch_kind,
 )
-
-TORCH_FAMILY_SLOTS = {"momentum": ("momentum",), "adam": ("exp_avg", "exp_avg_sq")}
-TORCH_GROUP_KEYS = {"momentum": ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"),
-                    "adam": ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize")}
 
 
 class Exactness(str, enum.Enum):
@@ -223,11 +212,11 @@ def _target_group(kind: OptimizerKind, hyper: Hyper) -> tuple[dict[str, Any], li
     also the names that kept torch's default, since torch's load_state_dict replaces the optimizer's own values."""
     import torch
 
-    cls = getattr(torch.optim, kind.value.split(":")[1])
+    cls = getattr(torch.optim, kind.python_class.rpartition(".")[2])
     group = cls([torch.nn.Parameter(torch.zeros(1))], lr=0.0).state_dict()["param_groups"][0]
     del group["params"]
     defaulted = []
-    for key in TORCH_GROUP_KEYS[kind.family]:
+    for key in kind.spec.args:   # a torch class's arguments are its group keys, in torch's names
         value = getattr(hyper, key)
         if value is not None:
             group[key] = tuple(value) if key == "betas" else value
@@ -251,7 +240,7 @@ def _map_slots(plan: Plan, state: OptimizerState) -> tuple[dict[str, dict[str, n
     """The state renamed (and reshaped, split, joined) with the model's plan: {target param: {slot: array}} in the
     plan's output order (a slot the source has not made yet as the optimizer's initial zeros), the source -> target
     names, the targets whose source had no state yet, and notes on parameters whose state has no place."""
-    slot_names = TORCH_FAMILY_SLOTS[state.kind.family]
+    slot_names = tuple(state.kind.spec.state.slots)
     fresh = set()
     out: dict[str, dict[str, np.ndarray]] = {}
     names: dict[str, str] = {}
@@ -293,7 +282,7 @@ def _mindspore_keys(slots: dict[str, dict[str, np.ndarray]], kind: OptimizerKind
     taken = set()
     for key, info in like.opt_infos.items():
         value = by_key.get(key)
-        if value is None and key not in SCALARS[kind]:
+        if value is None and key not in kind.spec.state.scalars:
             prefix, _, rest = key.partition(".")
             owner = rest if rest in slots else next((m for m in model if m.endswith("." + rest) and m in slots), None)
             value = by_key.get(f"{prefix}.{owner}") if owner else None
@@ -317,8 +306,7 @@ def _check_kind(target: OptimizerKind | None, like: _Side | None, out_framework:
             raise AlignerError("no target optimizer: pass --optimizer (supported: "
                                f"{', '.join(k.value for k in OptimizerKind)}) or --like a checkpoint holding one")
         target = like_kind
-    elif like_kind is not None and like_kind != target and {like_kind, target} != {OptimizerKind.MINT_ADAM,
-                                                                                OptimizerKind.MINT_ADAMW}:
+    elif like_kind is not None and like_kind != target and not same_state(like_kind, target):
         raise AlignerError(f"--optimizer {target} disagrees with the --like checkpoint, which holds {like_kind}")
     if target.is_torch != (out_framework == Framework.PYTORCH):
         raise AlignerError(f"--optimizer {target} is not a {out_framework} optimizer (the output format's framework)")
@@ -365,23 +353,23 @@ def _convert(side: _Side, like: _Side | None, target: OptimizerKind, options: Hy
         notes.append(f"torch numbers the state by position: the target model's named_parameters() must list "
                      f"{len(slots)} parameters in this file's model order")
     else:
-        if target in (OptimizerKind.MS_MOMENTUM, OptimizerKind.MS_ADAM, OptimizerKind.MS_ADAMWEIGHTDECAY) \
-                and hyper.lr is None:
+        scalars = target.spec.state.scalars
+        if "learning_rate" in scalars and hyper.lr is None:
             raise AlignerError(f"{target} keeps learning_rate in its checkpoint and the source records none: "
                                "pass --lr")
-        if target == OptimizerKind.MS_MOMENTUM and hyper.momentum is None:
+        if "momentum" in scalars and hyper.momentum is None:
             raise AlignerError(f"{target} keeps momentum in its checkpoint and the source records none: "
                                "pass --momentum")
-        if target == OptimizerKind.MS_ADAM and hyper.betas is None:
+        if "beta1_power" in scalars and hyper.betas is None:
             raise AlignerError(f"{target} keeps beta1_power/beta2_power and the source records no betas: "
                                "pass --betas B1,B2")
-        fill = Hyper(lr=hyper.lr if "learning_rate" in SCALARS[target] else None,
-                     momentum=hyper.momentum if "momentum" in SCALARS[target] else None,
-                     betas=hyper.betas if "beta1_power" in SCALARS[target] else None)
+        fill = Hyper(lr=hyper.lr if "learning_rate" in scalars else None,
+                     momentum=hyper.momentum if "momentum" in scalars else None,
+                     betas=hyper.betas if "beta1_power" in scalars else None)
         items, conv.missing, conv.unexpected = _mindspore_keys(slots, target, step, fill, like)
         conv.keys = [k for k, _ in items]
         conv.mindspore = dict(items)
-        if target.value.startswith("mint:") or target == OptimizerKind.MS_MOMENTUM:
+        if not target.legacy:   # hyperparameters are constructor arguments: say which
             args = {k: v for k, v in hyper.to_dict().items() if k in ("lr", "betas", "eps", "weight_decay",
                                                                       "momentum", "dampening", "nesterov")}
             notes.append(f"construct {target.python_class} with {args} (hyperparameters are constructor "
@@ -474,4 +462,4 @@ def like_holds_optimizer(like_path: str | None, trust_pickle: bool = False) -> b
 
 
 __all__ = ["Exactness", "OptimizerConversion", "StateDicts", "TrainingConvertResult", "convert_state_dicts",
-           "convert_training_state", "like_holds_optimizer", "parameters", "PREFIXES"]
+           "convert_training_state", "like_holds_optimizer", "parameters"]

@@ -1,10 +1,9 @@
 """Optimizer state in one neutral form ({parameter name: {slot: array}} + step + hyperparameters), read from and
 written to torch's `optimizer.state_dict()` and MindSpore's flat checkpoint keys.
 
-Slots: `momentum` (torch `momentum_buffer`, nn.Momentum `moments`, mint SGD `momentum_buf`), `exp_avg` and
-`exp_avg_sq` (torch and mint; nn.Adam `moment1/moment2`, nn.AdamWeightDecay `adam_m/adam_v`). Steps: torch's `step`
-counts updates taken; MindSpore's `global_step`, mint Adam's `state_step` and mint SGD's `step_t` count the same,
-mint AdamW's `state_step` starts at -1 (its kernel adds the 1), so it is one less.
+Slots are `momentum`, `exp_avg` and `exp_avg_sq`; where each class keeps them, which scalars it saves and how its step
+key counts (mint AdamW's `state_step` is one less than the updates taken: its kernel adds the 1) is the catalogue's,
+mappings/optimizers.yaml (`state:` of each class).
 """
 from __future__ import annotations
 
@@ -15,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from aligner.core.errors import AlignerError
-from aligner.pipelines.optim.kinds import PREFIXES, SCALARS, TORCH_SLOTS, Hyper, OptimizerKind
+from aligner.core.frameworks import Framework
+from aligner.mapping.optimizers import Family, convertible
+from aligner.pipelines.optim.kinds import Hyper, OptimizerKind
 
-STEP_OFFSET = {OptimizerKind.MINT_ADAMW: -1}   # MindSpore step key = torch step + offset
 TORCH_HYPER = ("lr", "betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "amsgrad", "maximize")
 STATE_HYPER = ("betas", "momentum", "dampening", "nesterov", "amsgrad", "maximize")  # must agree across groups
 
@@ -62,15 +62,15 @@ def torch_kind(groups: list[dict[str, Any]], hint: OptimizerKind | None, path: s
         return hint
     group = groups[0]
     if "momentum" in group and "betas" not in group:
-        return OptimizerKind.TORCH_SGD
+        return convertible(Framework.PYTORCH, Family.SGD)
     if "betas" not in group:
         raise AlignerError(f"{path}: optimizer param_groups hold neither momentum nor betas (keys: "
                            f"{', '.join(sorted(map(str, group))[:12])}): unknown optimizer class (supported: torch "
                            "SGD, Adam, AdamW); pass --from-optimizer if it is one of them")
     if "decoupled_weight_decay" in group:
-        return OptimizerKind.TORCH_ADAMW if group["decoupled_weight_decay"] else OptimizerKind.TORCH_ADAM
+        return convertible(Framework.PYTORCH, Family.ADAMW if group["decoupled_weight_decay"] else Family.ADAM)
     if not group.get("weight_decay"):
-        return OptimizerKind.TORCH_ADAM
+        return convertible(Framework.PYTORCH, Family.ADAM)
     raise AlignerError(f"{path}: cannot tell torch Adam from AdamW (weight_decay {group.get('weight_decay')}, no "
                        "decoupled_weight_decay record): pass --from-optimizer torch:Adam or torch:AdamW")
 
@@ -119,9 +119,9 @@ def from_torch(optimizer: dict[str, Any], params: list[tuple[str, tuple[int, ...
     for index, (name, shape) in zip(order, params):
         record = optimizer["state"].get(index, {})
         slots[name] = {}
-        if "max_exp_avg_sq" in record:
+        if kind.spec.state.amsgrad in record:
             hyper.amsgrad = True
-        for slot in TORCH_SLOTS[kind.family]:
+        for neutral, slot in kind.spec.state.slots.items():
             value = record.get(slot)
             if value is None:
                 continue
@@ -131,7 +131,7 @@ def from_torch(optimizer: dict[str, Any], params: list[tuple[str, tuple[int, ...
                 raise AlignerError(f"{path}: optimizer state {index}.{slot} has shape {tuple(value.shape)}, parameter "
                                    f"{name!r} (position {len(slots) - 1} of named_parameters) has {tuple(shape)}: "
                                    "the optimizer's parameter order is not the model's")
-            slots[name]["momentum" if slot == "momentum_buffer" else slot] = value
+            slots[name][neutral] = value
         if "step" in record:
             steps.add(int(_number(record["step"], f"{path}: optimizer state {index}.step")))
     if len(steps) > 1:
@@ -156,7 +156,8 @@ def _owner(key: str, model: list[str]) -> str | None:
 def from_mindspore(arrays: dict[str, np.ndarray], kind: OptimizerKind, model: list[str], path: str) -> OptimizerState:
     """Read a MindSpore optimizer's keys out of a flat checkpoint: slots named after the model's parameters."""
     slots: dict[str, dict[str, np.ndarray]] = {}
-    for slot, prefix in PREFIXES[kind].items():
+    state_spec = kind.spec.state
+    for slot, prefix in state_spec.slots.items():
         for key, value in arrays.items():
             if not key.startswith(prefix + "."):
                 continue
@@ -164,14 +165,15 @@ def from_mindspore(arrays: dict[str, np.ndarray], kind: OptimizerKind, model: li
             if owner is None:
                 raise AlignerError(f"{path}: optimizer key {key!r} names no model parameter of the checkpoint")
             slots.setdefault(owner, {})[slot] = value
-    missing = sorted(set(SCALARS[kind]) - set(arrays))
+    missing = sorted(set(state_spec.scalars) - set(arrays))
     if missing:
         raise AlignerError(f"{path}: {kind} state lacks {', '.join(missing)}")
     ordered = {m: slots[m] for m in model if m in slots}
     hyper = Hyper()
     notes = []
-    step_key = next(k for k in ("global_step", "state_step", "step_t") if k in SCALARS[kind])
-    step = int(_number(arrays[step_key], f"{path}: {step_key}")) - STEP_OFFSET.get(kind, 0)
+    step_key = state_spec.step
+    assert step_key is not None   # every converted MindSpore class counts its steps (tests/test_optimizer_catalogue)
+    step = int(_number(arrays[step_key], f"{path}: {step_key}")) - state_spec.step_offset
     if "learning_rate" in arrays:
         lr = arrays["learning_rate"]
         if lr.size > 1:  # a per-step schedule
@@ -181,7 +183,7 @@ def from_mindspore(arrays: dict[str, np.ndarray], kind: OptimizerKind, model: li
     if "momentum" in arrays:
         hyper.momentum = _number(arrays["momentum"], f"{path}: momentum")
     state = OptimizerState(kind, ordered, step, hyper, notes)
-    if kind == OptimizerKind.MS_ADAM:
+    if "beta1_power" in state_spec.scalars:
         state.powers = (_number(arrays["beta1_power"], f"{path}: beta1_power"),
                         _number(arrays["beta2_power"], f"{path}: beta2_power"))
     return state
@@ -204,7 +206,7 @@ def to_mindspore(slots: dict[str, dict[str, np.ndarray]], kind: OptimizerKind, s
     """The MindSpore optimizer's keys, in the order MindSpore saves them: scalars, then one prefix after another."""
     scalars: dict[str, np.ndarray] = {
         "global_step": np.array([step], np.int32),
-        "state_step": np.array([step + STEP_OFFSET.get(kind, 0)], np.float32),
+        "state_step": np.array([step + kind.spec.state.step_offset], np.float32),
         "step_t": np.array(step, np.int32),
     }
     if hyper.lr is not None:
@@ -214,8 +216,8 @@ def to_mindspore(slots: dict[str, dict[str, np.ndarray]], kind: OptimizerKind, s
     if hyper.betas is not None:
         scalars["beta1_power"] = np.array(hyper.betas[0] ** step, np.float32)
         scalars["beta2_power"] = np.array(hyper.betas[1] ** step, np.float32)
-    out = [(name, scalars[name]) for name in SCALARS[kind]]
-    for slot, prefix in PREFIXES[kind].items():
+    out = [(name, scalars[name]) for name in kind.spec.state.scalars]
+    for slot, prefix in kind.spec.state.slots.items():
         out += [(f"{prefix}.{name}", held[slot]) for name, held in slots.items()]
     return out
 
@@ -228,9 +230,7 @@ def to_torch(slots: dict[str, dict[str, np.ndarray]], kind: OptimizerKind, step:
     for index, (name, held) in enumerate(slots.items()):
         if name in fresh:
             continue
-        if kind.family == "momentum":
-            state[index] = {"momentum_buffer": held["momentum"]}
-        else:
-            state[index] = {"step": np.array(float(step), np.float32), "exp_avg": held["exp_avg"],
-                            "exp_avg_sq": held["exp_avg_sq"]}
+        spec = kind.spec.state
+        state[index] = {spec.step: np.array(float(step), np.float32)} if spec.step else {}
+        state[index].update({key: held[neutral] for neutral, key in spec.slots.items()})
     return {"state": state, "param_groups": [dict(group, params=list(range(len(slots))))]}

@@ -244,13 +244,11 @@ def _term_finding(key: tuple[str, Any, Any], names_b: list[str], names_a: list[s
     if term == "family":
         message = f"optimizer {_who(a)} {ra.family.value} vs {_who(b)} {rb.family.value} on {what}"
         awd = [r for r in (ra, rb) if r.family is Family.MS_ADAM_WEIGHT_DECAY]
-        if awd and {ra.family, rb.family} & {Family.ADAMW, Family.ADAM}:
-            message += (f": MindSpore nn.AdamWeightDecay has no bias correction, so its first update is "
-                        f"~{first_update_ratio(awd[0]):.2g}x torch AdamW's (betas {awd[0].beta1:.3g}, "
-                        f"{awd[0].beta2:.3g})")
-        elif Family.MS_ADAM in (ra.family, rb.family):
-            message += ": MindSpore nn.Adam adds eps to the uncorrected sqrt(v) (eps acts sqrt(1-beta2^t) times "
-            message += "larger than in torch Adam)"
+        ms_own = awd[0] if awd and {ra.family, rb.family} & {Family.ADAMW, Family.ADAM} else \
+            next((r for r in (ra, rb) if r.family is Family.MS_ADAM), None)
+        if ms_own is not None:   # how MindSpore's own formula differs from torch's: the catalogue's words
+            message += f": {ms_own.family.value} " + ms_own.family.spec.why.format(
+                ratio=first_update_ratio(ms_own), beta1=ms_own.beta1, beta2=ms_own.beta2)
         return Finding("update-optimizer", Severity.ERROR, message, where, attribute="family",
                        values=(ra.family.value, rb.family.value),
                        fix="use mindspore.mint.optim.AdamW / Adam (torch's formulas) or the matching torch optimizer")

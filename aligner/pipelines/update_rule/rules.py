@@ -10,38 +10,24 @@ against torch 2.x `torch.optim` and the MindSpore 2.10 sources (`mindspore/nn/op
 * AdamW (torch / mint AdamW): w *= 1 - lr*wd (decoupled); then Adam's step on the raw gradient.
 * MindSpore nn.Adam: L2 as Adam, but eps is added to the uncorrected sqrt(v) and lr_t = lr*sqrt(1-b2^t)/(1-b1^t).
 * MindSpore nn.AdamWeightDecay: no bias correction at all: w -= lr * (m / (sqrt(v) + eps) + wd*w).
+
+`Family` names these formulas; what else is known of each (state layout, decoupled decay, how MindSpore's own differ
+from torch's) is the optimizer catalogue's (mappings/optimizers.yaml, aligner.mapping.optimizers).
 """
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 from typing import Any, Sequence
 
 import numpy as np
 
+from aligner.mapping.optimizers import Family
+
 # Steps needed before the fitted numbers mean anything. Step 1 of SGD gives only lr*(g + wd*w): momentum is
 # invisible until step 2 and dampening / nesterov until step 3; step 1 of every Adam variant is lr*sign(g)
 # (eps aside): beta1 and beta2 need steps 2 and 3. Three steps is the minimum for every family.
 MIN_STEPS = 3
-
-
-class Family(str, enum.Enum):
-    """Which update formula (the JSON value is the string)."""
-
-    SGD = "SGD"
-    ADAM = "Adam"
-    ADAMW = "AdamW"
-    MS_ADAM = "MindSpore nn.Adam"
-    MS_ADAM_WEIGHT_DECAY = "MindSpore nn.AdamWeightDecay"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def adaptive(self) -> bool:
-        """An Adam variant (betas and eps matter)."""
-        return self is not Family.SGD
 
 
 @dataclasses.dataclass(frozen=True)
