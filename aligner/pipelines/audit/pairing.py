@@ -6,7 +6,6 @@ one kind. Whatever none of these places is listed as unpaired, never guessed.
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import difflib
 from collections import Counter
@@ -14,6 +13,7 @@ from typing import Any
 
 from aligner.core.dtypes import canonical
 from aligner.core.frameworks import Framework
+from aligner.core.sequences import longest_increasing
 from aligner.io.base import TensorInfo
 from aligner.mapping import build_plan
 from aligner.mapping.plan import FAILING, EntryStatus
@@ -70,26 +70,6 @@ def _plan_anchors(torch_layers: list[Layer], ms_layers: list[Layer]) -> dict[tup
     return {(t, m): how for t, targets in best.items() for m, how in targets if claimed[m] == 1}
 
 
-def _monotone(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The longest chain of (i, j) pairs increasing in both (pairs sorted by i): anchors that agree on the order."""
-    tails: list[int] = []
-    tail_idx: list[int] = []
-    prev = [-1] * len(pairs)
-    for n, (_, j) in enumerate(pairs):
-        k = bisect.bisect_left(tails, j)
-        if k == len(tails):
-            tails.append(j)
-            tail_idx.append(n)
-        else:
-            tails[k], tail_idx[k] = j, n
-        prev[n] = tail_idx[k - 1] if k else -1
-    chain, n = [], tail_idx[-1] if tail_idx else -1
-    while n >= 0:
-        chain.append(pairs[n])
-        n = prev[n]
-    return chain[::-1]
-
-
 def pair_layers(torch_layers: list[Layer], ms_layers: list[Layer]
                 ) -> tuple[list[LayerPair], list[Layer], list[Layer]]:
     """(pairs, unpaired torch layers, unpaired MindSpore layers); both lists in the sides' layer order. A layer called
@@ -106,7 +86,7 @@ def pair_layers(torch_layers: list[Layer], ms_layers: list[Layer]
     anchors = _plan_anchors(torch_layers, ms_layers)
     candidates = sorted((i, j) for t, m in anchors if t in t_index and m in m_index
                         for i, j in zip(t_index[t], m_index[m]) if ts[i].kind == ms[j].kind)
-    chain = _monotone(candidates)
+    chain = longest_increasing(candidates)
     pairs = [LayerPair(ts[i], ms[j], anchors[(ts[i].path, ms[j].path)]) for i, j in chain]
     bounds = [(-1, -1), *chain, (len(ts), len(ms))]
     for (i0, j0), (i1, j1) in zip(bounds, bounds[1:]):

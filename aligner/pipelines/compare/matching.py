@@ -12,7 +12,6 @@ no twin is reported as "only in X" and does not shift the later pairs.
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
 import re
@@ -21,6 +20,7 @@ from typing import Callable, Hashable, Sequence
 
 from aligner import io, mapping  # the name planner, loaded only for PyTorch/MindSpore parameter gradients
 from aligner.core.frameworks import Framework
+from aligner.core.sequences import longest_increasing
 from aligner.dumping.manifest import BLOCK, Record
 from aligner.dumping.read.source import Item, stats_identity
 from aligner.pipelines.compare import ops as op_records  # aligner.dump(ops=True) records: see compare/ops.py
@@ -211,30 +211,6 @@ def _inside_leaves(items: Sequence[Item], names: Sequence[str | None], other: Se
     return out
 
 
-def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Longest subsequence of (ia, ib) pairs, sorted by ia, whose ib also increases (patience sorting)."""
-    if all(p[1] < q[1] for p, q in zip(pairs, pairs[1:])):  # the usual case, the same order on both sides
-        return list(pairs)
-    tails: list[int] = []
-    tail_idx: list[int] = []
-    prev = [-1] * len(pairs)
-    for k, (_, ib) in enumerate(pairs):
-        pos = bisect.bisect_left(tails, ib)
-        if pos == len(tails):
-            tails.append(ib)
-            tail_idx.append(k)
-        else:
-            tails[pos] = ib
-            tail_idx[pos] = k
-        prev[k] = tail_idx[pos - 1] if pos else -1
-    out: list[tuple[int, int]] = []
-    k = tail_idx[-1] if tail_idx else -1
-    while k >= 0:
-        out.append(pairs[k])
-        k = prev[k]
-    return out[::-1]
-
-
 def _signature(item: Item) -> tuple:
     r = item.record
     return r.kind, r.io, tuple(s for s in r.shape if s != 1)
@@ -374,19 +350,24 @@ def passthrough(items: Sequence[Item]) -> dict[int, int]:
     return folded
 
 
-def _returns_input(items: Sequence[Item], folded: dict[int, int]) -> set[int]:
-    """The folded records of calls that hand back one of their own inputs (an Identity; not a container whose output
-    is its last child's), by call id: version 2 dumps."""
-    calls: dict[tuple[int, str, int], list[int]] = defaultdict(list)
-    for k in folded:
-        r = items[k].record
-        if r.call is not None:
-            calls[(r.step, r.module, r.call)].append(k)
-    out: set[int] = set()
-    for ks in calls.values():
-        given = {_same(items[k]) for k in ks if items[k].record.io in _INPUTS}
-        if given and all(_same(items[k]) in given for k in ks if items[k].record.io not in _INPUTS):
-            out.update(ks)
+def _returns_input(items: Sequence[Item], k: int, calls: dict[tuple[int, str, int], list[int]]) -> bool | None:
+    """Whether the call of record k hands back one of its own inputs, by content (an Identity, a Dropout in eval;
+    not a container whose output is its last child's); None when the dump has no call ids (version 1)."""
+    r = items[k].record
+    ks = calls.get((r.step, r.module, r.call)) if r.call is not None else None
+    if not ks:
+        return None
+    given = {_same(items[j]) for j in ks if items[j].record.io in _INPUTS}
+    return bool(given) and all(_same(items[j]) in given for j in ks if items[j].record.io not in _INPUTS)
+
+
+def _by_call(items: Sequence[Item], wanted: set[str]) -> dict[tuple[int, str, int], list[int]]:
+    """(step, module, call id) -> the indices of that call's records, for the modules in `wanted`."""
+    out: dict[tuple[int, str, int], list[int]] = defaultdict(list)
+    for k, it in enumerate(items):
+        r = it.record
+        if r.module in wanted and r.call is not None and r.kind in ("forward", "backward"):
+            out[(r.step, r.module, r.call)].append(k)
     return out
 
 
@@ -409,9 +390,17 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     where_b = {k: i for i, k in enumerate(keys_b) if k is not None}
     # a call that returns its own input never pairs by name with one that computes a new tensor (timm's Swin stage
     # starts with an Identity `downsample` where mindcv's `downsample` merges patches): each folds or pairs by content
-    same_a, same_b = _returns_input(items_a, fold_a), _returns_input(items_b, fold_b)
-    named = [(i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b and
-             (i in same_a) == (where_b[k] in same_b)]  # sorted by i
+    named = [(i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b]  # sorted by i
+    odd = [(i, j) for i, j in named if i in fold_a or j in fold_b]  # a pass-through on a side: look closer
+    if odd:
+        calls_a = _by_call(items_a, {items_a[i].record.module for i, _ in odd})
+        calls_b = _by_call(items_b, {items_b[j].record.module for _, j in odd})
+        apart = set()
+        for i, j in odd:
+            given_back = _returns_input(items_a, i, calls_a), _returns_input(items_b, j, calls_b)
+            if None not in given_back and given_back[0] != given_back[1]:
+                apart.add((i, j))
+        named = [p for p in named if p not in apart]
     partner = dict(named)  # record of `a` -> its twin in `b`
     # records kept out of the pairing by content: the internals of a composite the other side records as one leaf,
     # and blocks' statistics (every block of a stack hands back the same shape: only a name tells them apart)
@@ -434,7 +423,7 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
         in_b = [(it.record.kind == "param_grad") == stream for it in items_b]
         if not (any(in_a) and any(in_b)):  # one side has none of this stream: nothing to align
             continue
-        anchors = [(-1, -1)] + _increasing([(ia, ib) for ia, ib in named if in_a[ia]]) + \
+        anchors = [(-1, -1)] + longest_increasing([(ia, ib) for ia, ib in named if in_a[ia]]) + \
             [(len(items_a), len(items_b))]
         for (a0, b0), (a1, b1) in zip(anchors, anchors[1:]):
             if a1 - a0 < 2 or b1 - b0 < 2:  # consecutive anchors on one side: an empty gap
