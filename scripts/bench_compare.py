@@ -27,7 +27,7 @@ import numpy as np
 
 from aligner.dumping.manifest import FORMAT, MANIFEST, VERSION
 from aligner.pipelines.compare.run import compare
-from aligner.render.compare import write_json
+from aligner.render.compare import write_compare_json
 
 
 def write_pairs(root: Path, pairs: int, numel: int) -> int:
@@ -62,7 +62,7 @@ def aligner_run(root: Path, bisect: bool = False, workers: int | None = None) ->
     with contextlib.redirect_stdout(io.StringIO()):
         result = compare(str(root / "a"), str(root / "b"), bisect=bisect, workers=workers)
         with open(out, "w", encoding="utf-8") as fh:  # the JSON report, as `align compare --json` writes it
-            write_json(result, fh)
+            write_compare_json(result, fh)
     return json.loads(out.read_text())
 
 

@@ -21,7 +21,7 @@ from aligner.dumping.read.ranks import holds_ranks
 from aligner.pipelines import compare as pipeline  # multi-rank dumps: loaded on first use (compare/__init__.py)
 from aligner.pipelines.compare.engine import ENGINES, Engine, open_engine
 from aligner.pipelines.compare.run import compare
-from aligner.render.compare import incomplete, print_table, summary, write_csv, write_json, zoom
+from aligner.render.compare import incomplete, print_table, summary, write_compare_json, write_csv, zoom
 from aligner.render.console import make_console
 from aligner.render.jsonout import write_json as write_output
 from aligner.render.progress import terminal_progress
@@ -111,7 +111,7 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
                          trust_pickle=trust_pickle or trust_pickle_alias)
     finally:
         engine.close()
-    reports = [(path, writer) for path, writer in ((json_out, write_json), (csv_out, write_csv)) if path]
+    reports = [(path, writer) for path, writer in ((json_out, write_compare_json), (csv_out, write_csv)) if path]
     if html_out:
         reports.append((html_out, render.write_html))
     files = [(path, writer) for path, writer in reports if path != "-"]

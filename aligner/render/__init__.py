@@ -11,15 +11,14 @@ from aligner.core import lazy
 
 if TYPE_CHECKING:
     from aligner.render.html import write_html
-    from aligner.render.ranks import print_ranks
+    from aligner.render.ranks import print_ranks, write_ranks_json
     from aligner.render.ranks import summary as ranks_summary
-    from aligner.render.ranks import write_json as write_ranks_json
 
 # public name -> (module, its name there)
 _LAZY = {"write_html": ("aligner.render.html", "write_html"),
          "print_ranks": ("aligner.render.ranks", "print_ranks"),
          "ranks_summary": ("aligner.render.ranks", "summary"),
-         "write_ranks_json": ("aligner.render.ranks", "write_json")}
+         "write_ranks_json": ("aligner.render.ranks", "write_ranks_json")}
 
 __all__ = ["print_ranks", "ranks_summary", "write_html", "write_ranks_json"]
 

@@ -326,7 +326,7 @@ def to_json(result: CompareResult) -> dict[str, Any]:
     return jsonable({"summary": summary(result), "zoom": zoom(result)} | result.to_dict())
 
 
-def write_json(result: CompareResult, fh: IO[str]) -> None:
+def write_compare_json(result: CompareResult, fh: IO[str]) -> None:
     """The result as one JSON document with a key, and then a row, per line: readable and diffable, while each line
     goes through json's C encoder (json.dump with indent runs its pure-Python one, ~10x slower on big reports)."""
     data = to_json(result)

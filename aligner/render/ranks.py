@@ -116,7 +116,7 @@ def to_json(result: RankedCompareResult) -> dict[str, Any]:
                    "compare": compare_json(o.result) if o.result is not None else None} for o in result.ranks]})
 
 
-def write_json(result: RankedCompareResult, fh: IO[str]) -> None:
+def write_ranks_json(result: RankedCompareResult, fh: IO[str]) -> None:
     """One JSON document, a key per line and a rank per line (as compare's JSON)."""
     data = to_json(result)
     ranks = data.pop("ranks")
