@@ -82,18 +82,23 @@ def ms_images(root: Path, *, bug: str | None = None, shuffle: bool = False, batc
         steps.append(vision.ConvertColor(vision.ConvertMode.COLOR_RGB2BGR))
     if bug == "flip":
         steps.append(vision.RandomHorizontalFlip(0.5))
-    if bug != "range":
+    raw = bug in ("range", "uint8", "float")   # no scaling, no normalisation
+    if not raw:
         steps.append(vision.Rescale(1.0 / 255, 0.0))
-    if bug not in ("range", "no-normalize"):
+    if not raw and bug != "no-normalize":
         steps.append(vision.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)) if bug == "constants"
                      else vision.Normalize(MEAN, STD))
     if bug == "twice":
         steps.append(vision.Normalize(MEAN, STD))
     if bug != "hwc":
         steps.append(vision.HWC2CHW())
+    if bug == "float":
+        steps.append(transforms.TypeCast(np.float32))
     data = data.map(steps, input_columns="image")
     if bug == "offset":
         data = data.map(lambda label: (label + 1).astype(np.int32), input_columns="label")
+    if bug == "merge":   # two classes folded into one id
+        data = data.map(lambda label: (label // 2).astype(np.int32), input_columns="label")
     if bug == "one-hot":
         data = data.map(transforms.OneHot(len(CLASSES)), input_columns="label")
     return data.batch(batch, drop_remainder=drop_remainder)
@@ -141,15 +146,17 @@ def torch_text(sentences: Sequence[str], *, side: str = "right", pad: int = 0, m
     return torch.utils.data.DataLoader(Sentences(), batch_size=batch, collate_fn=collate)
 
 
-def ms_text(sentences: Sequence[str], *, max_len: int = MAX_LEN, pad: int = 0, batch: int = 16) -> Any:
-    """The port: mindspore.dataset.text WhitespaceTokenizer, Lookup, Truncate, PadEnd; batches of ids and label."""
+def ms_text(sentences: Sequence[str], *, max_len: int = MAX_LEN, pad: int = 0, batch: int = 16,
+            pad_to: int = MAX_LEN, missing_word: str | None = None) -> Any:
+    """The port: mindspore.dataset.text WhitespaceTokenizer, Lookup, Truncate, PadEnd; batches of ids and label
+    (`missing_word`: left out of the vocabulary, so it becomes <unk>)."""
     import mindspore.dataset as ds
     import mindspore.dataset.text as text
     import mindspore.dataset.transforms as transforms
 
-    table = text.Vocab.from_dict(vocab())
+    table = text.Vocab.from_dict({w: i for w, i in vocab().items() if w != missing_word})
     data = ds.NumpySlicesDataset({"ids": np.array(list(sentences)), "label": np.arange(len(sentences)) % 3},
                                  shuffle=False)
     data = data.map([text.WhitespaceTokenizer(), text.Lookup(table, "<unk>"), text.Truncate(max_len),
-                     transforms.PadEnd([MAX_LEN], pad_value=pad)], input_columns="ids")
+                     transforms.PadEnd([pad_to], pad_value=pad)], input_columns="ids")
     return data.batch(batch)

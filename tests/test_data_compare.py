@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import aligner
@@ -225,3 +226,91 @@ def test_reports_written(images: Path, reference: Path, tmp_path: Path, capsys: 
     assert "ms&lt;b&gt;" in page and "ms<b>" not in page  # the folder name is data, escaped
     again = align_in_process(capsys, "data", reference, ms, "--json", tmp_path / "r.json")
     assert_one_line_error(again, "exists")
+
+
+def test_more_image_and_label_rules(images: Path, tmp_path: Path) -> None:
+    """uint8 on both sides (PILToTensor / no Rescale) is clean; a float cast of the same values is only a dtype
+    note; two classes folded into one id is a label mapping that is no permutation."""
+    raw = tmp_path / "pt"
+    aligner.record_data(pipes.torch_images(images, to_tensor=False, normalize=False), raw, tensors=True,
+                        fields=["image", "label"])
+    clean = aligner.compare_data(raw, _ms(images, tmp_path / "u8", bug="uint8"))
+    assert not clean.all_findings and clean.identical == 200
+    cast = aligner.compare_data(raw, _ms(images, tmp_path / "f32", bug="float"))
+    assert _rules(cast) == [DataRule.DTYPE] and cast.passed
+    merged = aligner.compare_data(raw, _ms(images, tmp_path / "merge", bug="merge"))
+    assert DataRule.LABELS_DIFFER in _rules(merged) and not merged.passed
+
+
+def test_augmentation_without_tensors(images: Path, tmp_path: Path) -> None:
+    """A flip keeps every per-channel statistic: without tensors, the share of changed samples (about half) tells a
+    random transform from resampling (which changes every sample)."""
+    aligner.record_data(pipes.torch_images(images), tmp_path / "pt", fields=["image", "label"])
+    aligner.record_data(pipes.ms_images(images, bug="flip"), tmp_path / "ms")
+    result = aligner.compare_data(tmp_path / "pt", tmp_path / "ms")
+    assert _rules(result) == [DataRule.AUGMENTATION]
+    assert "record epochs=2" in result.findings[0].evidence["active"]  # one epoch: which side cannot be told
+
+
+class _Epochs:
+    """A training loop's view of a DataLoader with a DistributedSampler: set_epoch(e) before each epoch, or not."""
+
+    def __init__(self, loader: Any, set_epoch: bool) -> None:
+        self.loader, self.set_epoch, self.epoch = loader, set_epoch, 0
+
+    def __iter__(self) -> Any:
+        if self.set_epoch:
+            self.loader.sampler.set_epoch(self.epoch)
+        self.epoch += 1
+        return iter(self.loader)
+
+
+def test_reshuffle_per_epoch_and_fixed_order(images: Path, tmp_path: Path) -> None:
+    import torch
+
+    def shuffled(set_epoch: bool) -> _Epochs:
+        data = pipes.torch_images(images).dataset
+        sampler = torch.utils.data.DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=3)
+        return _Epochs(pipes.torch_images(images, sampler=sampler), set_epoch)
+
+    aligner.record_data(shuffled(True), tmp_path / "a", epochs=2, fields=["image", "label"])
+    aligner.record_data(shuffled(False), tmp_path / "b", epochs=2, fields=["image", "label"])
+    result = aligner.compare_data(tmp_path / "a", tmp_path / "b")
+    assert _rules(result) == [DataRule.RESHUFFLE_PER_EPOCH]
+    assert result.findings[0].evidence["side"] == str(tmp_path / "a")
+    # a fixed order on each side, but not the same one (a file list read backwards)
+    backwards = pipes.torch_images(images, sampler=list(range(199, -1, -1)))
+    aligner.record_data(backwards, tmp_path / "c", epochs=2, fields=["image", "label"])
+    aligner.record_data(pipes.ms_images(images), tmp_path / "d", epochs=2)
+    fixed = aligner.compare_data(tmp_path / "c", tmp_path / "d")
+    assert _rules(fixed) == [DataRule.ORDER_DIFFERS] and "again" in fixed.findings[0].evidence["note"]
+
+
+@pytest.mark.parametrize("ms_kw, rule", [(dict(pad_to=20), DataRule.PAD_LENGTH),
+                                         (dict(missing_word="fox"), DataRule.TOKENS_DIFFER)])
+def test_more_text_rules(ms_kw: dict[str, Any], rule: DataRule, tmp_path: Path) -> None:
+    sentences = pipes.make_sentences()
+    aligner.record_data(pipes.torch_text(sentences), tmp_path / "pt")
+    aligner.record_data(pipes.ms_text(sentences, **ms_kw), tmp_path / "ms", fields=["ids", "label"])
+    result = aligner.compare_data(tmp_path / "pt", tmp_path / "ms")
+    assert _rules(result) == [rule], [finding_text(f) for f in result.all_findings]
+
+
+def test_shard_overlap(images: Path, tmp_path: Path) -> None:
+    """Rank 1 told num_shards=3: its shard [1, 4, 7, ...] shares a sixth of its samples with rank 0's [0, 2, 4, ...]."""
+    pt = _sharded(images, tmp_path / "pt", [(2, 0), (2, 1)], True)
+    ms = _sharded(images, tmp_path / "ms", [(2, 0), (3, 1)], False)
+    result = aligner.compare_data(pt, ms)
+    overlap = next(f for f in result.findings if f.rule == DataRule.SHARD_OVERLAP)
+    assert overlap.evidence["shared"] == len(set(range(0, 200, 2)) & set(range(1, 200, 3)))
+
+
+def test_tensor_field_values_differ(tmp_path: Path) -> None:
+    """Tabular features standardised on one side only: no image rule applies, the field is named with its count."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(5, 2, (64, 6)).astype(np.float32)
+    aligner.record_data([(x[i:i + 16], np.arange(i, i + 16)) for i in range(0, 64, 16)], tmp_path / "a")
+    z = (x - x.mean(0)) / x.std(0)
+    aligner.record_data([(z[i:i + 16], np.arange(i, i + 16)) for i in range(0, 64, 16)], tmp_path / "b")
+    result = aligner.compare_data(tmp_path / "a", tmp_path / "b")
+    assert _rules(result) == [DataRule.VALUES_DIFFER] and result.findings[0].evidence["changed"] == 64

@@ -39,6 +39,10 @@ def test_record_contents(tmp_path: Path) -> None:
     np.testing.assert_allclose(image.stats[17, :, 0], source.mean(axis=(0, 1)), rtol=1e-6)
     np.testing.assert_allclose(image.stats[17, :, 3], source.max(axis=(0, 1)), rtol=1e-6)
     assert ids.seq is not None and ids.seq[0].tolist() == [7, 0, 3] and ids.seq[1].tolist() == [10, 0, 0]
+    # the thumbnail: per channel the means of a 4 x 4 grid of 2 x 2 blocks
+    assert image.thumb is not None
+    blocks = source.reshape(4, 2, 4, 2, 3).mean(axis=(1, 3))            # [4, 4, channel]
+    np.testing.assert_allclose(image.thumb[17], np.moveaxis(blocks, 2, 0).reshape(3, 16), rtol=1e-6)
     assert label.label is not None and label.label.tolist() == [i % 5 for i in range(40)]
     recorded = dump.tensor(image, 17)
     assert recorded is not None and np.array_equal(recorded, np.moveaxis(source, 2, 0))
@@ -47,6 +51,17 @@ def test_record_contents(tmp_path: Path) -> None:
     aligner.record_data(_loader(), again, fields=["image", "label", "ids"])
     assert np.array_equal(read_data_dump(again).fields[0].digest, image.digest)
     assert len({row.tobytes() for row in image.digest}) == 40
+
+
+def test_thumbnail_uneven_blocks(tmp_path: Path) -> None:
+    """A 10 x 7 image: blocks of 2-3 rows and 1-2 columns, each the mean of its own pixels."""
+    image = torch.arange(70, dtype=torch.float32).reshape(1, 1, 10, 7)
+    aligner.record_data([image], tmp_path / "d")
+    thumb = read_data_dump(tmp_path / "d").fields[0].thumb
+    rows, cols = [0, 2, 5, 7, 10], [0, 1, 3, 5, 7]
+    expected = [image[0, 0, rows[i]:rows[i + 1], cols[j]:cols[j + 1]].mean().item() for i in range(4) for j in range(4)]
+    assert thumb is not None
+    np.testing.assert_allclose(thumb[0, 0], expected, rtol=1e-6)
 
 
 def test_mindspore_dataset_and_epochs(tmp_path: Path) -> None:

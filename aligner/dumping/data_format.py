@@ -6,6 +6,7 @@ A data dump folder holds `manifest.jsonl` (one header line: ``{"format": "aligne
 position (never by its name, which is the user's data): `samples.npy` (epoch, batch, row) per sample, and per field
 `f{i}.hash.npy` (a 128-bit content digest per sample, as two uint64), `f{i}.nonfinite.npy` (NaN/Inf count), and by
 kind `f{i}.stats.npy` (image: per channel mean, std, min, max; tensor: the same over the whole sample),
+`f{i}.thumb.npy` (image: per channel the means of a 4 x 4 grid of blocks, which a flip or crop moves),
 `f{i}.seq.npy` (sequence: length without padding, pad tokens on the left, on the right), `f{i}.content.npy` (the
 digest of the tokens without padding), `f{i}.label.npy` (label: the class index). With tensors=True, `tensors/`
 holds each batch of each field as recorded (images channels-first): `f{i}.b{j}.npy`, j counting over all epochs.
@@ -121,6 +122,7 @@ class FieldData:
     seq: np.ndarray | None = None      # [N, 3] int64: length, pad left, pad right
     content: np.ndarray | None = None  # [N, 2] uint64: digest without padding
     label: np.ndarray | None = None    # [N] int64
+    thumb: np.ndarray | None = None    # [N, C, 16] float64: image block means (4 x 4 grid)
 
     @property
     def name(self) -> str:
@@ -263,6 +265,8 @@ def read_data_dump(path: str | os.PathLike) -> DataDump:
         data = FieldData(spec, i, get("hash", 2), get("nonfinite", 1))
         if spec.kind in (FieldKind.IMAGE, FieldKind.TENSOR):
             data.stats = get("stats", 3).astype(np.float64, copy=False)
+            if spec.kind == FieldKind.IMAGE:
+                data.thumb = get("thumb", 3).astype(np.float64, copy=False)
         elif spec.kind == FieldKind.SEQUENCE:
             data.seq, data.content = get("seq", 2), get("content", 2)
         else:

@@ -316,7 +316,7 @@ class _Recorder:
             np.save(self.folder / ARRAYS / name, np.concatenate(parts), allow_pickle=False)
 
 
-_WHAT = {FieldKind.IMAGE: ("hash", "nonfinite", "stats"), FieldKind.TENSOR: ("hash", "nonfinite", "stats"),
+_WHAT = {FieldKind.IMAGE: ("hash", "nonfinite", "stats", "thumb"), FieldKind.TENSOR: ("hash", "nonfinite", "stats"),
          FieldKind.SEQUENCE: ("hash", "nonfinite", "seq", "content"), FieldKind.LABEL: ("hash", "nonfinite", "label")}
 
 
@@ -388,10 +388,48 @@ def _canonical(spec: FieldSpec, a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
-def _digests(rows: Iterable[np.ndarray]) -> np.ndarray:
-    """A 128-bit blake2b digest of each row's bytes, as [N, 2] uint64."""
-    out = b"".join(hashlib.blake2b(np.ascontiguousarray(r).data, digest_size=16).digest() for r in rows)
-    return np.frombuffer(out, dtype=np.uint64).reshape(-1, 2)
+def _digests(a: np.ndarray) -> np.ndarray:
+    """A 128-bit digest of each row of `a` (one sample each), as [N, 2] uint64: the row's own bytes where it holds
+    16 or fewer (a label: exact, no hashing), else blake2b of them (hashed from one buffer without per-row arrays)."""
+    a = np.ascontiguousarray(a)
+    n = len(a)
+    step = a.nbytes // n if n else 0
+    if step <= 16:
+        padded = np.zeros((n, 16), dtype=np.uint8)
+        padded[:, :step] = a.reshape(n, -1).view(np.uint8)
+        return padded.view(np.uint64)
+    buf = a.data.cast("B")
+    blake = hashlib.blake2b
+    out = b"".join([blake(buf[i: i + step], digest_size=16).digest() for i in range(0, n * step, step)])
+    return np.frombuffer(out, dtype=np.uint64).reshape(n, 2)
+
+
+def _content_digests(a: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """The digest of each sequence's tokens without its padding (`left` and `right` pad counts per row)."""
+    a = np.ascontiguousarray(a)
+    n, length = a.shape
+    size = a.itemsize
+    buf = a.data.cast("B")
+    blake = hashlib.blake2b
+    out = b"".join([blake(buf[(r * length + lo) * size: ((r + 1) * length - hi) * size], digest_size=16).digest()
+                    for r, lo, hi in zip(range(n), left.tolist(), right.tolist())])
+    return np.frombuffer(out, dtype=np.uint64).reshape(n, 2)
+
+
+THUMB = 4  # an image's thumbnail: the means of THUMB x THUMB blocks per channel
+
+
+def _thumbnail(a: np.ndarray) -> np.ndarray:
+    """Per sample and channel the means of a THUMB x THUMB grid of blocks ([N, C, THUMB * THUMB], fewer blocks for a
+    smaller image): what a flip or a crop moves while every per-channel statistic stays."""
+    n, c, h, w = a.shape
+    if h % THUMB == 0 and w % THUMB == 0:  # equal blocks: two sums over reshaped axes (faster than reduceat)
+        blocks = a.reshape(n, c, THUMB, h // THUMB, THUMB, w // THUMB).sum(axis=3, dtype=np.float64).sum(axis=4)
+        return blocks.reshape(n, c, -1) / (h // THUMB * w // THUMB)
+    rows = np.linspace(0, h, min(THUMB, h) + 1).astype(int)
+    cols = np.linspace(0, w, min(THUMB, w) + 1).astype(int)
+    sums = np.add.reduceat(np.add.reduceat(a, rows[:-1], axis=2, dtype=np.float64), cols[:-1], axis=3)
+    return (sums / np.outer(np.diff(rows), np.diff(cols))).reshape(n, c, -1)
 
 
 def _summaries(spec: FieldSpec, a: np.ndarray) -> dict[str, np.ndarray]:
@@ -402,10 +440,16 @@ def _summaries(spec: FieldSpec, a: np.ndarray) -> dict[str, np.ndarray]:
            "nonfinite": (~np.isfinite(flat)).sum(axis=1) if a.dtype.kind == "f" else np.zeros(n, np.int64)}
     if spec.kind in (FieldKind.IMAGE, FieldKind.TENSOR):
         per = a.reshape(n, a.shape[1], -1) if spec.kind == FieldKind.IMAGE else flat[:, None, :]
-        per = per.astype(np.float64)
-        with np.errstate(invalid="ignore"):
-            out["stats"] = np.stack([per.mean(axis=2), per.std(axis=2), per.min(axis=2), per.max(axis=2)], axis=2) \
-                if per.shape[2] else np.zeros(per.shape[:2] + (4,))
+        if not per.shape[2]:
+            out["stats"] = np.zeros(per.shape[:2] + (4,))
+        else:
+            with np.errstate(invalid="ignore"):  # sums in float64 without a float64 copy of the batch
+                mean = per.mean(axis=2, dtype=np.float64)
+                std = np.sqrt(np.maximum(np.einsum("ijk,ijk->ij", per, per, dtype=np.float64) / per.shape[2]
+                                         - mean ** 2, 0.0))
+                out["stats"] = np.stack([mean, std, per.min(axis=2), per.max(axis=2)], axis=2).astype(np.float64)
+        if spec.kind == FieldKind.IMAGE:
+            out["thumb"] = _thumbnail(a)
     elif spec.kind == FieldKind.SEQUENCE:
         if spec.pad is None:
             left = right = np.zeros(n, np.int64)
@@ -413,7 +457,7 @@ def _summaries(spec: FieldSpec, a: np.ndarray) -> dict[str, np.ndarray]:
             left, right = _runs(a, spec.pad)
         length = a.shape[1] - left - right
         out["seq"] = np.stack([length, left, right], axis=1).astype(np.int64)
-        out["content"] = _digests(a[i, left[i]: a.shape[1] - right[i]] for i in range(n))
+        out["content"] = _content_digests(a, left, right)
     else:
         out["label"] = a.argmax(axis=1) if spec.encoding == Encoding.ONE_HOT else a.reshape(n)
     return out

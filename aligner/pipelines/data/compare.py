@@ -88,6 +88,11 @@ def _pair(dump_a: DataDump, dump_b: DataDump, ia: np.ndarray, ib: np.ndarray,
         else:
             lone_a.append(int(ia[k]))
     lone_b = sorted(int(ib[k]) for queue in where.values() for k in queue)
+    if lone_a and lone_b and len(ia) == len(ib) and all(i == j for i, j in pairs) \
+            and np.array_equal(dump_a.samples[ia], dump_b.samples[ib]):
+        # as many samples on each side, every paired one in its place: the lone ones differ in a field the key
+        # holds (tokens, labels), they are not missing
+        return Pairing.POSITION, list(zip(map(int, ia), map(int, ib))), [], []
     return Pairing.CONTENT, pairs, lone_a, lone_b
 
 
@@ -139,6 +144,8 @@ def _close(dump_a: DataDump, dump_b: DataDump, fa: FieldData, fb: FieldData, pa:
         return close
     tol = limit(_S, DataRule.VALUES_DIFFER, "same_within") * _value_range(fa)
     close = np.abs(fa.stats[pa] - fb.stats[pb]).max(axis=(1, 2)) <= tol
+    if fa.thumb is not None and fb.thumb is not None:  # a flip keeps the statistics, not the block means
+        close &= np.abs(fa.thumb[pa] - fb.thumb[pb]).max(axis=(1, 2)) <= tol
     if dump_a.has_tensors and dump_b.has_tensors:
         for k in np.flatnonzero(close):
             ta, tb = dump_a.tensor(fa, int(pa[k])), dump_b.tensor(fb, int(pb[k]))
@@ -315,6 +322,8 @@ def _image(dump_a: DataDump, dump_b: DataDump, fa: FieldData, fb: FieldData, pa:
                               size_b="x".join(map(str, fb.spec.shape))))
         return comparison, found
     if equal.all():
+        if fa.spec.dtype != fb.spec.dtype:
+            found.append(_finding(DataRule.DTYPE, name, dtype_a=fa.spec.dtype, dtype_b=fb.spec.dtype))
         return comparison, found
     assert fa.stats is not None and fb.stats is not None
     sa, sb = fa.stats[pa], fb.stats[pb]
@@ -394,11 +403,16 @@ def _local(dump_a: DataDump, dump_b: DataDump, fa: FieldData, fb: FieldData, pa:
         strong = int((scores < limit(_S, DataRule.INTERPOLATION, "psnr")).sum())
     else:
         moved = np.abs(fa.stats[pa[bad]] - fb.stats[pb[bad]]).max(axis=(1, 2)) / value_range
+        if fa.thumb is not None and fb.thumb is not None:
+            moved = np.maximum(moved, np.abs(fa.thumb[pa[bad]] - fb.thumb[pb[bad]]).max(axis=(1, 2)) / value_range)
         strong = int((moved > limit(_S, DataRule.AUGMENTATION, "stat_change")).sum())
     comparison = FieldComparison(comparison.name, comparison.kind_a, comparison.kind_b, comparison.same,
                                  comparison.paired, psnr, max_error)
     shown = "-" if psnr is None else f"{psnr:.1f}"
-    if strong >= limit(_S, DataRule.AUGMENTATION, "fraction") * len(pa):
+    # resampling changes every sample a little; a random transform changes some strongly, or some only (a flip keeps
+    # every statistic, so without tensors only the share of changed samples tells it)
+    some = len(bad) < limit(_S, DataRule.AUGMENTATION, "partial") * len(pa)
+    if strong >= limit(_S, DataRule.AUGMENTATION, "fraction") * len(pa) or some:
         random_a, random_b = _random_side(dump_a, fa), _random_side(dump_b, fb)
         active = " on both sides" if random_a and random_b else f" on side {sides[0]}" if random_a else \
             f" on side {sides[1]}" if random_b else " on one side (record epochs=2 to tell which)" \
