@@ -13,6 +13,7 @@ ResNet-50 (cnn) the slowest at ~30 s per doctor run.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +129,38 @@ def test_stage_selection(tmp_path: Path) -> None:
     assert statuses(result)["audit"] == "skipped" and statuses(result)["forward"] == "passed"
 
 
+def test_docs_quickstart_runs_as_written(tmp_path: Path) -> None:
+    """docs/doctor.md's quickstart in an empty directory: its file written, its commands run in order with the exit
+    codes their `# exit N` comments give, every output its prose quotes found in what the command before printed
+    (the conventions of README's quickstart, tests/test_readme_quickstart.py)."""
+    import os
+
+    from test_readme_quickstart import CUT, EXIT, QUOTE, steps
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "doctor.md").read_text(encoding="utf-8")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    ran = quoted = 0
+    for language, body, prose in steps(page.split("\n## Quickstart", 1)[1].split("\n## ", 1)[0] + "\n"):
+        if language == "python":
+            first, _, code = body.partition("\n")
+            (tmp_path / first.removeprefix("# file: ")).write_text(code, encoding="utf-8")
+            continue
+        printed = ""
+        for line in filter(None, body.splitlines()):
+            code = EXIT.search(line)
+            proc = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=300)
+            assert proc.returncode == (int(code.group(1)) if code else 0), (line, proc.stdout, proc.stderr)
+            printed += proc.stdout + proc.stderr
+            ran += 1
+        flat = " ".join(printed.split())
+        for quote in QUOTE.findall(prose) + re.findall(r"`((?:FAILED|PASSED|Setting|Fix|Replay|Repro)[^`]*)`", prose):
+            for piece in filter(None, (p.strip() for p in CUT.split(" ".join(quote.split())))):
+                assert piece in flat, (piece, printed)
+                quoted += 1
+    assert ran == 2 and quoted >= 6, (ran, quoted)
+
+
 # -- the command line, bad input -------------------------------------------------------------------------------------
 
 def doctor_cli(capsys: pytest.CaptureFixture[str], out: Path, a: str, b: str, *extra: str
@@ -201,11 +234,12 @@ ZOO_CLEAN = ["cnn", "vit", "encoder_lm", "decoder_lm", "mha", "moe_lm", "gqa_lm"
 def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Any]]:
     """family -> (pair, --map path or None), built once; the MindSpore side keeps its own random init (the doctor's
     weights stage converts the torch weights into it)."""
-    for name in ("timm", "mindcv", "transformers", "mindone.transformers"):
-        pytest.importorskip(name)
     import importlib
 
-    from tests.zoo import ms_compat, torch_compat  # noqa: F401  (torch_compat must precede timm/transformers)
+    from tests.zoo import torch_compat  # noqa: F401  (must precede timm/transformers: torchvision op schemas)
+    for name in ("timm", "mindcv", "transformers", "mindone.transformers"):
+        pytest.importorskip(name)
+    from tests.zoo import ms_compat
 
     ms_compat.install()
     work = tmp_path_factory.mktemp("zoo_maps")
