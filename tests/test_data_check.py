@@ -61,6 +61,9 @@ def test_labels_out_of_range(folder: Path, tmp_path: Path, capsys: pytest.Captur
     assert _rules(result) == [DataRule.LABEL_RANGE] and result.findings[0].evidence["samples"] == 12
     proc = align_in_process(capsys, "data", "check", out, "--classes", "3")
     assert proc.returncode == 1 and "label-range" in proc.stdout
+    page = tmp_path / "check.html"
+    assert align_in_process(capsys, "data", "check", out, "--classes", "3", "--html", page).returncode == 1
+    assert "label-range" in page.read_text() and "<script" not in page.read_text()
     assert_one_line_error(align_in_process(capsys, "data", "check", out, "--classes", "x"), "--classes")
 
 
@@ -77,6 +80,7 @@ def test_missing_values_sentinels_constant(tmp_path: Path) -> None:
     found = {(f.rule, f.field): f for f in result.findings}
     assert set(found) == {(DataRule.MISSING_VALUES, "x"), (DataRule.SENTINEL, "y"), (DataRule.CONSTANT_FIELD, "mask")}
     assert found[DataRule.MISSING_VALUES, "x"].evidence == {"samples": 2, "values": 2, "first": 5}
+    assert DataCheckResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
     assert found[DataRule.SENTINEL, "y"].evidence["value"] == -1
     assert result.exit_code == 1
 

@@ -13,6 +13,7 @@ import pytest
 
 import aligner
 from aligner.core.errors import AlignerError
+from aligner.pipelines.data import DataCompareResult
 from aligner.pipelines.data.rules import DataRule
 from aligner.render.data import finding_text
 from tests import data_pipelines as pipes
@@ -176,11 +177,17 @@ def _sharded(images: Path, out: Path, shards: list[tuple[int, int]], torch_side:
     return out
 
 
+@pytest.fixture(scope="module")
+def pt_sharded(images: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """torch's two ranks: DistributedSampler(num_replicas=2, rank=0 and 1)."""
+    return _sharded(images, tmp_path_factory.mktemp("sharded") / "pt", [(2, 0), (2, 1)], True)
+
+
 @pytest.mark.parametrize("case", ["clean", "same-shard", "shard-missing"])
-def test_sharding(case: str, images: Path, tmp_path: Path) -> None:
+def test_sharding(case: str, images: Path, pt_sharded: Path, tmp_path: Path) -> None:
     """DistributedSampler(num_replicas=2) against num_shards/shard_id: the same shard on both ranks, or a third of the
     data left out (num_shards=3 on two ranks)."""
-    pt = _sharded(images, tmp_path / "pt", [(2, 0), (2, 1)], True)
+    pt = pt_sharded
     shards = {"clean": [(2, 0), (2, 1)], "same-shard": [(2, 0), (2, 0)], "shard-missing": [(3, 0), (3, 1)]}[case]
     ms = _sharded(images, tmp_path / "ms", shards, False)
     assert sorted(os.listdir(ms)) == ["rank0", "rank1"]
@@ -214,6 +221,9 @@ def test_bad_inputs_one_line(reference: Path, tmp_path: Path, capsys: pytest.Cap
     with pytest.raises(AlignerError, match="different fields"):
         aligner.compare_data(reference, other)
     assert_one_line_error(align_in_process(capsys, "data", reference), "two data dump folders")
+    ranks = tmp_path / "ranks"
+    aligner.record_data([{"x": [[1.0, 2.0]], "y": [1]}], ranks, rank=0, world_size=1)
+    assert_one_line_error(align_in_process(capsys, "data", reference, ranks), "rank folders")
 
 
 def test_reports_written(images: Path, reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -222,6 +232,7 @@ def test_reports_written(images: Path, reference: Path, tmp_path: Path, capsys: 
     assert proc.returncode == 1 and "channel-order" in proc.stdout
     data = json.loads((tmp_path / "r.json").read_text())
     assert [f["rule"] for f in data["findings"]] == ["channel-order"] and "BGR" in data["findings"][0]["says"]
+    assert DataCompareResult.from_dict(data) == aligner.compare_data(reference, ms)  # the report reads back
     page = (tmp_path / "r.html").read_text()
     assert "ms&lt;b&gt;" in page and "ms<b>" not in page  # the folder name is data, escaped
     again = align_in_process(capsys, "data", reference, ms, "--json", tmp_path / "r.json")
@@ -296,11 +307,10 @@ def test_more_text_rules(ms_kw: dict[str, Any], rule: DataRule, tmp_path: Path) 
     assert _rules(result) == [rule], [finding_text(f) for f in result.all_findings]
 
 
-def test_shard_overlap(images: Path, tmp_path: Path) -> None:
+def test_shard_overlap(images: Path, pt_sharded: Path, tmp_path: Path) -> None:
     """Rank 1 told num_shards=3: its shard [1, 4, 7, ...] shares a sixth of its samples with rank 0's [0, 2, 4, ...]."""
-    pt = _sharded(images, tmp_path / "pt", [(2, 0), (2, 1)], True)
     ms = _sharded(images, tmp_path / "ms", [(2, 0), (3, 1)], False)
-    result = aligner.compare_data(pt, ms)
+    result = aligner.compare_data(pt_sharded, ms)
     overlap = next(f for f in result.findings if f.rule == DataRule.SHARD_OVERLAP)
     assert overlap.evidence["shared"] == len(set(range(0, 200, 2)) & set(range(1, 200, 3)))
 

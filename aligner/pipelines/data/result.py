@@ -32,6 +32,11 @@ class DataFinding:
         return {"rule": self.rule.value, "severity": self.severity.value, "checklist": self.text.checklist,
                 "field": self.field, "evidence": self.evidence}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], section: Section) -> "DataFinding":
+        """A finding read back from `to_dict` (severity and checklist come from the rules file again)."""
+        return cls(DataRule(data["rule"]), section, data.get("field"), dict(data.get("evidence") or {}))
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplePosition:
@@ -45,6 +50,10 @@ class SamplePosition:
     def to_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SamplePosition":
+        return cls(int(data["index"]), int(data["epoch"]), int(data["batch"]), int(data["row"]))
+
 
 @dataclasses.dataclass(frozen=True)
 class FirstDifference:
@@ -56,6 +65,10 @@ class FirstDifference:
 
     def to_dict(self) -> dict[str, Any]:
         return {"field": self.field, "a": self.a.to_dict(), "b": self.b.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FirstDifference":
+        return cls(data["field"], SamplePosition.from_dict(data["a"]), SamplePosition.from_dict(data["b"]))
 
 
 class Pairing(str, enum.Enum):
@@ -83,6 +96,11 @@ class FieldComparison:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"identical": self.identical}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FieldComparison":
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def _exit(findings: tuple[DataFinding, ...]) -> ExitCode:
@@ -129,6 +147,17 @@ class DataCompareResult:
                 "findings": [f.to_dict() for f in self.findings], "passed": self.passed,
                 "exit_code": int(self.exit_code), "ranks": {str(r): res.to_dict() for r, res in self.ranks}}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DataCompareResult":
+        """A result read back from `to_dict` (or the JSON report)."""
+        first = data.get("first_difference")
+        return cls(data["a"], data["b"], data["framework_a"], data["framework_b"], data["samples_a"],
+                   data["samples_b"], Pairing(data["pairing"]), data["identical"],
+                   tuple(FieldComparison.from_dict(f) for f in data["fields"]),
+                   FirstDifference.from_dict(first) if first else None,
+                   tuple(DataFinding.from_dict(f, Section.COMPARE) for f in data["findings"]),
+                   tuple((int(r), cls.from_dict(sub)) for r, sub in data.get("ranks", {}).items()))
+
 
 @dataclasses.dataclass(frozen=True)
 class FieldSummary:
@@ -140,6 +169,10 @@ class FieldSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "histogram": {str(c): n for c, n in self.histogram}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FieldSummary":
+        return cls(data["name"], data["kind"], tuple((int(c), int(n)) for c, n in data["histogram"].items()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,3 +206,11 @@ class DataCheckResult:
                 "fields": [f.to_dict() for f in self.fields], "findings": [f.to_dict() for f in self.findings],
                 "passed": self.passed, "exit_code": int(self.exit_code),
                 "ranks": {str(r): res.to_dict() for r, res in self.ranks}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DataCheckResult":
+        """A result read back from `to_dict` (or the JSON report)."""
+        return cls(data["directory"], data["framework"], data["samples"],
+                   tuple(FieldSummary.from_dict(f) for f in data["fields"]),
+                   tuple(DataFinding.from_dict(f, Section.CHECK) for f in data["findings"]),
+                   tuple((int(r), cls.from_dict(sub)) for r, sub in data.get("ranks", {}).items()))
