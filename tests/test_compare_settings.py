@@ -15,6 +15,8 @@ from conftest import align_in_process
 from mindspore import nn
 
 import aligner
+from aligner.pipelines.compare.verdict import Culprit
+from aligner.render.compare import summary
 
 ms.set_context(mode=ms.PYNATIVE_MODE)
 
@@ -106,3 +108,49 @@ def test_a_clean_pair_names_no_setting(tmp_path: Path, capsys: pytest.CaptureFix
     assert proc.returncode == 1
     finding = json.loads((tmp_path / "r.json").read_text())["findings"][0]
     assert finding["origin_module"] == "layer" and finding["settings"] == []
+
+
+class _TorchFunctionalGelu(torch.nn.Module):
+    def __init__(self, approximate: str) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.approximate = approximate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(self.fc(x), approximate=self.approximate)
+
+
+class _MsFunctionalGelu(nn.Cell):
+    def __init__(self, approximate: str) -> None:
+        super().__init__()
+        self.fc = nn.Dense(4, 4)
+        self.approximate = approximate
+
+    def construct(self, x: ms.Tensor) -> ms.Tensor:
+        return ms.ops.gelu(self.fc(x), approximate=self.approximate)
+
+
+@pytest.mark.parametrize("ms_approximate", ["tanh", "none"])
+def test_an_op_blamed_in_a_zoom_in_names_its_differing_argument(tmp_path: Path, ms_approximate: str) -> None:
+    """A functional gelu in a parent's forward, called with approximate='tanh' on the MindSpore side: the op-level
+    dump records each op call's plain arguments, and the verdict that blames the op names the one that differs (by
+    keyword: the frameworks' positions differ). The control (the same argument) blames nothing."""
+    torch.manual_seed(0)
+    tnet, mnet = _TorchFunctionalGelu("none").eval(), _MsFunctionalGelu(ms_approximate)
+    mnet.set_train(False)
+    mnet.fc.weight.set_data(ms.Tensor(tnet.fc.weight.detach().numpy()))
+    mnet.fc.bias.set_data(ms.Tensor(tnet.fc.bias.detach().numpy()))
+    x = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32) * 3  # |x| ~ 3: tanh vs erf ~1e-4
+    with aligner.dump(tnet, tmp_path / "pt", ops=True), torch.no_grad():
+        tnet(torch.from_numpy(x))
+    with aligner.dump(mnet, tmp_path / "ms", ops=True):
+        mnet(ms.Tensor(x))
+    for a, b in ((tmp_path / "ms", tmp_path / "pt"), (tmp_path / "pt", tmp_path / "ms")):  # (PyTorch: the reference)
+        result = aligner.compare(a, b)
+        if ms_approximate == "none":
+            assert not result.verdict.findings
+            continue
+        f = result.verdict.findings[0]
+        assert f.culprit is Culprit.OP and [(s.name, s.value_a, s.value_b) for s in f.settings] == \
+            [("approximate", "tanh", "none")], f
+        assert "The op's arguments differ (first vs reference): approximate 'tanh' vs 'none'." in summary(result)

@@ -11,6 +11,7 @@ from typing import Any
 from aligner.core.errors import AlignerError
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session
+from aligner.dumping.signature import describe
 from aligner.dumping.tensors import tensors_in
 
 OP_KIND = "op"
@@ -82,22 +83,29 @@ class OpRecorder:
         session = self.session
         parent = session.parent() or ""
         given = list(tensors_in((args, kwargs)))
-        call = self._inputs(label, given, parent, source) if modifies else None
+        call = self._inputs(label, given, parent, source, (args, kwargs)) if modifies else None
         result = fn(*args, **kwargs)
         outputs = list(tensors_in(result)) or (given[:1] if modifies else [])
         if not outputs:
             return result
         if call is None:
-            call = self._inputs(label, given, parent, source)
+            call = self._inputs(label, given, parent, source, (args, kwargs))
         for i, t in enumerate(outputs):
             session.emit_output(parent, label, OP_KIND, i, t, call=call, parent=parent, source=source)
         return result
 
-    def _inputs(self, label: str, tensors: list[Any], parent: str, source: str) -> int:
-        """A fresh call id, after recording the call's input tensors (unless inputs=False)."""
+    def _inputs(self, label: str, tensors: list[Any], parent: str, source: str, given: tuple[tuple, dict]) -> int:
+        """A fresh call id, after recording the call's signature (its non-tensor arguments: an eps, an approximate
+        mode, which a verdict blaming the op names when they differ) and its input tensors (unless inputs=False)."""
         call = self.session.new_call()
+        places: list[str | None] = [None] * len(tensors)
+        if self.opts.calls:
+            structure, found = describe(tuple(given[0]), dict(given[1]))
+            if len(found) == len(tensors):  # (the same walk; a tensor inside an object it does not open: no names)
+                places = list(found)
+            self.session.emit_call(parent, label, call=call, parent=parent, args=structure, attrs=None)
         if self.opts.inputs is not False:
             for i, t in enumerate(tensors):
                 self.session.emit_input(parent, label, OP_KIND, i, t, call=call, parent=parent,
-                                        link=self.opts.inputs is None, source=source)
+                                        link=self.opts.inputs is None, source=source, arg=places[i])
         return call

@@ -161,7 +161,8 @@ def settings_text(f: Divergence) -> str:
         return ""
     parts = [f"{s.name} {_setting_value(s.value_a, s.meaning_a)} vs {_setting_value(s.value_b, s.meaning_b)}"
              for s in f.settings]
-    return f" Its settings differ (first vs reference): {'; '.join(parts)}."
+    what = "The op's arguments differ" if f.culprit is Culprit.OP else "Its settings differ"
+    return f" {what} (first vs reference): {'; '.join(parts)}."
 
 
 def _finding_text(f: Divergence, rows: Sequence[Row]) -> str:

@@ -118,11 +118,40 @@ def differences(rec_a: Record, rec_b: Record, side_a: Source, side_b: Source) ->
     return tuple(out)
 
 
+def _plain_arguments(call: Record | None) -> dict[str, Any]:
+    """An op call's arguments that are plain values, by place ("0" positional, "approximate" a keyword); tensors and
+    values no dump could encode left out."""
+    if call is None or not isinstance(call.args, dict):
+        return {}
+    args, kwargs = call.args.get("args", []), call.args.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return {}
+    given = {str(i): v for i, v in enumerate(args)} | {str(k): v for k, v in kwargs.items()}
+    return _decoded({k: v for k, v in given.items() if not (isinstance(v, dict) and "tensor" in v)})
+
+
+def op_differences(rec_a: Record, rec_b: Record, side_a: Source, side_b: Source) -> tuple[SettingDiff, ...]:
+    """The plain arguments in which the op call of `rec_a` (compared side) and of `rec_b` (reference) differ: by
+    keyword across frameworks (their positions differ: MindSpore passes the operator first), by place within one."""
+    if rec_a.call is None or rec_b.call is None:
+        return ()
+    given_a = _plain_arguments(side_a.calls.get((rec_a.step, rec_a.call)))
+    given_b = _plain_arguments(side_b.calls.get((rec_b.step, rec_b.call)))
+    same_framework = side_a.framework == side_b.framework
+    return tuple(SettingDiff(k, given_a[k], given_b[k]) for k in given_b
+                 if k in given_a and (same_framework or not k.isdigit()) and given_a[k] != given_b[k])
+
+
 def with_settings(verdict: Verdict, rows: Sequence[Row], side_a: Source, side_b: Source) -> Verdict:
     """`verdict` with each finding that blames a module's own computation told the settings in which that module
-    differs between the sides (`Divergence.settings`)."""
+    differs between the sides, and each that blames an op the arguments its two calls differ in
+    (`Divergence.settings`)."""
     for f in verdict.findings:
         pair = rows[f.origin].pair
-        if f.culprit is Culprit.MODULE and pair.a is not None and pair.b is not None:
+        if pair.a is None or pair.b is None:
+            continue
+        if f.culprit is Culprit.MODULE:
             f.settings = differences(pair.a.record, pair.b.record, side_a, side_b)
+        elif f.culprit is Culprit.OP and f.op is None and pair.a.record.kind == pair.b.record.kind == "op":
+            f.settings = op_differences(pair.a.record, pair.b.record, side_a, side_b)
     return verdict

@@ -87,7 +87,8 @@ class Divergence:
     op: str | None = None      # culprit OP: the op as called ("Tensor.__mul__"), where it is not the origin record's
     argument: OneSided | None = None  # culprit ARGUMENT: what the caller (`blame`) passes on one side only
     above_noise: float | None = None  # the origin's error over its reference's own float64 noise (--calibrate)
-    # culprit MODULE: the blamed module's settings that differ between the sides (compare/settings.py fills them)
+    # culprit MODULE: the blamed module's settings that differ between the sides; culprit OP: the op call's plain
+    # arguments that differ (compare/settings.py fills them)
     settings: tuple[SettingDiff, ...] = ()
 
 
