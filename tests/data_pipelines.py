@@ -99,6 +99,8 @@ def ms_images(root: Path, *, bug: str | None = None, shuffle: bool = False, batc
         data = data.map(lambda label: (label + 1).astype(np.int32), input_columns="label")
     if bug == "merge":   # two classes folded into one id
         data = data.map(lambda label: (label // 2).astype(np.int32), input_columns="label")
+    if bug == "float-label":
+        data = data.map(transforms.TypeCast(np.float32), input_columns="label")
     if bug == "one-hot":
         data = data.map(transforms.OneHot(len(CLASSES)), input_columns="label")
     return data.batch(batch, drop_remainder=drop_remainder)

@@ -162,17 +162,17 @@ def test_text_pipelines(case: str | None, tmp_path: Path) -> None:
     assert result.passed == (rule is None)
 
 
-def _sharded(images: Path, out: Path, shards: list[tuple[int, int]], torch_side: bool) -> Path:
+def _sharded(images: Path, out: Path, shards: list[tuple[int, int]], torch_side: bool, shuffle: bool = False) -> Path:
     import torch
 
     for rank, (num, shard) in enumerate(shards):
         if torch_side:
             data = pipes.torch_images(images)
-            sampler = torch.utils.data.DistributedSampler(data.dataset, num_replicas=num, rank=shard, shuffle=False)
+            sampler = torch.utils.data.DistributedSampler(data.dataset, num_replicas=num, rank=shard, shuffle=shuffle)
             source = pipes.torch_images(images, sampler=sampler)
             aligner.record_data(source, out, fields=["image", "label"], rank=rank, world_size=len(shards))
         else:
-            source = pipes.ms_images(images, num_shards=num, shard_id=shard)
+            source = pipes.ms_images(images, num_shards=num, shard_id=shard, shuffle=shuffle)
             aligner.record_data(source, out, rank=rank, world_size=len(shards))
     return out
 
@@ -239,9 +239,9 @@ def test_reports_written(images: Path, reference: Path, tmp_path: Path, capsys: 
     assert_one_line_error(again, "exists")
 
 
-def test_more_image_and_label_rules(images: Path, tmp_path: Path) -> None:
+def test_more_image_and_label_rules(images: Path, reference: Path, tmp_path: Path) -> None:
     """uint8 on both sides (PILToTensor / no Rescale) is clean; a float cast of the same values is only a dtype
-    note; two classes folded into one id is a label mapping that is no permutation."""
+    note, for images and for labels; two classes folded into one id is a label mapping that is no permutation."""
     raw = tmp_path / "pt"
     aligner.record_data(pipes.torch_images(images, to_tensor=False, normalize=False), raw, tensors=True,
                         fields=["image", "label"])
@@ -251,6 +251,8 @@ def test_more_image_and_label_rules(images: Path, tmp_path: Path) -> None:
     assert _rules(cast) == [DataRule.DTYPE] and cast.passed
     merged = aligner.compare_data(raw, _ms(images, tmp_path / "merge", bug="merge"))
     assert DataRule.LABELS_DIFFER in _rules(merged) and not merged.passed
+    floats = aligner.compare_data(reference, _ms(images, tmp_path / "float-label", bug="float-label"))
+    assert [(f.rule, f.field) for f in floats.findings] == [(DataRule.DTYPE, "label")] and floats.passed
 
 
 def test_augmentation_without_tensors(images: Path, tmp_path: Path) -> None:
@@ -305,6 +307,16 @@ def test_more_text_rules(ms_kw: dict[str, Any], rule: DataRule, tmp_path: Path) 
     aligner.record_data(pipes.ms_text(sentences, **ms_kw), tmp_path / "ms", fields=["ids", "label"])
     result = aligner.compare_data(tmp_path / "pt", tmp_path / "ms")
     assert _rules(result) == [rule], [finding_text(f) for f in result.all_findings]
+
+
+def test_shuffled_shards_are_clean(images: Path, tmp_path: Path) -> None:
+    """Both sides shard a shuffle (DistributedSampler(shuffle=True), shuffle=True with num_shards): each rank reads
+    other samples on the two sides, all ranks together the same ones: no error, the assignment noted."""
+    pt = _sharded(images, tmp_path / "pt", [(2, 0), (2, 1)], True, shuffle=True)
+    ms = _sharded(images, tmp_path / "ms", [(2, 0), (2, 1)], False, shuffle=True)
+    result = aligner.compare_data(pt, ms)
+    assert result.passed, [finding_text(f) for f in result.all_findings]
+    assert [f.rule for f in result.findings] == [DataRule.SHARD_ASSIGNMENT]
 
 
 def test_shard_overlap(images: Path, pt_sharded: Path, tmp_path: Path) -> None:

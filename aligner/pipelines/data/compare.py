@@ -9,6 +9,7 @@ mapping, sequences by their pad runs. Thresholds are the limits in mappings/data
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 from typing import Any
 
@@ -271,8 +272,8 @@ def _field(dump_a: DataDump, dump_b: DataDump, fa: FieldData, fb: FieldData, pa:
         return comparison, []
     if fa.kind == FieldKind.IMAGE and fb.kind == FieldKind.IMAGE:
         return _image(dump_a, dump_b, fa, fb, pa, pb, equal, comparison, sides)
-    if fa.kind == FieldKind.LABEL and fb.kind == FieldKind.LABEL:
-        return comparison, _labels(dump_a, fa, fb, pa, pb)
+    if FieldKind.LABEL in (fa.kind, fb.kind) and _label_values(fa) is not None and _label_values(fb) is not None:
+        return comparison, _labels(fa, fb, pa, pb)
     if fa.kind == FieldKind.SEQUENCE and fb.kind == FieldKind.SEQUENCE:
         return comparison, _sequences(dump_a, fa, fb, pa, pb)
     if equal.all():
@@ -423,14 +424,30 @@ def _local(dump_a: DataDump, dump_b: DataDump, fa: FieldData, fb: FieldData, pa:
                                 max_abs="-" if max_error is None else f"{max_error:.3g}")
 
 
-def _labels(dump_a: DataDump, fa: FieldData, fb: FieldData, pa: np.ndarray, pb: np.ndarray) -> list[DataFinding]:
-    assert fa.label is not None and fb.label is not None
+def _label_values(f: FieldData) -> np.ndarray | None:
+    """A field's class per sample: a label field's, or a scalar float field holding whole numbers (labels read as
+    floats on one side); None otherwise."""
+    if f.label is not None:
+        return f.label
+    if f.kind == FieldKind.TENSOR and f.spec.shape == () and f.stats is not None:
+        values = f.stats[:, 0, 0]
+        if np.all(np.isfinite(values)) and np.array_equal(values, np.round(values)):
+            return values.astype(np.int64)
+    return None
+
+
+def _labels(fa: FieldData, fb: FieldData, pa: np.ndarray, pb: np.ndarray) -> list[DataFinding]:
+    """Labels compared: encoding, then a constant offset, a one-to-one mapping, or other differences."""
+    values_a, values_b = _label_values(fa), _label_values(fb)
+    assert values_a is not None and values_b is not None
     found = []
     if fa.spec.encoding != fb.spec.encoding and Encoding.NONE not in (fa.spec.encoding, fb.spec.encoding):
         found.append(_finding(DataRule.ONE_HOT, fa.name, enc_a=fa.spec.encoding.value, enc_b=fb.spec.encoding.value))
-    la, lb = fa.label[pa], fb.label[pb]
+    la, lb = values_a[pa], values_b[pb]
     bad = np.flatnonzero(la != lb)
     if not len(bad):
+        if fa.kind != fb.kind:  # the same classes, one side as floats
+            found.append(_finding(DataRule.DTYPE, fa.name, dtype_a=fa.spec.dtype, dtype_b=fb.spec.dtype))
         return found
     offsets = np.unique(lb - la)
     if len(offsets) == 1:
@@ -548,6 +565,12 @@ def _compare_ranks(a: str, b: str, ranks_a: dict[int, Any], ranks_b: dict[int, A
                 if missing:
                     findings.append(_finding(DataRule.SHARD_MISSING, None, side=side, other=other,
                                              missing=len(missing)))
+    if not findings:  # the ranks together read the same samples: a rank reading others is the shards' assignment
+        moved = [r for r, res in results if any(f.rule == DataRule.SAMPLES_MISSING for f in res.findings)]
+        if moved:
+            results = tuple((r, dataclasses.replace(res, findings=tuple(
+                f for f in res.findings if f.rule != DataRule.SAMPLES_MISSING))) for r, res in results)
+            findings.append(_finding(DataRule.SHARD_ASSIGNMENT, None, ranks=", ".join(map(str, moved))))
     first = results[0][1]
     return DataCompareResult(a, b, first.framework_a, first.framework_b, sum(r.samples_a for _, r in results),
                              sum(r.samples_b for _, r in results), first.pairing,

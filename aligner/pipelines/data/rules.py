@@ -46,6 +46,7 @@ class DataRule(str, enum.Enum):
     SAME_SHARD = "same-shard"
     SHARD_OVERLAP = "shard-overlap"
     SHARD_MISSING = "shard-missing"
+    SHARD_ASSIGNMENT = "shard-assignment"
     MISSING_VALUES = "missing-values"
     SENTINEL = "sentinel"
     CLASS_IMBALANCE = "class-imbalance"
