@@ -149,7 +149,7 @@ def torch_text(sentences: Sequence[str], *, side: str = "right", pad: int = 0, m
 
 
 def ms_text(sentences: Sequence[str], *, max_len: int = MAX_LEN, pad: int = 0, batch: int = 16,
-            pad_to: int = MAX_LEN, missing_word: str | None = None) -> Any:
+            pad_to: int = MAX_LEN, missing_word: str | None = None, special: bool = False) -> Any:
     """The port: mindspore.dataset.text WhitespaceTokenizer, Lookup, Truncate, PadEnd; batches of ids and label
     (`missing_word`: left out of the vocabulary, so it becomes <unk>)."""
     import mindspore.dataset as ds
@@ -159,6 +159,9 @@ def ms_text(sentences: Sequence[str], *, max_len: int = MAX_LEN, pad: int = 0, b
     table = text.Vocab.from_dict({w: i for w, i in vocab().items() if w != missing_word})
     data = ds.NumpySlicesDataset({"ids": np.array(list(sentences)), "label": np.arange(len(sentences)) % 3},
                                  shuffle=False)
-    data = data.map([text.WhitespaceTokenizer(), text.Lookup(table, "<unk>"), text.Truncate(max_len),
-                     transforms.PadEnd([pad_to], pad_value=pad)], input_columns="ids")
+    steps = [text.WhitespaceTokenizer(), text.Lookup(table, "<unk>")]
+    if special:  # [CLS] ... [SEP] around every sentence (ids past the vocabulary)
+        steps.append(transforms.Concatenate(prepend=np.array([100], np.int32), append=np.array([101], np.int32)))
+    steps += [text.Truncate(max_len), transforms.PadEnd([pad_to], pad_value=pad)]
+    data = data.map(steps, input_columns="ids")
     return data.batch(batch)

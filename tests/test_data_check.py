@@ -102,3 +102,14 @@ def test_bad_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     aligner.record_data([np.ones((2, 3))], tmp_path / "d")
     (tmp_path / "d" / "arrays" / "f0.hash.npy").unlink()
     assert_one_line_error(align_in_process(capsys, "data", "check", tmp_path / "d"), "incomplete")
+
+
+def test_random_transform_between_epochs(folder: Path, tmp_path: Path) -> None:
+    """RandomHorizontalFlip left in an evaluation pipeline: the images of the second epoch are not the first's."""
+    aligner.record_data(pipes.ms_images(folder, bug="flip"), tmp_path / "flip", epochs=2)
+    result = aligner.check_data(tmp_path / "flip")
+    assert [(f.rule, f.field) for f in result.findings] == [(DataRule.RANDOM_TRANSFORM, "image")]
+    # p=0.5 per sample and epoch: a sample comes out unchanged in half the draws; 48 samples, beyond 4 sigma
+    assert 8 <= result.findings[0].evidence["changed"] <= 40
+    aligner.record_data(pipes.ms_images(folder), tmp_path / "clean", epochs=2)
+    assert not aligner.check_data(tmp_path / "clean").all_findings

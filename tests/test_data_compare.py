@@ -300,7 +300,8 @@ def test_reshuffle_per_epoch_and_fixed_order(images: Path, tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("ms_kw, rule", [(dict(pad_to=20), DataRule.PAD_LENGTH),
-                                         (dict(missing_word="fox"), DataRule.TOKENS_DIFFER)])
+                                         (dict(missing_word="fox"), DataRule.TOKENS_DIFFER),
+                                         (dict(special=True), DataRule.SPECIAL_TOKENS)])
 def test_more_text_rules(ms_kw: dict[str, Any], rule: DataRule, tmp_path: Path) -> None:
     sentences = pipes.make_sentences()
     aligner.record_data(pipes.torch_text(sentences), tmp_path / "pt")

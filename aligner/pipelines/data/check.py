@@ -2,6 +2,7 @@
 sentinels, class balance, duplicates, constant fields, labels out of range, and the sharding of multi-rank runs)."""
 from __future__ import annotations
 
+import collections
 import os
 from typing import Any
 
@@ -50,6 +51,7 @@ def _check(d: DataDump, classes: int | None) -> DataCheckResult:
             findings += _labels(f, idx, histogram, classes)
         summaries.append(FieldSummary(f.name, f.kind.value, histogram))
     findings += _duplicates(d, idx)
+    findings += _random(d)
     return DataCheckResult(d.path, d.framework, len(d.samples), tuple(summaries), tuple(findings))
 
 
@@ -131,3 +133,18 @@ def _duplicates(d: DataDump, idx: np.ndarray) -> list[DataFinding]:
     if not repeats:
         return []
     return [_finding(DataRule.DUPLICATES, None, count=len(repeats), first=repeats[0][0], of=repeats[0][1])]
+
+
+def _random(d: DataDump) -> list[DataFinding]:
+    """Fields whose values change between the first two epochs (a random transform: right for training, wrong at
+    evaluation), the samples matched by content."""
+    if d.epochs < 2:
+        return []
+    found = []
+    for f in d.fields:
+        first, second = (collections.Counter(row.tobytes() for row in f.digest[d.epoch(e)]) for e in (0, 1))
+        kept = sum((first & second).values())
+        total = sum(first.values())
+        if kept < limit(_S, DataRule.RANDOM_TRANSFORM, "kept") * total:
+            found.append(_finding(DataRule.RANDOM_TRANSFORM, f.name, changed=total - kept, total=total))
+    return found

@@ -275,7 +275,7 @@ def _field(dump_a: DataDump, dump_b: DataDump, fa: FieldData, fb: FieldData, pa:
     if FieldKind.LABEL in (fa.kind, fb.kind) and _label_values(fa) is not None and _label_values(fb) is not None:
         return comparison, _labels(fa, fb, pa, pb)
     if fa.kind == FieldKind.SEQUENCE and fb.kind == FieldKind.SEQUENCE:
-        return comparison, _sequences(dump_a, fa, fb, pa, pb)
+        return comparison, _sequences(fa, fb, pa, pb, sides)
     if equal.all():
         return comparison, []
     bad = np.flatnonzero(~equal)
@@ -472,7 +472,8 @@ def _side_of(seq: np.ndarray) -> str | None:
     return "left" if left > right else "right"
 
 
-def _sequences(dump_a: DataDump, fa: FieldData, fb: FieldData, pa: np.ndarray, pb: np.ndarray) -> list[DataFinding]:
+def _sequences(fa: FieldData, fb: FieldData, pa: np.ndarray, pb: np.ndarray,
+               sides: tuple[str, str]) -> list[DataFinding]:
     assert fa.seq is not None and fb.seq is not None and fa.content is not None and fb.content is not None
     name, found = fa.name, []
     sa, sb = fa.seq[pa], fb.seq[pb]
@@ -488,6 +489,12 @@ def _sequences(dump_a: DataDump, fa: FieldData, fb: FieldData, pa: np.ndarray, p
         return found
     bad = np.flatnonzero(~same)
     len_a, len_b = sa[:, 0], sb[:, 0]
+    room = bad[(len_a[bad] < fa.spec.shape[0]) & (len_b[bad] < fb.spec.shape[0])]  # cut on neither side
+    extra = np.unique(len_b[room] - len_a[room])
+    if len(room) and len(extra) == 1 and 1 <= abs(int(extra[0])) <= 2:
+        more, fewer = (sides[1], sides[0]) if extra[0] > 0 else (sides[0], sides[1])
+        return found + [_finding(DataRule.SPECIAL_TOKENS, name, side=more, other=fewer, count=abs(int(extra[0])),
+                                 changed=len(bad), total=len(pa))]
     max_a, max_b = int(len_a.max()), int(len_b.max())
     short = len_a if max_a < max_b else len_b
     if max_a != max_b and np.all(short[bad] == min(max_a, max_b)):

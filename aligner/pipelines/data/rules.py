@@ -54,6 +54,8 @@ class DataRule(str, enum.Enum):
     DUPLICATES = "duplicates"
     CONSTANT_FIELD = "constant-field"
     LABEL_RANGE = "label-range"
+    RANDOM_TRANSFORM = "random-transform"
+    SPECIAL_TOKENS = "special-tokens"
 
 
 class Section(str, enum.Enum):
