@@ -40,7 +40,7 @@ SKIP_WORDS = {
                              "sides trains N steps",
     SkipReason.NO_STEPS: "--steps 0",
     SkipReason.FORWARD_DIFFERS: "the forward already differs: step 1's loss cannot agree (fix the forward first)",
-    SkipReason.NOTHING_TO_REPRO: "no module was blamed",
+    SkipReason.NOTHING_TO_REPRO: "no module to pack (none blamed, or the model's own forward code is)",
     SkipReason.NEEDS_FORWARD: "needs the forward stage's dumps (it did not run)",
     SkipReason.REPRO_REFUSED: "the blamed module could not be packed",
 }
@@ -118,13 +118,17 @@ def _details(result: DoctorResult, b: Blame) -> list[str]:
         if f.fix:
             lines.append(f"Fix: {f.fix}")
     for f in b.terms:
-        lines.append(f"Update: {f.message}" + (f" Fix: {f.fix}" if f.fix else ""))
+        lines.append(f"Update: {f.message}.")
+        if f.fix:
+            lines.append(f"Fix: {f.fix}.")
     if b.replay is not None:
         agrees = b.replay_blame == b.torch_path
         lines.append(f"Replay on torch's recorded inputs: {b.replay}"
                      + (f" at {_module(b.replay_blame)}" if b.replay_blame is not None else "")
                      + (" (the same module: its own error, not inherited)." if agrees and b.replay == "layer" else
-                        " (the same code)." if agrees else "."))
+                        " (the same code)." if agrees else
+                        " (each module re-run alone on torch's inputs: another view than the data flow above; "
+                        "forward/replay.json has every module's own and inherited error)."))
     repro = result.stage(Stage.REPRO)
     if repro is not None and isinstance(repro.outcome, ReproOutcome) and repro.outcome.repro is not None:
         lines.append(f"Repro: python {_q(repro.outcome.repro.directory / 'repro.py')}")

@@ -46,6 +46,8 @@ STAGES: tuple[tuple[Stage, Callable[[Context], tuple[Status, Outcome]]], ...] = 
     (Stage.AUDIT, run_audit), (Stage.WEIGHTS, run_weights), (Stage.DETERMINISM, run_determinism),
     (Stage.FORWARD, run_forward), (Stage.TRAIN, run_train), (Stage.REPRO, run_repro))
 
+NEEDS_INPUTS = (Stage.DETERMINISM, Stage.FORWARD, Stage.TRAIN)
+
 
 def parse_stages(names: Iterable[str | Stage] | str | None, option: str) -> set[Stage] | None:
     """Stage names from `--only`/`--skip` (comma-separated or a list); an unknown name is one line listing them."""
@@ -124,7 +126,8 @@ def blame(runs: dict[Stage, StageRun]) -> Blame | None:
     if isinstance(train, TrainOutcome):
         terms = tuple(train.update.differences) if train.update is not None else ()
         if terms or not train.compare.verdict.findings:  # an optimizer term: the later steps' records only inherit
-            return Blame(Stage.TRAIN, CulpritKind.OPTIMIZER, terms=terms)
+            settings = tuple(f for f in (audit.findings if audit is not None else ()) if f.rule.startswith("optimizer"))
+            return Blame(Stage.TRAIN, CulpritKind.OPTIMIZER, audit=settings, terms=terms)
         return _compare_blame(Stage.TRAIN, train.compare)
     if isinstance(determinism, DeterminismOutcome):
         side = next(r for r in determinism.reports if not r.deterministic)
@@ -148,6 +151,11 @@ def doctor(make_torch: Factory, make_ms: Factory, example_inputs: Any = None, *,
     chosen, dropped = parse_stages(only, "--only"), parse_stages(skip, "--skip") or set()
     if steps is not None and steps < 0:
         raise AlignerError(f"--steps must be >= 0, got {steps}")
+    running = [s for s, _ in STAGES if (chosen is None or s in chosen) and s not in dropped]
+    if example_inputs is None and set(running) & set(NEEDS_INPUTS):
+        raise AlignerError(f"the stages {', '.join(s.value for s in running if s in NEEDS_INPUTS)} run the models: "
+                           "give example inputs (--input-shape or --input FILE; example_inputs=), or --only "
+                           "audit,weights")
     folder = _output(out)
     inputs = split_inputs(example_inputs) if example_inputs is not None else None
     spec = _input_spec(input_spec, inputs)
@@ -174,10 +182,8 @@ def doctor(make_torch: Factory, make_ms: Factory, example_inputs: Any = None, *,
                 runs[stage] = StageRun(stage, Status.SKIPPED, skipped=SkipReason.NOT_SELECTED)
                 continue
             t0 = time.perf_counter()
-            try:
-                with progress.task(f"doctor: {stage.value}", total=1) as task:
-                    status, outcome = run(ctx)
-                    task.advance()
+            try:  # the calls inside draw their own bars (dump writes, convert, compare): one at a time
+                status, outcome = run(ctx)
             except SkipStage as why:
                 runs[stage] = StageRun(stage, Status.SKIPPED, time.perf_counter() - t0, why.outcome, why.reason)
                 continue
