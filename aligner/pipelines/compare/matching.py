@@ -350,15 +350,22 @@ def passthrough(items: Sequence[Item]) -> dict[int, int]:
     return folded
 
 
-def _returns_input(items: Sequence[Item], k: int, calls: dict[tuple[int, str, int], list[int]]) -> bool | None:
-    """Whether the call of record k hands back one of its own inputs, by content (an Identity, a Dropout in eval;
-    not a container whose output is its last child's); None when the dump has no call ids (version 1)."""
+def _returns_input(items: Sequence[Item], k: int, calls: dict[tuple[int, str, int], list[int]]
+                   ) -> tuple[bool, bool] | None:
+    """(whether the call of record k hands back one of its own input tensors: its outputs link to what its inputs
+    are, an Identity; whether its outputs hold its inputs' numbers: that, or a Dropout in eval, or a layer whose
+    weights happen to be an identity); None when the dump has no call ids (version 1)."""
     r = items[k].record
     ks = calls.get((r.step, r.module, r.call)) if r.call is not None else None
     if not ks:
         return None
-    given = {_same(items[j]) for j in ks if items[j].record.io in _INPUTS}
-    return bool(given) and all(_same(items[j]) in given for j in ks if items[j].record.io not in _INPUTS)
+    ins = [items[j] for j in ks if items[j].record.io in _INPUTS]
+    outs = [items[j] for j in ks if items[j].record.io not in _INPUTS]
+    if not ins or not outs:
+        return None
+    tensors = {it.record.seq for it in ins} | {it.record.same_as for it in ins if it.record.same_as is not None}
+    numbers = {_same(it) for it in ins}
+    return (all(it.record.same_as in tensors for it in outs), all(_same(it) in numbers for it in outs))
 
 
 def _by_call(items: Sequence[Item], wanted: set[str]) -> dict[tuple[int, str, int], list[int]]:
@@ -388,8 +395,9 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     by_arg = _named_inputs(items_a) and _named_inputs(items_b)  # else inputs pair by position
     keys_a, keys_b = _keys(items_a, names_a, spelled, by_arg), _keys(items_b, names_b, spelled, by_arg)
     where_b = {k: i for i, k in enumerate(keys_b) if k is not None}
-    # a call that returns its own input never pairs by name with one that computes a new tensor (timm's Swin stage
-    # starts with an Identity `downsample` where mindcv's `downsample` merges patches): each folds or pairs by content
+    # a call that hands back its own input never pairs by name with one that computes other numbers (timm's Swin
+    # stage starts with an Identity `downsample` where mindcv's `downsample` merges patches): each folds or pairs by
+    # content
     named = [(i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b]  # sorted by i
     odd = [(i, j) for i, j in named if i in fold_a or j in fold_b]  # a pass-through on a side: look closer
     if odd:
@@ -397,9 +405,9 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
         calls_b = _by_call(items_b, {items_b[j].record.module for _, j in odd})
         apart = set()
         for i, j in odd:
-            given_back = _returns_input(items_a, i, calls_a), _returns_input(items_b, j, calls_b)
-            if None not in given_back and given_back[0] != given_back[1]:
-                apart.add((i, j))
+            x, y = _returns_input(items_a, i, calls_a), _returns_input(items_b, j, calls_b)
+            if x is not None and y is not None and (x[0] and not y[1] or y[0] and not x[1]):
+                apart.add((i, j))  # one hands its input back, the other computes other numbers
         named = [p for p in named if p not in apart]
     partner = dict(named)  # record of `a` -> its twin in `b`
     # records kept out of the pairing by content: the internals of a composite the other side records as one leaf,
