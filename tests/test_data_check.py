@@ -104,6 +104,31 @@ def test_bad_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert_one_line_error(align_in_process(capsys, "data", "check", tmp_path / "d"), "incomplete")
 
 
+@pytest.mark.parametrize("damage, needle", [
+    ("sizes", "batch_sizes"), ("count", "counts 9 samples"), ("positions", "outside the recorded batches"),
+    ("pickle", "not a readable array"), ("shape", "does not hold 4 samples"), ("link", "is a link"),
+])
+def test_damaged_dump_one_line(damage: str, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A data dump edited or broken after recording: each damage one line, exit 2, never a traceback."""
+    out = tmp_path / "d"
+    aligner.record_data([np.ones((2, 3, 8, 8), np.float32)] * 2, out)
+    manifest, arrays = out / "manifest.jsonl", out / "arrays"
+    header = json.loads(manifest.read_text())
+    if damage in ("sizes", "count"):
+        header["batch_sizes"] = "many" if damage == "sizes" else [[2, 7]]
+        manifest.write_text(json.dumps(header) + "\n")
+    elif damage == "positions":
+        np.save(arrays / "samples.npy", np.array([[0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 5, 1]]))
+    elif damage == "pickle":
+        np.save(arrays / "f0.stats.npy", np.array([{"a": 1}] * 4, dtype=object), allow_pickle=True)
+    elif damage == "shape":
+        np.save(arrays / "f0.stats.npy", np.zeros((4, 2, 4)))
+    else:
+        (arrays / "f0.thumb.npy").unlink()
+        (arrays / "f0.thumb.npy").symlink_to(tmp_path / "elsewhere.npy")
+    assert_one_line_error(align_in_process(capsys, "data", "check", out), needle)
+
+
 def test_random_transform_between_epochs(folder: Path, tmp_path: Path) -> None:
     """RandomHorizontalFlip left in an evaluation pipeline: the images of the second epoch are not the first's."""
     aligner.record_data(pipes.ms_images(folder, bug="flip"), tmp_path / "flip", epochs=2)

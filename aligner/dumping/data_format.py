@@ -178,9 +178,9 @@ class DataDump:
                 self._cache.clear()
             self._cache[key] = _load(Path(self.path) / TENSORS / tensor_name(field.index, batch), self.path)
         values = self._cache[key]
-        if row >= len(values):
-            raise AlignerError(f"{self.path}: {TENSORS}/{tensor_name(field.index, batch)} holds {len(values)} "
-                               f"samples, the manifest says more")
+        if row >= len(values) or values.shape[1:] != field.spec.shape and field.kind == FieldKind.IMAGE:
+            raise AlignerError(f"{self.path}: {TENSORS}/{tensor_name(field.index, batch)} does not hold the "
+                               "samples the manifest describes")
         return values[row]
 
 
@@ -255,27 +255,52 @@ def read_data_dump(path: str | os.PathLike) -> DataDump:
     n = len(samples)
     if samples.ndim != 2 or samples.shape[1] != 3 or not np.issubdtype(samples.dtype, np.integer) or n == 0:
         raise AlignerError(f"{shown}: {ARRAYS}/samples.npy is not a list of sample positions")
+    _check_positions(samples, header.get("batch_sizes"), shown)
     fields = []
     for i, spec in enumerate(specs):
-        def get(what: str, ndim: int, index: int = i) -> np.ndarray:
+        channels = spec.shape[0] if spec.kind == FieldKind.IMAGE and spec.shape else 1
+
+        def get(what: str, tail: tuple[int | None, ...], index: int = i) -> np.ndarray:
+            """One per-sample array: N rows of shape `tail` (None: any length), numbers only."""
             values = _load(arrays / array_name(index, what), shown)
-            if values.ndim != ndim or len(values) != n or values.dtype.kind not in "iuf":
-                raise AlignerError(f"{shown}: {ARRAYS}/{array_name(index, what)} does not hold {n} samples")
+            if values.ndim != len(tail) + 1 or len(values) != n or values.dtype.kind not in "iuf" or any(
+                    want is not None and got != want for got, want in zip(values.shape[1:], tail)):
+                raise AlignerError(f"{shown}: {ARRAYS}/{array_name(index, what)} does not hold {n} samples of its "
+                                   "field")
             return values
-        data = FieldData(spec, i, get("hash", 2), get("nonfinite", 1))
+        data = FieldData(spec, i, get("hash", (2,)), get("nonfinite", ()))
         if spec.kind in (FieldKind.IMAGE, FieldKind.TENSOR):
-            data.stats = get("stats", 3).astype(np.float64, copy=False)
+            data.stats = get("stats", (channels, len(STATS))).astype(np.float64, copy=False)
             if spec.kind == FieldKind.IMAGE:
-                data.thumb = get("thumb", 3).astype(np.float64, copy=False)
+                data.thumb = get("thumb", (channels, None)).astype(np.float64, copy=False)
         elif spec.kind == FieldKind.SEQUENCE:
-            data.seq, data.content = get("seq", 2), get("content", 2)
+            data.seq, data.content = get("seq", (3,)), get("content", (2,))
         else:
-            data.label = get("label", 1).astype(np.int64, copy=False)
+            data.label = get("label", ()).astype(np.int64, copy=False)
         fields.append(data)
     names = [f.name for f in fields]
     if len(set(names)) != len(names):
         raise AlignerError(f"{shown}: the data dump names a field twice")
     return DataDump(shown, header, samples.astype(np.int64, copy=False), fields)
+
+
+def _check_positions(samples: np.ndarray, sizes: Any, shown: str) -> None:
+    """The header's batch sizes (a list per epoch) must account for every sample position, each within them."""
+    if not isinstance(sizes, list) or not sizes or not all(
+            isinstance(epoch, list) and epoch and all(isinstance(b, int) and not isinstance(b, bool) and b > 0
+                                                      for b in epoch) for epoch in sizes):
+        raise AlignerError(f"{shown}: {MANIFEST}: batch_sizes is not a list of batch sizes per epoch")
+    if sum(map(sum, sizes)) != len(samples):
+        raise AlignerError(f"{shown}: {MANIFEST} counts {sum(map(sum, sizes))} samples, {ARRAYS}/samples.npy holds "
+                           f"{len(samples)}")
+    epoch, batch, row = samples[:, 0], samples[:, 1], samples[:, 2]
+    if epoch.min() < 0 or epoch.max() >= len(sizes) or batch.min() < 0 or row.min() < 0:
+        raise AlignerError(f"{shown}: {ARRAYS}/samples.npy names positions outside the recorded batches")
+    for e, epoch_sizes in enumerate(sizes):
+        mine = epoch == e
+        if batch[mine].max(initial=0) >= len(epoch_sizes) or \
+                np.any(row[mine] >= np.asarray(epoch_sizes)[batch[mine]]):
+            raise AlignerError(f"{shown}: {ARRAYS}/samples.npy names positions outside the recorded batches")
 
 
 def header_line(header: dict[str, Any]) -> str:
