@@ -44,13 +44,14 @@ def make_images(root: Path, per_class: int = PER_CLASS, size: int = SIZE) -> Pat
 
 def torch_images(root: Path, *, resize: int | None = None, shuffle: bool = False, seed: int = 0,
                  drop_last: bool = False, batch: int = BATCH, sampler: Any = None, normalize: bool = True,
-                 to_tensor: bool = True) -> Any:
+                 to_tensor: bool = True, nearest: bool = False) -> Any:
     """The reference: torchvision ImageFolder, CenterCrop (or Resize), ToTensor, Normalize; a DataLoader."""
     import torch
     import torchvision.transforms as tvt
     from torchvision.datasets import ImageFolder
 
-    steps: list[Any] = [tvt.Resize((resize, resize)) if resize else tvt.CenterCrop(CROP)]
+    mode = tvt.InterpolationMode.NEAREST if nearest else tvt.InterpolationMode.BILINEAR
+    steps: list[Any] = [tvt.Resize((resize, resize), mode) if resize else tvt.CenterCrop(CROP)]
     if to_tensor:
         steps.append(tvt.ToTensor())
     if normalize:

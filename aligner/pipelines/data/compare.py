@@ -411,17 +411,24 @@ def _local(dump_a: DataDump, dump_b: DataDump, fa: FieldData, fb: FieldData, pa:
                                  comparison.paired, psnr, max_error)
     shown = "-" if psnr is None else f"{psnr:.1f}"
     # resampling changes every sample a little; a random transform changes some strongly, or some only (a flip keeps
-    # every statistic, so without tensors only the share of changed samples tells it)
+    # every statistic, so without tensors only the share of changed samples tells it). Two epochs on each side tell
+    # it for sure: a random transform gives other values in the second epoch, resampling the same ones.
+    random_a, random_b = _random_side(dump_a, fa), _random_side(dump_b, fb)
     some = len(bad) < limit(_S, DataRule.AUGMENTATION, "partial") * len(pa)
-    if strong >= limit(_S, DataRule.AUGMENTATION, "fraction") * len(pa) or some:
-        random_a, random_b = _random_side(dump_a, fa), _random_side(dump_b, fb)
+    if random_a is None or random_b is None:
+        augmented = some or strong >= limit(_S, DataRule.AUGMENTATION, "fraction") * len(pa)
+    else:
+        augmented = random_a or random_b
+    if augmented:
         active = " on both sides" if random_a and random_b else f" on side {sides[0]}" if random_a else \
-            f" on side {sides[1]}" if random_b else " on one side (record epochs=2 to tell which)" \
-            if random_a is None or random_b is None else " (a fixed transform: each side repeats its values)"
+            f" on side {sides[1]}" if random_b else \
+            " on one side (one epoch recorded: record epochs=2 to tell which side, and a random transform from a " \
+            "coarse resampling)"
         return comparison, _finding(DataRule.AUGMENTATION, name, changed=len(bad), total=len(pa), psnr=shown,
-                                    where="", active=active)
+                                    active=active)
+    alike = "" if random_a is None or random_b is None else ", alike in both epochs"
     return comparison, _finding(DataRule.INTERPOLATION, name, changed=len(bad), total=len(pa), psnr=shown,
-                                max_abs="-" if max_error is None else f"{max_error:.3g}")
+                                max_abs="-" if max_error is None else f"{max_error:.3g}", alike=alike)
 
 
 def _label_values(f: FieldData) -> np.ndarray | None:
