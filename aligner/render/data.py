@@ -47,8 +47,8 @@ def _verdict(findings: tuple[DataFinding, ...], passed: bool) -> tuple[str, str]
 
 def print_data_compare(result: DataCompareResult, console: Console) -> None:
     """The terminal report of two data dumps compared."""
-    console.print(Text(f"data: {result.a} ({result.framework_a}, {result.samples_a} samples) vs {result.b} "
-                       f"({result.framework_b}, {result.samples_b} samples)", style="bold"))
+    console.print(Text(f"data: {result.a} ({result.framework_a}, {result.samples_a} samples recorded) vs {result.b} "
+                       f"({result.framework_b}, {result.samples_b} samples recorded)", style="bold"))
     _print_compare_body(result, console)
     for rank, sub in result.ranks:
         console.print(Text(f"rank {rank}:", style="bold"))
