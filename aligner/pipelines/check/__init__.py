@@ -7,50 +7,27 @@ reason (listed in the report), never counted as healthy. `evaluate` is the same 
 """
 from __future__ import annotations
 
-import os
-from typing import Any, Mapping
+from typing import TYPE_CHECKING
 
-import numpy as np
+from aligner.core import lazy
 
-from aligner.core.errors import AlignerError
-from aligner.dumping.manifest import Record
-from aligner.dumping.read.source import Item, Source, load_tensor, read_source
-from aligner.pipelines.check.config import RuleConfig
-from aligner.pipelines.check.report import CheckReport, Verdict
-from aligner.pipelines.check.rules import RULES, Evaluation, evaluate
-from aligner.pipelines.check.view import GRAD_NORM, GRAD_NORM_CLIPPED, LOSS, LOSS_SCALE
+if TYPE_CHECKING:
+    from aligner.pipelines.check.config import RuleConfig
+    from aligner.pipelines.check.report import CheckReport, Verdict
+    from aligner.pipelines.check.rules import RULES, Evaluation, evaluate
+    from aligner.pipelines.check.run import check, check_source
+    from aligner.pipelines.check.view import GRAD_NORM, GRAD_NORM_CLIPPED, LOSS, LOSS_SCALE
 
-__all__ = ["check", "check_source", "CheckReport", "Verdict", "RuleConfig", "Evaluation", "evaluate", "RULES", "LOSS",
-           "LOSS_SCALE", "GRAD_NORM", "GRAD_NORM_CLIPPED"]
+# public name -> the module holding it (imported on first use)
+_LAZY = {"check": "aligner.pipelines.check.run", "check_source": "aligner.pipelines.check.run",
+         "CheckReport": "aligner.pipelines.check.report", "Verdict": "aligner.pipelines.check.report",
+         "RuleConfig": "aligner.pipelines.check.config", "Evaluation": "aligner.pipelines.check.rules",
+         "evaluate": "aligner.pipelines.check.rules", "RULES": "aligner.pipelines.check.rules",
+         "LOSS": "aligner.pipelines.check.view", "LOSS_SCALE": "aligner.pipelines.check.view",
+         "GRAD_NORM": "aligner.pipelines.check.view", "GRAD_NORM_CLIPPED": "aligner.pipelines.check.view"}
+
+__all__ = ["CheckReport", "Evaluation", "GRAD_NORM", "GRAD_NORM_CLIPPED", "LOSS", "LOSS_SCALE", "RULES", "RuleConfig",
+           "Verdict", "check", "check_source", "evaluate"]
 
 
-def check(directory: str | os.PathLike, rules: Mapping[str, Any] | None = None) -> CheckReport:
-    """Check one dump directory with the rules of check_rules.yaml (`rules` overrides thresholds: {"rule.key": value}
-    or {"rule": {"key": value}}); AlignerError when the directory cannot be read or no rule could be evaluated."""
-    config = RuleConfig.load(rules)
-    return check_source(read_source(os.fspath(directory)), config, str(directory))
-
-
-def check_source(source: Source, config: RuleConfig, directory: str) -> CheckReport:
-    """`check` of a dump already read, named `directory` in the report (a multi-rank check reads each rank once,
-    for its own rules and the cross-rank ones)."""
-    if source.mode == "npy":
-        raise AlignerError(f"{directory}: a directory of plain .npy files; align check reads aligner dumps "
-                           "(aligner.dump writes manifest.jsonl)")
-    items: list[Item] = list(source.items) + list(source.params.values())
-    by_record = {id(item.record): item for item in items}
-    records = sorted((item.record for item in items), key=lambda r: (r.step, r.seq))
-
-    def arrays(rec: Record) -> np.ndarray | None:
-        item = by_record.get(id(rec))
-        if item is None or item.path is None or item.error:
-            return None
-        return load_tensor(item)
-
-    evaluation = evaluate(records, config, framework=source.framework,
-                          arrays=arrays if source.mode == "full" else None)
-    if not evaluation.checked:
-        reasons = "; ".join(f"{rule}: {why}" for rule, why in evaluation.skipped.items())
-        raise AlignerError(f"{directory}: every rule was skipped, nothing was checked ({reasons})")
-    return CheckReport(directory, source.framework, source.mode, len(records), evaluation,
-                       {k: dict(v) for k, v in config.rules.items()}, source.problems)
+__getattr__ = lazy.attributes(__name__, _LAZY)

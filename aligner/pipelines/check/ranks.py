@@ -29,10 +29,10 @@ from aligner.dumping.manifest import Record
 from aligner.dumping.ranks import REDUCED
 from aligner.dumping.read.ranks import read_header, read_ranks
 from aligner.dumping.read.source import Item, Source, TensorError, load_tensor, read_source
-from aligner.pipelines.check import check_source
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.report import CheckReport
 from aligner.pipelines.check.rules import Evaluation
+from aligner.pipelines.check.run import check_source
 from aligner.pipelines.check.view import SkipError, nonfinite
 
 _STATS = ("min", "max", "mean", "l2")
