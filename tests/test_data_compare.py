@@ -85,6 +85,9 @@ def test_diagnosis_details(images: Path, reference: Path, tmp_path: Path) -> Non
     missing = aligner.compare_data(reference, _ms(images, tmp_path / "a", bug="no-normalize")).findings[0]
     assert missing.evidence["mean"] == "[0.485, 0.456, 0.406]" and missing.evidence["std"] == "[0.229, 0.224, 0.225]"
     assert missing.evidence["side"] == str(tmp_path / "a")
+    reverse = aligner.compare_data(tmp_path / "a", reference).findings[0]  # the sides named the other way round
+    assert (reverse.rule, reverse.evidence["mean"], reverse.evidence["std"], reverse.evidence["side"]) == (
+        DataRule.NORMALIZATION_MISSING, missing.evidence["mean"], missing.evidence["std"], str(tmp_path / "a"))
     flip = aligner.compare_data(reference, _ms(images, tmp_path / "b", bug="flip"))
     found = next(f for f in flip.findings if f.rule == DataRule.AUGMENTATION)
     assert found.evidence["active"] == f" on side {tmp_path / 'b'}"  # from its two epochs; the reference repeats
