@@ -21,7 +21,7 @@ from aligner.core.frameworks import Framework
 from aligner.io.base import TensorInfo
 from aligner.io.factory import model_framework
 from aligner.mapping import FAILING, build_plan
-from aligner.mapping.optimizers import Family, catalogue
+from aligner.mapping.optimizers import Family, catalogue, convertible
 from aligner.pipelines.audit.optsides import (
     OptimizerSide,
     ParamUpdate,
@@ -233,7 +233,8 @@ class _Comparer:
 
     def _formula_fix(self, ft: Family, fm: Family, group: list[tuple[str, str]]) -> str:
         if self.migrated == PT:
-            return f"use torch.optim.{fm.value if fm in (Family.SGD, Family.ADAM, Family.ADAMW) else 'Adam'} " \
+            torch_twin = fm if fm in (Family.SGD, Family.ADAM, Family.ADAMW) else Family.ADAM
+            return f"use {convertible(PT, torch_twin).python_class} " \
                    "with the same settings (torch has no update without bias correction)"
         ref = self.sides[PT].params[group[0][0]].rule
         cls = ref.family.spec.mindspore_class
@@ -287,7 +288,8 @@ class _Comparer:
             meta = self._rule_meta("optimizer-scheduler-ignored")
             out.append(Finding("optimizer-scheduler-ignored", Severity(meta["severity"]),
                                f"{self.head}: the MindSpore scheduler {ms_side.scheduler} has no effect; {meta['why']}",
-                               ("scheduler", "scheduler"), fix="mindspore.experimental.optim.SGD (applies group['lr'])",
+                               ("scheduler", "scheduler"),
+                               fix=f"{_applies_scheduled_lr(ms_side)} (applies group['lr'])",
                                attribute="optimizer:scheduler", values=(None, ms_side.scheduler)))
         return out
 
@@ -363,6 +365,13 @@ class _Comparer:
         out.append(Finding("optimizer-lr-schedule", Severity(meta["severity"]), f"{head}; {detail}", where, step=bad,
                            fix=fix, attribute="optimizer:lr-schedule", values=(tr[bad], mr[bad])))
         return out
+
+
+def _applies_scheduled_lr(side: OptimizerSide) -> str:
+    """The MindSpore class of the side's formula that applies the rate schedulers set (group['lr'])."""
+    family = side.spec.family if side.spec is not None else Family.SGD
+    return next(c.import_path for c in catalogue().classes if c.framework == MS and c.family is family
+                and c.api == "groups" and c.lr_key == "lr" and not c.legacy)
 
 
 def _api(side: OptimizerSide) -> str | None:
