@@ -61,22 +61,22 @@ def test_a_misspelled_key_is_refused_with_its_place() -> None:
     data = yaml.safe_load((MAPPINGS / "defaults_mindspore_torch.yaml").read_text(encoding="utf-8"))
     data["rules"][2]["torch"] = data["rules"][2].pop("pytorch")
     with pytest.raises(rules.SchemaError, match=r"^rules\[2\]: unknown key 'torch'"):
-        rules.check(source.SCHEMA, data)
+        rules.validate(source.SCHEMA, data)
     data = yaml.safe_load((MAPPINGS / "check_rules.yaml").read_text(encoding="utf-8"))
     data["nonfinite"]["severity"] = "fatal"
     with pytest.raises(rules.SchemaError, match=r"^nonfinite.severity: expected one of 'error', 'warning', 'info'"):
-        rules.check(config.SCHEMA, data)
+        rules.validate(config.SCHEMA, data)
 
 
 def test_schema_forms() -> None:
     schema = {"a": int, "b": rules.Opt(rules.OneOf("x", rules.ListOf(float))), "c": rules.MapOf(Severity)}
-    rules.check(schema, {"a": 1, "b": [1, 2.5], "c": {"r": "error"}})
-    rules.check(schema, {"a": 1, "c": {}})
+    rules.validate(schema, {"a": 1, "b": [1, 2.5], "c": {"r": "error"}})
+    rules.validate(schema, {"a": 1, "c": {}})
     for bad, where in (({"a": True, "c": {}}, "a: expected int"), ({"a": 1, "b": "y", "c": {}}, "b: expected 'x'"),
                        ({"a": 1, "c": {"r": "fatal"}}, "c.r: expected one of"), ({"c": {}}, "missing key 'a'"),
                        ({"a": 1, "b": [1, "2"], "c": {}}, "b: expected 'x' or a list")):
         with pytest.raises(rules.SchemaError, match=where):
-            rules.check(schema, bad)
+            rules.validate(schema, bad)
 
 
 def test_an_unreadable_file_is_one_line() -> None:

@@ -102,7 +102,7 @@ def _describe(schema: Any) -> str:
     return "null" if schema is None else "any value"
 
 
-def check(schema: Any, value: Any, where: str = "") -> None:
+def validate(schema: Any, value: Any, where: str = "") -> None:
     """Raise SchemaError at the first place `value` breaks `schema`."""
     accepted = _scalar(schema, value)
     if accepted is not None:
@@ -112,7 +112,7 @@ def check(schema: Any, value: Any, where: str = "") -> None:
     if isinstance(schema, OneOf):
         for option in schema.options:
             try:
-                check(option, value, where)
+                validate(option, value, where)
                 return
             except SchemaError:
                 continue
@@ -121,15 +121,15 @@ def check(schema: Any, value: Any, where: str = "") -> None:
         if not isinstance(value, list):
             raise SchemaError(where, f"expected a list, got {_show(value)}")
         for i, item in enumerate(value):
-            check(schema.items, item, f"{where}[{i}]")
+            validate(schema.items, item, f"{where}[{i}]")
         return
     if not isinstance(value, dict):
         raise SchemaError(where, f"expected a mapping, got {_show(value)}")
     prefix = f"{where}." if where else ""
     if isinstance(schema, MapOf):
         for key, item in value.items():
-            check(schema.keys, key, f"{prefix}{key}")
-            check(schema.values, item, f"{prefix}{key}")
+            validate(schema.keys, key, f"{prefix}{key}")
+            validate(schema.values, item, f"{prefix}{key}")
         return
     unknown = [str(k) for k in value if k not in schema]
     if unknown:
@@ -140,7 +140,7 @@ def check(schema: Any, value: Any, where: str = "") -> None:
             if not optional:
                 raise SchemaError(where, f"missing key {key!r}")
             continue
-        check(sub.schema if optional else sub, value[key], f"{prefix}{key}")
+        validate(sub.schema if optional else sub, value[key], f"{prefix}{key}")
 
 
 _LOADED: dict[str, Any] = {}
@@ -154,7 +154,7 @@ def load_rules(name: str, schema: Any) -> Any:
 
         try:
             data = yaml_loads(resources.files(PACKAGE).joinpath(name).read_text(encoding="utf-8"))
-            check(schema, data)
+            validate(schema, data)
         except (OSError, ValueError, yaml.YAMLError) as exc:   # SchemaError and NestingError are ValueErrors
             raise AlignerError(f"{name}: cannot read the rules: {' '.join(str(exc).split())}") from None
         _LOADED[name] = data
