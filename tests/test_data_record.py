@@ -53,6 +53,17 @@ def test_record_contents(tmp_path: Path) -> None:
     assert len({row.tobytes() for row in image.digest}) == 40
 
 
+def test_pad_found_in_a_later_batch(tmp_path: Path) -> None:
+    """Dynamic padding: the first batch's sequences all have one length (no pad token to see), the second pads
+    with 1 (RoBERTa's pad id) on the right."""
+    first = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    second = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 1, 1, 1]])
+    aligner.record_data([first, second], tmp_path / "d")
+    ids = read_data_dump(tmp_path / "d").fields[0]
+    assert ids.spec.pad == 1 and ids.seq is not None
+    assert ids.seq.tolist() == [[3, 0, 0], [3, 0, 0], [5, 0, 0], [2, 0, 3]]
+
+
 def test_thumbnail_uneven_blocks(tmp_path: Path) -> None:
     """A 10 x 7 image: blocks of 2-3 rows and 1-2 columns, each the mean of its own pixels."""
     image = torch.arange(70, dtype=torch.float32).reshape(1, 1, 10, 7)

@@ -279,6 +279,7 @@ class _Recorder:
                 self.rows = {f"{i}.{w}": [] for i in range(len(self.specs)) for w in _WHAT[self.specs[i].kind]}
                 self.rows["samples"] = []
             self._check_structure(arrays, where)
+            self._find_pads(arrays)
             size = n.pop()
             self.rows["samples"].append(
                 np.stack([np.full(size, epoch), np.full(size, b), np.arange(size)], axis=1).astype(np.int64))
@@ -294,6 +295,14 @@ class _Recorder:
         if not sizes:
             raise AlignerError(f"the data source yielded no batch in epoch {epoch} (an empty loader or dataset)")
         self.batch_sizes.append(sizes)
+
+    def _find_pads(self, arrays: dict[str, np.ndarray]) -> None:
+        """A sequence field whose batches so far showed no padding: its pad token from this batch, if it pads."""
+        for i, spec in enumerate(self.specs):
+            if spec.kind == FieldKind.SEQUENCE and spec.pad is None:
+                pad = _pad_value(arrays[spec.name])
+                if pad is not None:
+                    self.specs[i] = dataclasses.replace(spec, pad=pad)
 
     def _check_structure(self, arrays: dict[str, np.ndarray], where: str) -> None:
         """Every batch must have the first batch's fields, each with its dtype kind and rank."""

@@ -496,7 +496,8 @@ def _sequences(fa: FieldData, fb: FieldData, pa: np.ndarray, pb: np.ndarray,
         return found
     bad = np.flatnonzero(~same)
     len_a, len_b = sa[:, 0], sb[:, 0]
-    room = bad[(len_a[bad] < fa.spec.shape[0]) & (len_b[bad] < fb.spec.shape[0])]  # cut on neither side
+    # cut on neither side: padding left in the row on both (a row's length is its tokens plus its padding)
+    room = bad[(len_a[bad] < sa[bad].sum(axis=1)) & (len_b[bad] < sb[bad].sum(axis=1))]
     extra = np.unique(len_b[room] - len_a[room])
     if len(room) and len(extra) == 1 and 1 <= abs(int(extra[0])) <= 2:
         more, fewer = (sides[1], sides[0]) if extra[0] > 0 else (sides[0], sides[1])
