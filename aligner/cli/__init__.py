@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("aligner.cli.replay", "Replay each module on the reference's inputs: its own error vs inherited."),
     "check": ("aligner.cli.check", "Check one dump for NaN origins, vanishing gradients, frozen weights and more."),
     "doctor": ("aligner.cli.doctor", "Run the whole migration check on two model factories: one verdict, one page."),
+    "report": ("aligner.cli.report", "Show a saved result (compare --json) again: table, paragraph, --html page."),
     "data": ("aligner.cli.data", "Compare two input pipelines' recorded samples, or check one (align data check)."),
 }
 

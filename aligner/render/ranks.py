@@ -103,17 +103,12 @@ def summary(result: RankedCompareResult) -> str:
 
 
 def to_json(result: RankedCompareResult) -> dict[str, Any]:
-    """The result as JSON-ready data: the rank table, and each compared rank's own compare JSON."""
-    return jsonable({
-        "side_a": result.side_a, "side_b": result.side_b, "world_size": result.world_size,
-        "world_known": result.world_known, "engine": result.engine, "processes": result.processes,
-        "passed": result.passed,
-        "exit_code": int(result.exit_code), "first_divergent": result.first_divergent, "diverged": result.diverged,
-        "missing_first": result.missing("first"), "missing_second": result.missing("second"),
-        "summary": summary(result),
-        "ranks": [{"rank": o.rank, "status": o.status, "missing": list(o.missing), "error": o.error,
-                   "first_step": o.first[0] if o.first else None, "first_seq": o.first[1] if o.first else None,
-                   "compare": compare_json(o.result) if o.result is not None else None} for o in result.ranks]})
+    """The result as JSON-ready data with the summary paragraph, and each compared rank's compare JSON with its own."""
+    data = result.to_dict()
+    ranks = data.pop("ranks")
+    for entry, o in zip(ranks, result.ranks):
+        entry["compare"] = compare_json(o.result) if o.result is not None else None
+    return jsonable(data | {"summary": summary(result), "ranks": ranks})
 
 
 def write_ranks_json(result: RankedCompareResult, fh: IO[str]) -> None:

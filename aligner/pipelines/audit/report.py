@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
@@ -111,8 +111,13 @@ class AuditReport:
         """1 on an error finding, or when a layer of a covered kind was not audited (never a silent pass)."""
         return ExitCode.FOUND if self.errors or self.not_audited else ExitCode.OK
 
+    @property
+    def passed(self) -> bool:
+        """No error finding, and every covered layer audited."""
+        return self.exit_code is ExitCode.OK
+
     def __bool__(self) -> bool:
-        return self.exit_code == ExitCode.OK
+        return self.passed
 
     def to_dict(self) -> dict[str, Any]:
         return {"torch_model": self.torch_model, "ms_model": self.ms_model, "reference": self.reference.value,
@@ -124,7 +129,7 @@ class AuditReport:
                 "exit_code": int(self.exit_code)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AuditReport":
+    def from_dict(cls, data: Mapping[str, Any]) -> "AuditReport":
         return cls(data["torch_model"], data["ms_model"], Framework(data["reference"]), data["inputs"],
                    tuple(PairRecord(**p) for p in data["pairs"]),
                    tuple(Unpaired(Framework(u["framework"]), u["path"], u["kind"], u["class_name"])

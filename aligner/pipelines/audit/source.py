@@ -20,7 +20,7 @@ import io
 import os
 import tokenize
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.files import SOURCE, read_bytes
@@ -140,8 +140,13 @@ class SourceAuditReport:
         """1 when any finding is an error (the call's forward numbers differ from torch), else 0."""
         return ExitCode.FOUND if any(f.severity is Severity.ERROR for f in self.findings) else ExitCode.OK
 
+    @property
+    def passed(self) -> bool:
+        """No error finding in any file read."""
+        return self.exit_code is ExitCode.OK
+
     def __bool__(self) -> bool:
-        return self.exit_code == ExitCode.OK
+        return self.passed
 
     def counts(self) -> dict[str, int]:
         """Findings per severity, every severity present."""
@@ -153,7 +158,7 @@ class SourceAuditReport:
                 "skipped": list(self.skipped), "assumed": [list(a) for a in self.assumed]}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SourceAuditReport:
+    def from_dict(cls, data: Mapping[str, Any]) -> SourceAuditReport:
         return cls(data["path"], data["files"], [Finding.from_dict(f) for f in data["findings"]],
                    list(data["skipped"]), [(str(w), str(t)) for w, t in data.get("assumed", ())])
 

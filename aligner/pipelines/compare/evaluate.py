@@ -30,15 +30,23 @@ class RowStatus(str, enum.Enum):
         return self.value
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Row:
-    """One pair and what comparing it gave: metrics, or the reason it could not be compared."""
+    """One pair and what comparing it gave: metrics, or the reason it could not be compared (built final: a row is
+    never changed once made)."""
 
     pair: Pair
     metrics: Metrics | None = None
     error: str | None = None
     read: bool = False  # whether this pair was evaluated (bisect reads only a few)
     noise: Noise | None = None  # the reference record's own error against float64 (compare --calibrate)
+    # why the two records, both present, hold nothing to compare them by (status SKIPPED); None when they do, or
+    # when the row has metrics or an error. Given by a saved result's rows; else found from the pair.
+    skipped: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.skipped is None and self.metrics is None and not self.error:
+            object.__setattr__(self, "skipped", uncomparable(self.pair))
 
     @property
     def diverged(self) -> bool:
@@ -55,11 +63,6 @@ class Row:
         if self.metrics is None:
             return RowStatus.UNREAD
         return RowStatus.DIVERGED if self.metrics.diverged else RowStatus.OK
-
-    @property
-    def skipped(self) -> str | None:
-        """Why the two records, both present, hold nothing to compare them by (status SKIPPED); None when they do."""
-        return uncomparable(self.pair) if self.metrics is None and not self.error else None
 
     @property
     def above_noise(self) -> float | None:
@@ -94,10 +97,12 @@ def uncomparable(pair: Pair) -> str | None:
 
 def evaluate(pair: Pair, tolerance: ToleranceSpec) -> Row:
     """Compare one pair: streamed tensors, or recorded statistics when either side kept only statistics."""
-    row = Row(pair, read=True)
     a, b = pair.a, pair.b
-    if a is None or b is None or uncomparable(pair):
-        return row
+    if a is None or b is None:
+        return Row(pair, read=True)
+    why = uncomparable(pair)
+    if why:
+        return Row(pair, read=True, skipped=why)
     ref = b.record
     tol = tolerance.chosen(ref.module, (ref.step, ref.seq))  # None: the dtypes' defaults, once the files tell them
     if tol is None and tolerance.floor is not None and a.record.dtype and b.record.dtype:
@@ -105,12 +110,11 @@ def evaluate(pair: Pair, tolerance: ToleranceSpec) -> Row:
     try:
         ra, rb = a.record, b.record
         if ra.stats is not None and rb.stats is not None and (_stats_only(a) or _stats_only(b)):
-            row.metrics = compare_stats(ra.stats, rb.stats, tuple(ra.shape), tuple(rb.shape), ra.dtype, rb.dtype, tol)
+            metrics = compare_stats(ra.stats, rb.stats, tuple(ra.shape), tuple(rb.shape), ra.dtype, rb.dtype, tol)
         else:
-            row.metrics = m = compare_streams(open_tensor(a), open_tensor(b), tol)
-            if m.diverged and m.method == "elements" and m.dtype_match:  # an order-only difference is reported apart
-                m.reordered = same_rows(open_tensor(a), open_tensor(b), tol)
+            metrics = compare_streams(open_tensor(a), open_tensor(b), tol)
+            if metrics.diverged and metrics.method == "elements" and metrics.dtype_match:  # order-only: apart
+                metrics = dataclasses.replace(metrics, reordered=same_rows(open_tensor(a), open_tensor(b), tol))
     except (TensorError, OSError) as exc:
-        row.error = str(exc)
-    return row
-
+        return Row(pair, read=True, error=str(exc))
+    return Row(pair, metrics, read=True)

@@ -20,10 +20,11 @@ import shlex
 import sys
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.progress import SILENT, Progress
+from aligner.core.result import check_schema, typed
 from aligner.core.tolerance import ToleranceSpec
 from aligner.dumping.read.ranks import folder_size, holds_ranks, read_ranks
 from aligner.pipelines.compare.engine import Engine, open_engine
@@ -40,7 +41,7 @@ class RankStatus(enum.Enum):
     ERROR = "error"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RankOutcome:
     """One rank's comparison (None when a folder is missing or could not be compared, with why)."""
 
@@ -48,6 +49,15 @@ class RankOutcome:
     result: CompareResult | None = None
     missing: tuple[str, ...] = ()   # the sides without this rank's folder: "first", "second"
     error: str | None = None        # the one-line error comparing it raised (different models, unreadable, ...)
+    first: tuple[int, int] | None = None  # (step, seq) of the reference record of its earliest divergence
+
+    @classmethod
+    def compared(cls, rank: int, result: CompareResult | None, error: str | None) -> RankOutcome:
+        """A rank whose folders were compared (`result`), or could not be (`error`)."""
+        if result is None or not result.verdict.findings:
+            return cls(rank, result, error=error)
+        recs = [result.rows[f.first].pair.ref.record for f in result.verdict.findings]
+        return cls(rank, result, error=error, first=min((r.step, r.seq) for r in recs))
 
     @property
     def status(self) -> RankStatus:
@@ -59,24 +69,31 @@ class RankOutcome:
         return RankStatus.MATCH if code is ExitCode.OK else RankStatus.DIVERGED if code is ExitCode.FOUND \
             else RankStatus.ERROR
 
-    @property
-    def first(self) -> tuple[int, int] | None:
-        """(step, seq) of the reference record of this rank's earliest divergence (None: none)."""
-        if self.result is None or not self.result.verdict.findings:
-            return None
-        recs = [self.result.rows[f.first].pair.ref.record for f in self.result.verdict.findings]
-        return min((r.step, r.seq) for r in recs)
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "status": self.status.value, "missing": list(self.missing), "error": self.error,
+                "first_step": self.first[0] if self.first else None,
+                "first_seq": self.first[1] if self.first else None,
+                "compare": self.result.to_dict() if self.result is not None else None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankOutcome:
+        first = None if data["first_step"] is None else (typed(data["first_step"], int, "first_step"),
+                                                         typed(data["first_seq"], int, "first_seq"))
+        result = None if data["compare"] is None else CompareResult.from_dict(data["compare"])
+        return cls(typed(data["rank"], int, "rank"), result,
+                   tuple(typed(m, str, "missing side") for m in data["missing"]),
+                   None if data["error"] is None else typed(data["error"], str, "error"), first)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RankedCompareResult:
-    """Two multi-rank dumps compared rank by rank; `bool(result)` is `passed`."""
+    """Two multi-rank dumps compared rank by rank; `bool(result)` is `passed`; a `Result` (aligner.core.result)."""
 
     side_a: str
     side_b: str
     world_size: int
     world_known: bool          # False: no header named the world size; it is the highest rank folder + 1
-    ranks: list[RankOutcome]   # rank 0, 1, ... world_size - 1
+    ranks: tuple[RankOutcome, ...]   # rank 0, 1, ... world_size - 1
     engine: str = "local"
     processes: int = 1         # local engine: the forked processes that compared ranks side by side (1: none)
 
@@ -117,6 +134,25 @@ class RankedCompareResult:
                for o in self.ranks):
             return ExitCode.USAGE
         return ExitCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything as plain data: the rank table, and each compared rank's own compare result."""
+        return {"side_a": self.side_a, "side_b": self.side_b, "world_size": self.world_size,
+                "world_known": self.world_known, "engine": self.engine, "processes": self.processes,
+                "passed": self.passed, "exit_code": int(self.exit_code), "first_divergent": self.first_divergent,
+                "diverged": self.diverged, "missing_first": self.missing("first"),
+                "missing_second": self.missing("second"), "ranks": [o.to_dict() for o in self.ranks]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankedCompareResult:
+        """A saved rank-by-rank comparison read back; NotAResultError, ValueError, KeyError or TypeError when `data`
+        is not one."""
+        data = check_schema(data, "multi-rank compare", ("side_a", "side_b", "world_size", "ranks"))
+        return cls(typed(data["side_a"], str, "side_a"), typed(data["side_b"], str, "side_b"),
+                   typed(data["world_size"], int, "world_size"), typed(data["world_known"], bool, "world_known"),
+                   tuple(RankOutcome.from_dict(typed(o, dict, "rank")) for o in typed(data["ranks"], list, "ranks")),
+                   typed(data["engine"], str, "engine"), typed(data["processes"], int, "processes"))
+
 
 
 # Measured with scripts/bench_ranks.py, 4 ranks, 2 CPUs under load from other jobs, forked against one after
@@ -202,7 +238,7 @@ def compare_ranks(dumps_a: str | os.PathLike, dumps_b: str | os.PathLike, *, ref
             raise AlignerError(f"mixed world sizes: {side.root} holds rank{beyond[0]}/ but the other side was "
                                f"dumped by {world} ranks")
     outcomes = [RankOutcome(r, missing=tuple(n for n, s in zip(("first", "second"), sides) if r not in s.folders))
-                for r in range(world)]
+                for r in range(world)]  # the present ones are replaced by their comparison below
     present = [o for o in outcomes if not o.missing]
     owned = engine is None
     runner = open_engine() if engine is None else engine
@@ -226,7 +262,7 @@ def compare_ranks(dumps_a: str | os.PathLike, dumps_b: str | os.PathLike, *, ref
     finally:
         if owned:
             runner.close()
-    for outcome, (result, error) in zip(present, results):
-        outcome.result, outcome.error = result, error
-    return RankedCompareResult(str(paths[0]), str(paths[1]), world, bool(known), outcomes, runner.name,
+    done = {o.rank: RankOutcome.compared(o.rank, result, error) for o, (result, error) in zip(present, results)}
+    return RankedCompareResult(str(paths[0]), str(paths[1]), world, bool(known),
+                               tuple(done.get(o.rank, o) for o in outcomes), runner.name,
                                processes if runner.name == "local" else 1)

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from aligner.core.errors import ExitCode
 from aligner.core.tolerance import ToleranceSpec
 from aligner.metrics.measure import Metrics
+from aligner.pipelines import compare as package  # compare/saved.py, loaded only to read a saved result
 from aligner.pipelines.compare.evaluate import Row
 from aligner.pipelines.compare.verdict import Divergence, Verdict
 
@@ -20,19 +21,20 @@ _ROW_METRICS = ("method", "numel", "mismatched", "mismatch_fraction", "max_abs_e
                 "rtol", "atol")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class CompareResult:
-    """The comparison of side A against the reference side B, computed once; `bool(result)` is `passed`."""
+    """The comparison of side A against the reference side B, computed once; `bool(result)` is `passed`; a `Result`
+    (aligner.core.result): `from_dict` reads a saved one back (compare/saved.py)."""
 
     side_a: str                # "dumps_ms/ (mindspore)"
     side_b: str                # the reference side
-    rows: list[Row]
+    rows: tuple[Row, ...]
     verdict: Verdict
-    problems: list[str]        # manifest lines that did not parse, per side
+    problems: tuple[str, ...]  # manifest lines that did not parse, per side
     tolerance: ToleranceSpec = dataclasses.field(default_factory=ToleranceSpec)
     strict: bool = False       # records on one side only fail the comparison
     calibration: Calibration | None = None  # tolerances measured against a float64 dump (compare --calibrate)
-    maps: list[MsprobeMap] = dataclasses.field(default_factory=list)  # msprobe's mapping files read as the --map
+    maps: tuple[MsprobeMap, ...] = ()  # msprobe's mapping files read as the --map
 
     @property
     def matched(self) -> dict[str, int]:
@@ -137,9 +139,17 @@ class CompareResult:
             "calibration": self.calibration.to_dict() if self.calibration is not None else None,
             "msprobe_maps": [m.to_dict() for m in self.maps],
             "bisect_reads": v.bisect_reads, "bisect_confirmed": v.bisect_confirmed,
-            "bisect_unread": v.bisect_unread, "immaterial_inputs": v.immaterial, "manifest_problems": self.problems,
+            "bisect_unread": v.bisect_unread, "immaterial_inputs": v.immaterial,
+            "manifest_problems": list(self.problems),
             "rows": [self.row_dict(i) for i in range(len(self.rows))],
         }
+
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CompareResult:
+        """A saved comparison read back (its JSON, as `to_dict` and render/ wrote it); NotAResultError, ValueError,
+        KeyError or TypeError when `data` is not one."""
+        return package.load_result(data)
 
 
 def _metrics(m: Metrics) -> dict[str, Any]:

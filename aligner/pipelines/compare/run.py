@@ -223,8 +223,7 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
     noise = calibration.noise if calibration is not None else {}
 
     def noted(i: int, row: Row) -> Row:
-        row.noise = noise.get(i)
-        return row
+        return dataclasses.replace(row, noise=noise[i]) if i in noise else row
 
     if bisect:
         rows = [noted(i, Row(p)) for i, p in enumerate(pairs)]
@@ -232,10 +231,9 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
     else:
         with progress.task("comparing", total=len(pairs)) as task:
             rows = _evaluate(pairs, tolerance, workers, task.advance, engine)
-        for i, n in noise.items():  # (every other row's noise stays None)
-            rows[i].noise = n
+        rows = [noted(i, row) for i, row in enumerate(rows)] if noise else rows  # (the others' noise stays None)
         verdict = judge(rows)
     if verdict.findings and side_a.calls and side_b.calls:  # the blamed module's settings, from its call records
         verdict = package.with_settings(verdict, rows, side_a, side_b)
-    return CompareResult(_label(side_a), _label(side_b), rows, verdict, side_a.problems + side_b.problems,
-                         tolerance, strict, calibration, paired.maps)
+    return CompareResult(_label(side_a), _label(side_b), tuple(rows), verdict,
+                         tuple(side_a.problems + side_b.problems), tolerance, strict, calibration, tuple(paired.maps))

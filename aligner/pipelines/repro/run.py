@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from aligner.core.errors import AlignerError
+from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.files import TEXT, read_text
 from aligner.core.frameworks import Framework
 from aligner.core.nesting import json_loads
@@ -34,9 +34,10 @@ MARKER = "repro.json"  # what a repro directory holds; --force replaces only a d
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class ReproResult:
-    """The repro directory written for one module: where, which layers, how they are built, how big it is."""
+    """The repro directory written for one module: where, which layers, how they are built, how big it is. Its exit
+    code is 0 once written (whether the two layers agree is what running its repro.py says)."""
 
     directory: Path
     reference: Framework
@@ -48,8 +49,20 @@ class ReproResult:
     tolerance: Tolerance
     step: int                         # the reference call's step
     diverged: bool                    # whether compare saw this call's outputs diverge
-    files: list[str]                  # relative paths written
+    files: tuple[str, ...]            # relative paths written
     size_bytes: int                   # all files written
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """0: the directory was written (a repro that could not be written raised AlignerError instead)."""
+        return ExitCode.OK
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code is ExitCode.OK
+
+    def __bool__(self) -> bool:
+        return self.passed
 
     def to_dict(self) -> dict[str, Any]:
         return {"directory": str(self.directory), "reference": self.reference.value,
@@ -59,7 +72,7 @@ class ReproResult:
                 "stand_ins": {k.value: {"class": v.spelling, "layout": v.layout.value, "max_abs_err": v.max_abs_err,
                                         "left_out": list(v.left_out)} for k, v in self.stand_ins.items()},
                 "needs": {k.value: list(v) for k, v in self.needs.items()}, "tolerance": self.tolerance.to_dict(),
-                "step": self.step, "diverged": self.diverged, "files": self.files, "size_bytes": self.size_bytes}
+                "step": self.step, "diverged": self.diverged, "files": list(self.files), "size_bytes": self.size_bytes}
 
 
 @dataclasses.dataclass
@@ -346,4 +359,4 @@ def repro(dump_a: str | os.PathLike, dump_b: str | os.PathLike, module: str, out
                        {fw: c.klass for fw, c in codes.items()}, {fw: p.how for fw, p in planned.items()},
                        {fw: c.stand_in for fw, c in codes.items() if c.stand_in is not None},
                        {fw: c.needs for fw, c in codes.items() if c.factory is not None}, tol,
-                       call_ref.step, diverged, names, size)
+                       call_ref.step, diverged, tuple(names), size)

@@ -1,0 +1,68 @@
+"""`align report RESULT.json`: show a saved result again (terminal, --html) without running its pipeline."""
+from __future__ import annotations
+
+import os
+
+import click
+
+from aligner import render  # the HTML page and the rank table: loaded on first use (render/__init__.py)
+from aligner.cli.options import check_outputs
+from aligner.core.atomic import atomic_files
+from aligner.core.errors import AlignerError
+from aligner.pipelines.audit.report import AuditReport
+from aligner.pipelines.audit.source import SourceAuditReport
+from aligner.pipelines.compare.ranks import RankedCompareResult
+from aligner.pipelines.compare.result import CompareResult
+from aligner.pipelines.report import load_report
+from aligner.render.audit import print_audit, print_source
+from aligner.render.compare import print_table, summary, zoom
+from aligner.render.console import make_console
+
+
+@click.command("report")
+@click.argument("result_json", metavar="RESULT.json", type=click.Path(dir_okay=False))
+@click.option("--html", "html_out", metavar="FILE", help="Also write the HTML page (a single-process compare).")
+@click.option("--all", "full", is_flag=True, help="Show every row of the table, not only the context of findings.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --html file.")
+def command(result_json: str, html_out: str | None, full: bool, force: bool) -> int:
+    """Show RESULT.json, a result `align compare --json` saved (one dump pair, or rank by rank) or `align audit
+    --json` saved (models, or --source), again as the command printed it, without the dumps or the models: for a
+    compare the table, the paragraph, the zoom-in and with --html its page. What the JSON never held (the dumps'
+    statistics, the norms of exactly equal tensors) is not shown.
+
+    \b
+    Examples:
+      align compare dumps_ms/ dumps_pt/ --json result.json
+      align report result.json --html report.html
+    Exit code: the saved result's (0 passed, 1 diverged, 2 incomplete); 2 for a file that is no saved result.
+    """
+    if html_out == "-":
+        raise AlignerError("--html needs a file name")
+    check_outputs(force, html=html_out)
+    if html_out and os.path.realpath(html_out) == os.path.realpath(result_json):
+        raise AlignerError(f"--html {html_out} is RESULT.json itself: name another file")
+    result = load_report(result_json)
+    console = make_console()
+    if html_out and not isinstance(result, CompareResult):
+        raise AlignerError("--html: only a single-process compare result has a page (for rank by rank, save one "
+                           "rank's comparison: align compare A/rank0 B/rank0 --json r.json)")
+    if isinstance(result, AuditReport):
+        print_audit(result, console)
+        return int(result.exit_code)
+    if isinstance(result, SourceAuditReport):
+        print_source(result, console)
+        return int(result.exit_code)
+    if isinstance(result, RankedCompareResult):
+        render.print_ranks(result, console, full)
+        console.print(render.ranks_summary(result), markup=False)
+        return int(result.exit_code)
+    assert isinstance(result, CompareResult)
+    if html_out:
+        with atomic_files([html_out], "w") as (fh,):
+            render.write_html(result, fh)
+    print_table(result, console, full)
+    console.print(summary(result), markup=False)
+    code = zoom(result)
+    if code is not None:
+        console.print(code, markup=False, highlight=False)
+    return int(result.exit_code)
