@@ -117,6 +117,13 @@ def test_momentum_vs_sgd_with_dampening(twins: tuple[Any, Any]) -> None:
                                 nn.Momentum(mn.trainable_params(), 0.1, 0.9), tn, mn, ref="mindspore")
     (found,) = momentum.findings
     assert found.rule == "optimizer-dampening" and found.fix == "torch.optim.SGD(..., dampening=0)"
+    # torch the reference: nn.Momentum takes no dampening argument (the catalogue's args), so the fix names the class
+    # of torch's formula that does, not nn.Momentum(..., dampening=0.5) (a TypeError)
+    momentum = audit_optimizers(torch.optim.SGD(tn.parameters(), lr=0.1, momentum=0.9, dampening=0.5),
+                                nn.Momentum(mn.trainable_params(), 0.1, 0.9), tn, mn)
+    (found,) = momentum.findings
+    assert found.rule == "optimizer-dampening"
+    assert found.fix == "nn.Momentum has no dampening argument: mindspore.mint.optim.SGD(..., dampening=0.5)"
 
 
 def test_schedule_shifted_by_one_step(twins: tuple[Any, Any]) -> None:

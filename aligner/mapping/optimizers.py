@@ -149,6 +149,9 @@ class Catalogue:
     def named(self, short: str) -> OptimizerClass:
         return next(c for c in self.classes if c.short == short)
 
+    def named_import(self, import_path: str) -> OptimizerClass:
+        return next(c for c in self.classes if c.import_path == import_path)
+
     def pair(self, torch_family: Family, ms_family: Family) -> FormulaPair | None:
         """The first pair naming both families (None: the updates are the same)."""
         if torch_family is ms_family:

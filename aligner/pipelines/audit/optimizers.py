@@ -193,11 +193,12 @@ class _Comparer:
     def _setting_fix(self, attr: str, group: list[tuple[str, str]], value: Any) -> str:
         side = self.sides[self.migrated]
         partial = len(group) < len(self.pairs)
-        arg = side.argument(attr)
-        if isinstance(arg, tuple):   # one setting, several arguments: betas -> beta1, beta2
-            text = ", ".join(f"{name}={_lit(v)}" for name, v in zip(arg, value))
-        else:
-            text = f"{arg}={_lit(value)}"
+        text = _assignment(side.argument(attr), value)
+        twin = self.sides[PT].params[group[0][0]].rule.family.spec.mindspore_class
+        if side.framework == MS and side.spec is not None and side.spec.argument(attr) is None and twin is not None:
+            # the class cannot be given the setting (nn.Momentum has no dampening): the class of torch's formula can
+            spec = catalogue().named_import(twin)
+            return f"{side.short} has no {attr} argument: {twin}(..., {_assignment(spec.argument(attr), value)})"
         if not partial:
             return f"{side.short}(..., {text})"
         names = ", ".join(self._migrated_names(group)[:8]) + (" ..." if len(group) > 8 else "")
@@ -365,6 +366,13 @@ class _Comparer:
         out.append(Finding("optimizer-lr-schedule", Severity(meta["severity"]), f"{head}; {detail}", where, step=bad,
                            fix=fix, attribute="optimizer:lr-schedule", values=(tr[bad], mr[bad])))
         return out
+
+
+def _assignment(arg: str | tuple[str, ...] | None, value: Any) -> str:
+    """`nesterov=True`, or `beta1=0.9, beta2=0.999` for one setting a class takes as several arguments."""
+    if isinstance(arg, tuple):
+        return ", ".join(f"{name}={_lit(v)}" for name, v in zip(arg, value))
+    return f"{arg}={_lit(value)}"
 
 
 def _applies_scheduled_lr(side: OptimizerSide) -> str:
