@@ -2,9 +2,9 @@
 the dumps (`align report`). Loaded only for that: it imports the settings' types, which load the audit's rules.
 
 What the JSON holds comes back exactly (`to_dict` of the result read equals the file's data). What it never held
-stays at its default: the records' other fields (seq, parent, statistics), the metrics' norms and whether a
-diverged row held the same rows in another order. A calibrated comparison is refused: its per-record noise and
-tolerances are not saved.
+stays at its default: the records' other fields (seq, statistics; parent but for a finding's origin), the norm of a
+reference the first side equals exactly, and whether a diverged row held the same rows in another order. A calibrated
+comparison is refused: its per-record noise and tolerances are not saved.
 """
 from __future__ import annotations
 
@@ -37,10 +37,16 @@ def load(data: Any) -> CompareResult:
     if data["calibration"] is not None:
         raise ValueError("a calibrated comparison (compare --calibrate) does not save its per-record noise: run it "
                          "again with --html")
-    rows = tuple(_row(i, typed(d, dict, f"row {i}")) for i, d in enumerate(typed(data["rows"], list, "rows")))
+    findings = [_finding(typed(f, dict, "finding")) for f in typed(data["findings"], list, "findings")]
+    # the first side's scope of code a finding blames (the zoom-in's scope): its record's parent, not saved, is the
+    # blamed module's path on that side (blame_other where it differs from the reference's)
+    parents = {f.origin: f.blame_other if f.blame_other is not None else f.blame for f in findings
+               if f.culprit in (Culprit.PARENT_CODE, Culprit.OP)}
+    rows = tuple(_row(i, typed(d, dict, f"row {i}"), parents.get(i))
+                 for i, d in enumerate(typed(data["rows"], list, "rows")))
     labels = {i: Label(d["label"]) for i, d in enumerate(data["rows"]) if d.get("label") is not None}
     nan = data["nan_origin"]
-    verdict = Verdict([_finding(typed(f, dict, "finding")) for f in typed(data["findings"], list, "findings")],
+    verdict = Verdict(findings,
                       None if nan is None else NanFinding(typed(nan["row"], int, "nan_origin row"),
                                                           str(nan["side"]), typed(nan["count"], int, "count")),
                       labels, _optional(data.get("bisect_reads"), int), _optional(data.get("bisect_confirmed"), bool),
@@ -61,18 +67,18 @@ def _optional(value: Any, kind: type) -> Any:
     return None if value is None else typed(value, kind, "bisect field")
 
 
-def _record(row: Mapping[str, Any], side: str, names_row: bool) -> Record:
+def _record(row: Mapping[str, Any], side: str, names_row: bool, parent: str | None = None) -> Record:
     """One side's record as far as the row says: the row's own name, type, kind, io, index and step."""
-    fields = {"seq": row["row"], "module": row["module"] if names_row else row["module_a"],
+    fields = {"parent": parent, "seq": row["row"], "module": row["module"] if names_row else row["module_a"],
               "type": row["type"] if names_row else "", "kind": row["kind"], "io": row["io"], "index": row["index"],
               "step": row["step"], "dtype": row[f"dtype_{side}"], "shape": row[f"shape_{side}"],
               "arg": row[f"arg_{side}"]}
     return msgspec.convert(fields, Record)  # each field's type checked (msgspec.ValidationError is a ValueError)
 
 
-def _row(i: int, d: Mapping[str, Any]) -> Row:
+def _row(i: int, d: Mapping[str, Any], parent_a: str | None) -> Row:
     has_a, has_b = d["shape_a"] is not None, d["shape_b"] is not None
-    a = Item(_record(d, "a", not has_b)) if has_a else None
+    a = Item(_record(d, "a", not has_b, parent_a)) if has_a else None
     b = Item(_record(d, "b", True)) if has_b else None
     if a is None and b is None:
         raise ValueError(f"row {i} has a record on neither side")
