@@ -22,6 +22,7 @@ from aligner.pipelines.audit.source import audit_source
 from aligner.pipelines.compare.ranks import RankedCompareResult, RankStatus, compare_ranks
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.run import compare
+from aligner.pipelines.inspect import inspect_checkpoint
 from aligner.pipelines.repro import repro
 from aligner.render.compare import write_compare_json
 from aligner.render.jsonout import dumps as dumps_json
@@ -104,7 +105,11 @@ def results(models, dumps, tmp_path_factory) -> dict[str, tuple[object, ExitCode
     override = ToleranceSpec.parse(["fc*:1e-4", "1e-5"], ["fc*:1e-4", "1e-6"])
     out = tmp_path_factory.mktemp("repro")
     (out / "port.py").write_text(SOURCE, encoding="utf-8")
+    torch.save(models["pt"].state_dict(), out / "pt.pth")
+    ms.save_checkpoint(models["ms_bug"], str(out / "ms.ckpt"))
     return {
+        "inspect .pth, stats": (inspect_checkpoint(str(out / "pt.pth"), stats=True), ExitCode.OK),
+        "inspect .ckpt": (inspect_checkpoint(str(out / "ms.ckpt")), ExitCode.OK),
         "audit, clean": (audit(models["pt"], models["ms_ok"], X), ExitCode.OK),
         "audit, bug": (audit(models["pt"], models["ms_bug"], X), ExitCode.FOUND),
         "source audit": (audit_source(out / "port.py"), ExitCode.FOUND),
@@ -153,7 +158,7 @@ def test_saved_results_read_back_byte_for_byte(results) -> None:
         assert _saved(again) == text, case
         assert again.exit_code is result.exit_code and again.passed is result.passed, case
         assert json.dumps(again.to_dict(), default=str) == json.dumps(result.to_dict(), default=str), case
-    assert sum(isinstance(r, Result) for r, _ in results.values()) == 10  # all but the repro were read back
+    assert sum(isinstance(r, Result) for r, _ in results.values()) == 12  # all but the repro were read back
 
 
 # Result types that do not keep the whole contract yet, and what they lack: the list only shrinks (a type that gains
@@ -162,13 +167,13 @@ NOT_YET = {
     "TrainingConvertResult": "from_dict, passed, frozen", "ReproResult": "from_dict",
     "DiffResult": "from_dict, frozen", "UpdateReport": "from_dict, passed, __bool__, frozen",
     "LossReport": "from_dict, passed",
-    "InspectResult": "from_dict, passed, __bool__", "ReplayResult": "from_dict, frozen",
+"ReplayResult": "from_dict, frozen",
     "ConvertResult": "from_dict, passed, frozen", "CheckReport": "from_dict, passed, __bool__, frozen",
     "RankedCheckReport": "from_dict, passed, __bool__, frozen", "DoctorResult": "from_dict",
 }
 # (the data results round-trip in tests/test_data_compare.py, on real pipelines)
 KEEPS = {"CompareResult", "RankedCompareResult", "AuditReport", "SourceAuditReport", "DataCompareResult",
-         "DataCheckResult"}
+         "DataCheckResult", "InspectResult"}
 CONTRACT = ("exit_code", "passed", "__bool__", "to_dict", "from_dict")
 
 
@@ -295,3 +300,13 @@ def test_report_shows_a_saved_source_audit_as_audit_did(tmp_path, capsys) -> Non
     assert ran.returncode == shown.returncode == 1 and "GELU" in shown.stdout, (ran.stderr, shown.stderr)
     assert shown.stdout == ran.stdout
     assert_one_line_error(align_in_process(capsys, "report", saved, "--html", tmp_path / "a.html"), "--html")
+
+
+def test_report_shows_a_saved_inspect_as_inspect_did(models, tmp_path, capsys) -> None:
+    checkpoint, saved = tmp_path / "pt.pth", tmp_path / "inspect.json"
+    state = models["pt"].state_dict() | {"bad": torch.tensor([float("nan"), float("inf"), 1.0])}  # non-finite stats
+    torch.save(state, checkpoint)
+    ran = align_in_process(capsys, "inspect", checkpoint, "--stats", "--json", saved)
+    shown = align_in_process(capsys, "report", saved)
+    assert ran.returncode == shown.returncode == 0, (ran.stderr, shown.stderr)
+    assert shown.stdout == ran.stdout and "fc1.weight" in shown.stdout

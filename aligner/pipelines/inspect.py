@@ -11,7 +11,7 @@ import dataclasses
 import enum
 import re
 import sys
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from aligner.core.buffers import is_buffer
 from aligner.core.dtypes import FLOATING, canonical, to_numpy
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.frameworks import Framework
+from aligner.core.result import check_schema, typed
 from aligner.dumping.tensors import to_host
 from aligner.io import TensorSource, open_checkpoint
 from aligner.metrics.stats import tensor_stats
@@ -108,13 +109,48 @@ class InspectResult:
 
     @property
     def exit_code(self) -> ExitCode:
+        """0: the file (or model) was read; a file that cannot be is an AlignerError instead."""
         return ExitCode.OK
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code is ExitCode.OK
+
+    def __bool__(self) -> bool:
+        return self.passed
 
     def to_dict(self) -> dict[str, Any]:
         summary = {"path": self.path, "format": self.format,
                    "framework": self.framework.value if self.framework else None, **self.counts.to_dict(),
                    "notes": list(self.notes)}
         return {"summary": summary, "tensors": [r.to_dict() for r in self.rows]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> InspectResult:
+        """A saved `align inspect --json` read back; with statistics when any row holds them. NotAResultError,
+        ValueError, KeyError or TypeError when `data` is not one."""
+        data = check_schema(data, "inspect", ("summary", "tensors"))
+        summary = typed(data["summary"], dict, "summary")
+        rows = [_row_from(typed(r, dict, "tensor")) for r in typed(data["tensors"], list, "tensors")]
+        framework = summary["framework"]
+        counts = Counts(**{f.name: summary[f.name] for f in dataclasses.fields(Counts)})
+        return cls(typed(summary["path"], str, "path"), typed(summary["format"], str, "format"),
+                   None if framework is None else Framework(framework), rows, counts,
+                   [typed(n, str, "note") for n in summary["notes"]], any(r.stats for r in rows))
+
+
+_ROW_KEYS = ("name", "shape", "dtype", "numel", "bytes", "kind", "trainable")
+
+
+def _row_from(d: Mapping[str, Any]) -> TensorRow:
+    """A TensorRow from its dict: the keys beyond the row's own are its statistics ("nan"/"inf" strings back to
+    floats, counts kept as they are)."""
+    stats = {k: float(v) if isinstance(v, str) else v for k, v in d.items() if k not in _ROW_KEYS}
+    return TensorRow(typed(d["name"], str, "name"), tuple(typed(n, int, "dimension") for n in d["shape"]),
+                     typed(d["dtype"], str, "dtype"), typed(d["numel"], int, "numel"), typed(d["bytes"], int, "bytes"),
+                     TensorKind(d["kind"]), d["trainable"] if d["trainable"] is None else typed(d["trainable"], bool,
+                                                                                                "trainable"),
+                     stats or None)
 
 
 def _kind(name: str) -> TensorKind:

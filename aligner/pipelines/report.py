@@ -18,6 +18,7 @@ from aligner.pipelines.audit.report import AuditReport
 from aligner.pipelines.audit.source import SourceAuditReport
 from aligner.pipelines.compare.ranks import RankedCompareResult
 from aligner.pipelines.compare.result import CompareResult
+from aligner.pipelines.inspect import InspectResult
 
 # (what the keys say, keys every saved one holds, its loader): the results whose renderers can show them again
 SAVED: tuple[tuple[str, tuple[str, ...], Callable[[Mapping[str, Any]], Result]], ...] = (
@@ -25,13 +26,14 @@ SAVED: tuple[tuple[str, tuple[str, ...], Callable[[Mapping[str, Any]], Result]],
     ("compare", ("reference", "rows", "findings", "counts"), CompareResult.from_dict),
     ("audit", ("torch_model", "ms_model", "pairs", "findings"), AuditReport.from_dict),
     ("source audit", ("path", "files", "findings", "skipped"), SourceAuditReport.from_dict),
+    ("inspect", ("summary", "tensors"), InspectResult.from_dict),
 )
 
 
 def load_report(path: str | os.PathLike[str]) -> Result:
-    """The result saved in `path` (`align compare --json`, single or multi-rank, `align audit --json`, with or
-    without --source); AlignerError (one line) for a file that cannot be read, is not JSON, or holds no result of a
-    kind aligner can show again."""
+    """The result saved in `path` (`align compare --json`, single or multi-rank; `align audit --json`, with or
+    without --source; `align inspect --json`); AlignerError (one line) for a file that cannot be read, is not JSON,
+    or holds no result of a kind aligner can show again."""
     try:
         data = json_loads(read_text(path, INDEX))
     except (OSError, UnicodeDecodeError) as exc:
