@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
+from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.mapping.optimizers import Family, OptimizerClass, OptimizerKind, catalogue, convertible, same_state
 
@@ -140,3 +141,13 @@ def test_every_pair_of_different_formulas_is_named() -> None:
     for ft in torch_side:
         for fm in Family:
             assert (catalogue().pair(ft, fm) is None) == (ft is fm), (ft, fm)
+
+
+def test_kinds_parse_every_spelling_of_a_class() -> None:
+    """--optimizer takes the spelling, the class a user constructs or its short name, in any case; else one line."""
+    for text, want in (("ms:Adam", "ms:Adam"), ("mindspore.nn.Adam", "ms:Adam"), ("nn.Adam", "ms:Adam"),
+                       ("mindspore:AdamWeightDecay", "ms:AdamWeightDecay"), ("MINT:adamw", "mint:AdamW"),
+                       ("mindspore.mint.optim.SGD", "mint:SGD"), ("torch.optim.SGD", "torch:SGD")):
+        assert OptimizerKind.parse(text) == want, text
+    with pytest.raises(AlignerError, match=r"^--from-optimizer: unknown optimizer 'nn.SGD' \(supported: torch:SGD, "):
+        OptimizerKind.parse("nn.SGD", "--from-optimizer")   # in the catalogue, but its state is not converted

@@ -255,12 +255,13 @@ class _Kind(str):
 
     @classmethod
     def parse(cls, text: str, option: str = "--optimizer") -> Any:
-        """From `ms:Adam`, `mindspore.nn.Adam`, `torch.optim.SGD` (case-insensitive); one error naming the choices."""
-        key = text.strip().lower().replace("mindspore.mint.optim.", "mint:").replace("mindspore.nn.", "ms:") \
-            .replace("torch.optim.", "torch:").replace("nn.", "ms:").replace("mindspore:", "ms:")
+        """From its spelling (`ms:Adam`, also `mindspore:Adam`), the class a user constructs (`mindspore.nn.Adam`) or
+        its short name (`nn.Adam`), case-insensitive; one error naming the choices."""
+        key = text.strip().lower()
         kinds: Any = cls     # the enum (this is its mixin)
         for kind in kinds:
-            if kind.value.lower() == key:
+            names = (kind.value, kind.value.replace("ms:", "mindspore:", 1), kind.python_class, kind.spec.short)
+            if key in (n.lower() for n in names):
                 return kind
         raise AlignerError(f"{option}: unknown optimizer {text!r} (supported: {', '.join(k.value for k in kinds)})")
 
