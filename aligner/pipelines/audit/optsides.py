@@ -202,7 +202,7 @@ def read_torch(optimizer: Any, model: Any, scheduler: Any, steps: int) -> Optimi
                 continue
             params[names[id(p)]] = ParamUpdate(names[id(p)], rule, amsgrad, maximize, gi, gi)
     if foreign:
-        raise _foreign("torch", len(foreign), foreign)
+        raise _foreign(PT.label, len(foreign), foreign)
     schedules, source, notes = _torch_schedules(optimizer, scheduler, steps)
     not_opt = tuple(n for n, p in model.named_parameters() if p.requires_grad and n not in params)
     return OptimizerSide(PT, qualname(optimizer), entry.short if entry else type(optimizer).__name__,
@@ -261,7 +261,7 @@ def read_mindspore(optimizer: Any, model: Any, scheduler: Any, steps: int) -> Op
             continue
         named[name] = dataclasses.replace(update, name=name)
     if foreign:
-        raise _foreign("MindSpore", len(foreign), foreign)
+        raise _foreign(MS.label, len(foreign), foreign)
     not_opt = tuple(n for n, p in model.parameters_and_names() if p.requires_grad and n not in named)
     gc = tuple(names.get(id(p), p.name) for p in extra.pop("grad_centralization", ()))
     return OptimizerSide(MS, qualname(optimizer), entry.short if entry else type(optimizer).__name__,
