@@ -73,11 +73,12 @@ def summary(result: ReplayResult) -> str:
                 f"{inherited}. Next: `align repro` writes a standalone script for this layer.")
     elif verdict is ReplayVerdict.PARENT_CODE and result.parent_code is not None:
         row = result.rows[result.parent_code]
-        owner = _owner(row.parent)
+        scope = result.blame if result.blame is not None else row.parent
+        owner = _owner(scope)
         text = (f"FOUND: the input of {row.module} differs by {_err(row.inherited)} though no earlier module's output "
                 f"does: {owner} computes it between module calls (glue code: a functional op, a residual, a "
-                f"scale). Next: aligner.dump(model, dir, ops=True, scope={row.parent or ''!r}) on both sides names "
-                "the op.")
+                f"scale, a mask or routing computed once and passed on). Next: aligner.dump(model, dir, ops=True, "
+                f"scope={scope or ''!r}) on both sides names the op.")
     elif verdict is ReplayVerdict.ACCUMULATED and result.first_total is not None:
         row = result.rows[result.first_total]
         worst = result.largest_local

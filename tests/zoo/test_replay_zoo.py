@@ -19,17 +19,18 @@ for _name in ("timm", "mindcv", "transformers", "mindone.transformers"):
 from aligner.pipelines.replay.result import ReplayStatus, ReplayVerdict  # noqa: E402
 from tests.zoo import localization as loc  # noqa: E402
 
-# bugs whose difference is computed in a parent's forward between module calls (functional ops, residuals, scales)
+# bugs whose difference is computed in a parent's forward between module calls (functional ops, residuals, scales,
+# wiring, routing, masks, shifts, position tables computed in a block); the scope replay names for them comes from
+# compare's verdict over the same dumps (a routing weight computed in the MoE block and only forwarded by its experts)
 PARENT_CODE = {"vit-glue-scale", "vit-attn-scale", "vit-softmax-axis", "bert-missing-residual",
-               "llama-missing-residual", "llama-attn-scale", "llama-softmax-axis", "segformer-align-corners"}
+               "llama-missing-residual", "llama-attn-scale", "llama-softmax-axis", "segformer-align-corners",
+               "moe-expert-gate-up-swap", "moe-top1", "moe-no-renormalise", "moe-capacity-drop", "moe-missing-residual",
+               "t5-bucket-unidirectional", "t5-num-buckets", "t5-max-distance", "t5-cross-attention-mask",
+               "t5-encoder-ff-missing-residual", "t5-ops-log-bucket", "qwen2-gate-up-swap", "qwen2-causal-mask",
+               "swin-shift-direction", "swin-shift-size", "swin-mask-off", "swin-missing-mlp-residual"}
 
 
-# replay's verdicts are asserted on the first six families; the issue-27 families (moe_lm, encdec, gqa_lm, swin) are
-# scored by compare (test_localization.py) and replay clean below, their bugs' replay verdicts not yet
-REPLAYED = ("cnn", "vit", "encoder_lm", "decoder_lm", "mha", "upsample")
-
-
-@pytest.mark.parametrize("bug", [pytest.param(b, id=b.id) for b in loc.CATALOGUE if b.family in REPLAYED])
+@pytest.mark.parametrize("bug", [pytest.param(b, id=b.id) for b in loc.CATALOGUE])
 def test_replay_blames_the_module_with_the_bug(pair_runs, bug):
     result = loc.replay_bug(pair_runs(bug.family), bug)
     expected = ReplayVerdict.PARENT_CODE if bug.id in PARENT_CODE else ReplayVerdict.LAYER

@@ -86,6 +86,10 @@ class ReplayResult:
     step: int = 0                                         # the step replayed
     steps: list[int] = dataclasses.field(default_factory=list)   # the steps the reference dump holds
     problems: list[str] = dataclasses.field(default_factory=list)  # manifest lines that did not parse, both sides
+    # the module whose code computed the differing input, where the compare verdict over the same dumps knows it
+    # better than the first differing call's parent (a mask computed once in the model, routing in an MoE block
+    # whose experts only forward it); None: that parent
+    scope: str | None = None
 
     @property
     def culprit(self) -> int | None:
@@ -127,7 +131,7 @@ class ReplayResult:
         if self.verdict is ReplayVerdict.LAYER and self.culprit is not None:
             return self.rows[self.culprit].module
         if self.verdict is ReplayVerdict.PARENT_CODE and self.parent_code is not None:
-            return self.rows[self.parent_code].parent
+            return self.scope if self.scope is not None else self.rows[self.parent_code].parent
         return None
 
     @property
@@ -168,4 +172,4 @@ class ReplayResult:
                 "passed": self.passed, "exit_code": int(self.exit_code), "culprit": self.culprit,
                 "parent_code": self.parent_code, "blame": self.blame, "step": self.step, "steps": self.steps,
                 "first_total": self.first_total, "tolerance": self.tolerance.to_dict(), "problems": self.problems,
-                "rows": [r.to_dict() for r in self.rows]}
+                "scope": self.scope, "rows": [r.to_dict() for r in self.rows]}

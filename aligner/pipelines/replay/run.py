@@ -26,7 +26,9 @@ from aligner.dumping.signature import MalformedCallError, restore
 from aligner.dumping.tensors import model_framework, tensors_in, to_host
 from aligner.metrics.measure import Metrics, compare_arrays
 from aligner.pipelines.compare.run import choose_reference, read_pair
-from aligner.pipelines.replay.result import ReplayResult, ReplayRow
+from aligner.pipelines.compare.run import compare as compare_dumps
+from aligner.pipelines.compare.verdict import Culprit, Phase
+from aligner.pipelines.replay.result import ReplayResult, ReplayRow, ReplayVerdict
 from aligner.pipelines.replay.runner import Runner, put_back, runner
 
 
@@ -239,9 +241,28 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
     if pattern is not None and not rows:
         paths = sorted({c.module for c in ref_calls.values()} | {c.module for c in other_calls.values()})
         raise AlignerError(f"no recorded module call matches modules={modules!r}{_nearest(modules or '', paths)}")
-    return ReplayResult(f"{reference.root} ({reference.framework})",
-                        label or f"{other.root} ({other.framework}), re-run live", rows, tolerance, step, steps,
-                        reference.problems + other.problems)
+    result = ReplayResult(f"{reference.root} ({reference.framework})",
+                          label or f"{other.root} ({other.framework}), re-run live", rows, tolerance, step, steps,
+                          reference.problems + other.problems)
+    if result.verdict is ReplayVerdict.PARENT_CODE and result.parent_code is not None:
+        result.scope = _computing_scope(dumps_a, dumps_b, rows, ref=ref, map_file=map_file, tolerance=tolerance)
+    return result
+
+
+def _computing_scope(dumps_a: str | Path, dumps_b: str | Path, rows: Sequence[ReplayRow], **options: Any) -> str | None:
+    """The module whose code computed the input that first differs, from compare's verdict over the same dumps (it
+    reads where each side computed each tensor, the block records and the call arguments): its blame when it blames
+    code rather than a module's own computation, or a module no replayed call is (a block whose own code, a missing
+    residual at its tail, is what differs); None where it blames a replayed call (the first differing call's parent
+    stands)."""
+    verdict = compare_dumps(str(dumps_a), str(dumps_b), **options).verdict
+    found = [f for f in verdict.findings if f.phase is Phase.FORWARD]
+    if not found:
+        return None
+    f = found[0]
+    if f.culprit is not Culprit.MODULE or f.blame and f.blame not in {r.module for r in rows}:
+        return f.blame
+    return None
 
 
 def _state_names(model: Any, framework: Framework) -> set[str]:
