@@ -70,6 +70,19 @@ def ms_glue_scale() -> Any:
     return model, opt
 
 
+def ms_noisy() -> Any:
+    """A random op in the port's forward that no seed or dropout switch stops: each call draws new noise."""
+    from mindspore import ops
+
+    model, opt = _ms()
+
+    def construct(self: Any, x: Any) -> Any:
+        x = x + self.attn(self.ln1(x)) + 1e-3 * ops.standard_normal(x.shape)
+        return x + self.mlp(self.ln2(x))
+    model.construct = types.MethodType(construct, model)
+    return model, opt
+
+
 def ms_half_lr() -> Any:
     """Forward identical; the optimizer's learning rate is half torch's."""
     return _ms(lr=LR / 2)

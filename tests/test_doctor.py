@@ -13,6 +13,7 @@ ResNet-50 (cnn) the slowest at ~30 s per doctor run.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -118,6 +119,18 @@ def test_optimizer_term_explained_when_the_forward_agrees(tmp_path: Path) -> Non
     assert any(f.rule.startswith("optimizer-lr") for f in audit.findings)
 
 
+def test_a_side_that_differs_from_itself_is_the_verdict(tmp_path: Path) -> None:
+    result = aligner.doctor(spec("torch_block"), spec("ms_noisy"), example(), out=tmp_path / "doc")
+    assert statuses(result)["determinism"] == "failed" and result.exit_code == 1
+    det = result.stage("determinism").outcome
+    assert det.reports[0].deterministic and not det.reports[1].deterministic
+    assert det.reports[1].compared > 1  # rerun with every module's output recorded, to say where it starts
+    b = result.blame
+    assert b.kind is CulpritKind.NONDETERMINISM and b.torch_path is None and b.ms_path is not None
+    assert verdict_lines(result)[0].startswith("FAILED: not deterministic: two runs on the same inputs differ on "
+                                               "MindSpore (first: ")
+
+
 def test_stage_selection(tmp_path: Path) -> None:
     result = aligner.doctor(spec("torch_block"), spec("ms_block"), example(), out=tmp_path / "a",
                             only="audit,weights")
@@ -177,6 +190,11 @@ def test_cli_json_on_stdout_holds_the_whole_chain(tmp_path: Path, capsys: pytest
     assert forward["reports"] == ["forward/compare.html", "forward/compare.json", "forward/zoom.html",
                                   "forward/replay.json"]
     assert "align replay " in forward["command"] and "--weights" in forward["command"]
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    for line in forward["command"].splitlines():  # the commands the page shows rerun the stage by hand, as shown
+        done = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 1, (line, done.stdout, done.stderr)  # each finds the GELU again
+        assert "mlp.act" in done.stdout, (line, done.stdout)
 
 
 @pytest.mark.parametrize("a,b,stage,needle", [

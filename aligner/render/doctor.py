@@ -96,7 +96,9 @@ def _headline(b: Blame) -> str:
     if b.kind is CulpritKind.OPTIMIZER:
         return "the forward agrees; the training step differs: the optimizer's update differs."
     if b.kind is CulpritKind.NONDETERMINISM:
-        return f"a side does not agree with itself between two runs (first: {b.torch_path})."
+        sides = [f"{fw} (first: {name})" for fw, name in (("torch", b.torch_path), ("MindSpore", b.ms_path)) if name]
+        return (f"not deterministic: two runs on the same inputs differ on {' and '.join(sides)}; fix that before "
+                "comparing the frameworks (random ops, functional dropout, seeds set after the model was built).")
     where = _module(b.torch_path) + (f" (MindSpore {_module(b.ms_path)})" if b.ms_path not in (None, b.torch_path)
                                      else "")
     what = {Stage.FORWARD: "the forward parts at", Stage.TRAIN: "training parts at",
@@ -258,7 +260,8 @@ def commands(result: DoctorResult) -> dict[Stage, str]:
         if f.replay is not None or f.replay_error is not None:
             weights = f" --weights {_q(w.converted)}" if isinstance(w, WeightsOutcome) else ""
             factory = f"--factory {_q(ms)}" if ms else "--factory MAKE_MS"
-            lines.append(f"align replay {_q(f.dumps[0])} {_q(f.dumps[1])} {factory}{weights}")
+            modules = f" --modules {_q(f.replay_modules)}" if f.replay_modules else ""
+            lines.append(f"align replay {_q(f.dumps[0])} {_q(f.dumps[1])} {factory}{weights}{modules}")
         out[Stage.FORWARD] = "\n".join(lines)
     t = runs[Stage.TRAIN].outcome if Stage.TRAIN in runs else None
     if isinstance(t, TrainOutcome):

@@ -142,6 +142,7 @@ class ForwardOutcome:
     zoom: CompareResult | None = None
     zoom_error: str | None = None              # why no zoom-in was recorded
     replay: ReplayResult | None = None
+    replay_modules: str | None = None          # the replay's `modules` regex (None: every module)
     replay_error: str | None = None            # why the replay could not run
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,7 +153,8 @@ class ForwardOutcome:
                 "zoom_scopes": None if self.zoom_scopes is None else
                 {"pytorch": self.zoom_scopes[0], "mindspore": self.zoom_scopes[1]},
                 "zoom": None if self.zoom is None else self.zoom.to_dict(), "zoom_error": self.zoom_error,
-                "replay": None if self.replay is None else self.replay.to_dict(), "replay_error": self.replay_error}
+                "replay": None if self.replay is None else self.replay.to_dict(),
+                "replay_modules": self.replay_modules, "replay_error": self.replay_error}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -113,7 +113,8 @@ def _compare_blame(stage: Stage, result: CompareResult) -> Blame:
 
 
 def blame(runs: dict[Stage, StageRun]) -> Blame | None:
-    """The verdict: the most specific evidence first (forward, then training, then determinism, then the audit)."""
+    """The verdict: a side that does not agree with itself first (no difference across frameworks means anything
+    then), then the most specific evidence (forward, then training, then an audit error the input did not show)."""
     def outcome(stage: Stage) -> Any:
         run = runs.get(stage)
         return run.outcome if run is not None and run.status is Status.FAILED else None
@@ -121,6 +122,9 @@ def blame(runs: dict[Stage, StageRun]) -> Blame | None:
     audit_run = runs.get(Stage.AUDIT)
     audit = audit_run.outcome if audit_run is not None and isinstance(audit_run.outcome, AuditReport) else None
     forward, train, determinism = outcome(Stage.FORWARD), outcome(Stage.TRAIN), outcome(Stage.DETERMINISM)
+    if isinstance(determinism, DeterminismOutcome):  # a side that differs from itself: nothing across is evidence
+        pt, ms = (r.differing[0] if r.differing else None for r in determinism.reports)
+        return Blame(Stage.DETERMINISM, CulpritKind.NONDETERMINISM, torch_path=pt, ms_path=ms)
     if isinstance(forward, ForwardOutcome) and forward.compare.verdict.findings:
         return _forward_blame(forward, audit)
     if isinstance(train, TrainOutcome):
@@ -129,9 +133,6 @@ def blame(runs: dict[Stage, StageRun]) -> Blame | None:
             settings = tuple(f for f in (audit.findings if audit is not None else ()) if f.rule.startswith("optimizer"))
             return Blame(Stage.TRAIN, CulpritKind.OPTIMIZER, audit=settings, terms=terms)
         return _compare_blame(Stage.TRAIN, train.compare)
-    if isinstance(determinism, DeterminismOutcome):
-        side = next(r for r in determinism.reports if not r.deterministic)
-        return Blame(Stage.DETERMINISM, CulpritKind.NONDETERMINISM, torch_path=side.differing[0])
     if audit is not None and audit.errors:
         first = audit.errors[0]
         return Blame(Stage.AUDIT, CulpritKind.MODULE, first.torch_path, first.ms_path, audit=tuple(audit.errors))
