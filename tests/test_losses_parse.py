@@ -14,6 +14,7 @@ from aligner.core.errors import AlignerError
 from aligner.core.tolerance import Tolerance
 from aligner.pipelines.losses import StepStatus, Verdict, compare_curves
 from aligner.pipelines.losses.parse import compile_pattern, read_losses
+from aligner.render.losses import report_text as text
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -161,7 +162,7 @@ def test_tolerance_is_symmetric_and_relative(tmp_path):
                   noise=1e-3)
     assert [row.close for row in c.steps] == [True, False] and c.first_part == 2 and d.verdict == Verdict.UPDATE
     assert c.steps[1].rel_diff == pytest.approx(1.1e-4 / 1.00011)
-    assert c.steps[1].status == StepStatus.DIFFERS and "beyond the tolerance" in d.summary
+    assert c.steps[1].status == StepStatus.DIFFERS and "beyond the tolerance" in text(d).summary
 
 
 def test_difference_above_the_float32_noise_is_real_even_within_the_tolerance(tmp_path):
@@ -170,7 +171,7 @@ def test_difference_above_the_float32_noise_is_real_even_within_the_tolerance(tm
     assert (c.first_part, d.verdict, d.exit_code, bool(d)) == (1, Verdict.FORWARD, 1, False)
     assert c.steps[0].status == StepStatus.ABOVE_NOISE and c.steps[1].status == StepStatus.OK
     assert "x the estimated float32 noise of 4.77e-07: likely a real difference, although within the tolerance" \
-        in d.summary
+        in text(d).summary
 
 
 def test_tolerance_tighter_than_the_noise_still_decides(tmp_path):
@@ -183,11 +184,11 @@ def test_coarse_print_cannot_decide_and_warns(tmp_path):
     assert (d.verdict, d.exit_code, d.first_part) == (Verdict.UNDECIDED, 1, None)
     assert c.b.resolution == pytest.approx(1e-3)
     assert [row.status for row in c.steps] == [StepStatus.UNRESOLVED] * 2
-    assert d.summary.startswith("Cannot decide: A prints losses rounded to 1e-07 and B prints losses rounded to "
-                                "0.001, so differences below 0.0005 are invisible, while a real difference can be "
-                                "as small as 2.36e-06")
-    assert d.warnings == ("B prints losses rounded to 0.001: differences below 0.0005 cannot be seen "
-                          "(the bounds are widened by that); log more digits",)
+    assert text(d).summary.startswith("Cannot decide: A prints losses rounded to 1e-07 and B prints losses rounded "
+                                      "to 0.001, so differences below 0.0005 are invisible, while a real difference "
+                                      "can be as small as 2.36e-06")
+    assert text(d).warnings == ("B prints losses rounded to 0.001: differences below 0.0005 cannot be seen "
+                                "(the bounds are widened by that); log more digits",)
 
 
 def test_coarse_print_still_shows_a_large_difference(tmp_path):
@@ -203,20 +204,21 @@ def test_exact_float32_values_do_not_look_rounded(tmp_path):
 def test_nan_on_one_side_is_reported_and_diagnosed(tmp_path):
     c, d = curves(tmp_path, "loss 2\nloss 1.5\nloss 1.2\nloss 1.1\n", "loss 2\nloss 1.5\nloss nan\nloss nan\n")
     assert (c.first_nan_a, c.first_nan_b, c.first_part, d.verdict, d.exit_code) == (None, 3, 3, Verdict.LATER, 1)
-    assert "B's loss is first NaN/inf at step 3, A's loss stays finite" in d.summary
-    assert "becomes NaN/inf at step 3" in d.advice and d.next_command == "align compare dumps_ms/ dumps_pt/"
+    assert "B's loss is first NaN/inf at step 3, A's loss stays finite" in text(d).summary
+    assert "becomes NaN/inf at step 3" in text(d).advice
+    assert text(d).next_command == "align compare dumps_ms/ dumps_pt/"
 
 
 def test_nan_at_the_same_step_on_both_sides_is_unstable_training(tmp_path):
     c, d = curves(tmp_path, "loss 2\nloss 5\nloss nan\n", "loss 2\nloss 5\nloss nan\n")
     assert (c.first_part, c.first_nan_a, c.first_nan_b, d.verdict, d.exit_code) == (None, 3, 3, Verdict.UNSTABLE, 1)
-    assert "at the same step" in d.advice and d.next_command == "align compare dumps_ms/ dumps_pt/"
+    assert "at the same step" in text(d).advice and text(d).next_command == "align compare dumps_ms/ dumps_pt/"
 
 
 def test_nan_beyond_the_shorter_log(tmp_path):
     c, d = curves(tmp_path, "loss 2\nloss 5\nloss inf\n", "loss 2\nloss 5\n")
     assert (c.first_part, c.first_nan_a, c.first_nan_b, d.verdict, d.exit_code) == (None, 3, None, Verdict.UNSTABLE, 1)
-    assert "beyond the other log's last step (2)" in d.advice
+    assert "beyond the other log's last step (2)" in text(d).advice
 
 
 def test_logs_that_start_late_cannot_get_the_step_1_2_test(tmp_path):
@@ -225,9 +227,10 @@ def test_logs_that_start_late_cannot_get_the_step_1_2_test(tmp_path):
                                 read_losses(write(tmp_path, "b.log", "step 10 loss 2\nstep 20 loss 1.1\n")))
     d = comparison
     assert (comparison.first_part, d.verdict) == (20, Verdict.LATER)
-    assert d.summary.startswith("Step 10 agrees; the curves part at step 20")
-    assert "The logs start at step 10" in d.advice and d.next_command == "align diff step10_ms.ckpt step10_pt.pth"
-    assert "compared only the 2 common steps" in d.warnings[0]
+    assert text(d).summary.startswith("Step 10 agrees; the curves part at step 20")
+    assert "The logs start at step 10" in text(d).advice
+    assert text(d).next_command == "align diff step10_ms.ckpt step10_pt.pth"
+    assert "compared only the 2 common steps" in text(d).warnings[0]
 
 
 def test_divergence_at_an_epoch_start_points_at_the_data_order(tmp_path):
@@ -235,7 +238,7 @@ def test_divergence_at_an_epoch_start_points_at_the_data_order(tmp_path):
               "epoch: 1 step: 1, loss is 2\nepoch: 1 step: 2, loss is 1.5\nepoch: 2 step: 1, loss is 1.2\n")
     b = write(tmp_path, "b.csv", "step,loss\n1,2\n2,1.5\n3,1.3125\n")
     d = compare_curves(read_losses(a), read_losses(b))
-    assert d.verdict == Verdict.LATER and "Step 3 starts a new epoch" in d.advice
+    assert d.verdict == Verdict.LATER and "Step 3 starts a new epoch" in text(d).advice
 
 
 # --- the command on bad input --------------------------------------------------------------------------------
@@ -342,7 +345,7 @@ def test_an_identical_repeat_measures_nothing_and_says_so(tmp_path):
     a = read_losses(write(tmp_path, "a.log", "loss 2.0\nloss 1.5\n"))
     report = compare_curves(a, a, repeat_b=a)
     assert report.verdict == Verdict.AGREE and report.steps[0].noise == pytest.approx(4 * 2 ** -23 * 2)
-    assert len(report.warnings) == 1 and "identical to B on every common step" in report.warnings[0]
+    assert len(report.warnings) == 1 and "identical to B on every common step" in text(report).warnings[0]
 
 
 def test_json_to_a_file_keeps_the_text_report_and_is_strict(capsys, logs, tmp_path):

@@ -15,32 +15,39 @@ if TYPE_CHECKING:
         DEFAULT_RTOL,
         DEFAULT_TOLERANCE,
         FLOAT32_EPS,
+        JUMP_FACTOR,
         NOISE_ROUNDINGS,
         REAL_FACTOR,
+        Cause,
+        Diagnosis,
         LossReport,
+        LossWarning,
+        NextAction,
+        NextCommand,
         NoiseEstimate,
         NoiseSource,
+        Side,
         StepRow,
         StepStatus,
         Verdict,
+        WarningKind,
         compare_curves,
         compare_losses,
     )
     from aligner.pipelines.losses.parse import LossCurve, read_losses
 
 # public name -> the module holding it (imported on first use)
-_LAZY = {"DEFAULT_ATOL": "aligner.pipelines.losses.diagnose", "DEFAULT_RTOL": "aligner.pipelines.losses.diagnose",
-         "DEFAULT_TOLERANCE": "aligner.pipelines.losses.diagnose", "FLOAT32_EPS": "aligner.pipelines.losses.diagnose",
-         "NOISE_ROUNDINGS": "aligner.pipelines.losses.diagnose", "REAL_FACTOR": "aligner.pipelines.losses.diagnose",
-         "LossReport": "aligner.pipelines.losses.diagnose", "NoiseEstimate": "aligner.pipelines.losses.diagnose",
-         "NoiseSource": "aligner.pipelines.losses.diagnose", "StepRow": "aligner.pipelines.losses.diagnose",
-         "StepStatus": "aligner.pipelines.losses.diagnose", "Verdict": "aligner.pipelines.losses.diagnose",
-         "compare_curves": "aligner.pipelines.losses.diagnose", "compare_losses": "aligner.pipelines.losses.diagnose",
-         "LossCurve": "aligner.pipelines.losses.parse", "read_losses": "aligner.pipelines.losses.parse"}
+_LAZY = {**dict.fromkeys(("DEFAULT_ATOL", "DEFAULT_RTOL", "DEFAULT_TOLERANCE", "FLOAT32_EPS", "JUMP_FACTOR",
+                          "NOISE_ROUNDINGS", "REAL_FACTOR", "Cause", "Diagnosis", "LossReport", "LossWarning",
+                          "NextAction", "NextCommand", "NoiseEstimate", "NoiseSource", "Side", "StepRow", "StepStatus",
+                          "Verdict", "WarningKind", "compare_curves", "compare_losses"),
+                         "aligner.pipelines.losses.diagnose"),
+         **dict.fromkeys(("LossCurve", "read_losses"), "aligner.pipelines.losses.parse")}
 
-__all__ = ["DEFAULT_ATOL", "DEFAULT_RTOL", "DEFAULT_TOLERANCE", "FLOAT32_EPS", "LossCurve", "LossReport",
-           "NOISE_ROUNDINGS", "NoiseEstimate", "NoiseSource", "REAL_FACTOR", "StepRow", "StepStatus", "Verdict",
-           "compare_curves", "compare_losses", "read_losses"]
+__all__ = ["Cause", "DEFAULT_ATOL", "DEFAULT_RTOL", "DEFAULT_TOLERANCE", "Diagnosis", "FLOAT32_EPS",
+           "JUMP_FACTOR", "LossCurve", "LossReport", "LossWarning", "NOISE_ROUNDINGS", "NextAction",
+           "NextCommand", "NoiseEstimate", "NoiseSource", "REAL_FACTOR", "Side", "StepRow", "StepStatus",
+           "Verdict", "WarningKind", "compare_curves", "compare_losses", "read_losses"]
 
 
 __getattr__ = lazy.attributes(__name__, _LAZY)

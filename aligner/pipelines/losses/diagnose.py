@@ -19,6 +19,9 @@ units of eps32 * |loss|: clean torch/MindSpore pairs differ by 0-2.1 (twin block
 REAL_FACTOR * NOISE_ROUNDINGS = 16, twice the worst clean step. MindSpore's tanh-GELU against torch's erf-GELU moves
 step 1 by 2.8-57 (block) and 8.4-35 (demo), and by 145 or more within 20 steps: caught at step 1 in 8 of those 10
 runs, at step 2 or 3 in the others.
+
+The report holds evidence, not sentences: the verdict, a finer `Cause`, the step it is about, the next command as an
+argv, and the warnings as `LossWarning`s; aligner/render/losses.py words all of them.
 """
 from __future__ import annotations
 
@@ -30,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.text import span
 from aligner.core.tolerance import Tolerance
-from aligner.pipelines.losses.parse import MAX_LINE, LossCurve, read_losses
+from aligner.pipelines.losses.parse import LossCurve, read_losses
 
 # The tolerance is the largest difference accepted whatever the noise; the noise bound below is what usually decides.
 DEFAULT_RTOL = 1e-4
@@ -40,6 +44,7 @@ DEFAULT_TOLERANCE = Tolerance(DEFAULT_RTOL, DEFAULT_ATOL, symmetric=True)
 FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 2**-23 = 1.19e-7: one rounding of a float32 number near 1
 NOISE_ROUNDINGS = 4.0   # estimated noise sigma = 4 float32 roundings of the loss (clean step 1: 0-3.4 of them)
 REAL_FACTOR = 4.0       # a difference above 4 sigma (+ the print rounding) is called real
+JUMP_FACTOR = 10.0      # parting later at 10x its bound or more is a jump at that step; less, accumulated drift
 
 
 class Verdict(str, enum.Enum):
@@ -62,6 +67,45 @@ class StepStatus(str, enum.Enum):
     DIFFERS = "differs"           # beyond the tolerance, or NaN/inf on one side only
 
 
+class Cause(str, enum.Enum):
+    """The explanation the evidence supports, one finer than the Verdict (render/losses.py words each)."""
+
+    WITHIN_BOUNDS = "within_bounds"              # AGREE
+    NONFINITE_SAME_STEP = "nonfinite_same_step"  # UNSTABLE: both sides reach NaN/inf at the same step
+    NONFINITE_BEYOND = "nonfinite_beyond"        # UNSTABLE: the first NaN/inf lies beyond the other log's last step
+    ROUNDING = "rounding"                        # UNDECIDED: the logs' rounding hides noise-sized differences
+    FORWARD = "forward"                          # FORWARD
+    UPDATE = "update"                            # UPDATE: step 1 within the noise bound
+    UPDATE_OR_HIDDEN = "update_or_hidden"        # UPDATE: step 1 only within the rounding (a forward difference hides)
+    NONFINITE = "nonfinite"                      # LATER: a loss becomes NaN/inf at the parting step
+    EPOCH_START = "epoch_start"                  # LATER: the parting step starts an epoch on one side
+    DRIFT = "drift"                              # LATER: under JUMP_FACTOR x the bound: accumulated rounding?
+    JUMP = "jump"                                # LATER: JUMP_FACTOR x the bound or more: something changes there
+
+
+class NextAction(str, enum.Enum):
+    """What to run next to find the cause."""
+
+    COMPARE_DUMPS = "compare_dumps"   # dump the step on both sides and compare the dumps (align compare)
+    DIFF_WEIGHTS = "diff_weights"     # save the weights after the step on both sides and diff them (align diff)
+
+
+class Side(str, enum.Enum):
+    """RUN_A or RUN_B."""
+
+    A = "A"
+    B = "B"
+
+
+class WarningKind(str, enum.Enum):
+    """Something the comparison could only partly see."""
+
+    LONG_LINES = "long_lines"              # a side's log has lines over MAX_LINE characters, skipped unread
+    LENGTHS_DIFFER = "lengths_differ"      # the sides log different steps: only the common ones are compared
+    COARSE_PRINT = "coarse_print"          # a side prints losses more coarsely than the typical noise bound
+    REPEAT_IDENTICAL = "repeat_identical"  # a side's repeat equals it on every common step: it measured no noise
+
+
 class NoiseSource(str, enum.Enum):
     """Where the noise sigma comes from."""
 
@@ -79,22 +123,8 @@ class NoiseEstimate:
     given: float | None = None           # the --noise value
     repeats: tuple[str, ...] = ()        # the repeat logs measured
 
-    @property
-    def name(self) -> str:
-        """In words, for messages: 'estimated float32 noise', 'given noise', 'measured run-to-run noise'."""
-        return {NoiseSource.FLOAT32: "estimated float32 noise", NoiseSource.GIVEN: "given noise (--noise)",
-                NoiseSource.REPEAT: "measured run-to-run noise"}[self.source]
-
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "factor": self.factor, "given": self.given, "repeats": list(self.repeats),
-                "rule": _NOISE_RULES[self.source]}
-
-
-_NOISE_RULES = {
-    NoiseSource.FLOAT32: f"{NOISE_ROUNDINGS:g} * eps32 * max(|A|,|B|)",
-    NoiseSource.GIVEN: "the --noise value at every step",
-    NoiseSource.REPEAT: "running max of |X - repeat of X| up to the step, at least the float32 estimate",
-}
+        return {"source": self.source, "factor": self.factor, "given": self.given, "repeats": list(self.repeats)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +158,55 @@ class StepRow:
 
 
 @dataclasses.dataclass(frozen=True)
+class NextCommand:
+    """The command that looks further: `action` at `step` (the files it names are the user's to write)."""
+
+    action: NextAction
+    step: int   # COMPARE_DUMPS: the step to dump; DIFF_WEIGHTS: the step after which to save the weights
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """The command line, word by word."""
+        if self.action is NextAction.COMPARE_DUMPS:
+            return ("align", "compare", "dumps_ms/", "dumps_pt/")
+        return ("align", "diff", f"step{self.step}_ms.ckpt", f"step{self.step}_pt.pth")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "step": self.step, "argv": list(self.argv)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnosis:
+    """Why the verdict, as data: the cause, the common step it is about (its numbers are that `StepRow`'s) and what
+    to run next."""
+
+    cause: Cause
+    step: int    # the parting step; UNSTABLE: the first NaN/inf step (maybe beyond the common steps); UNDECIDED: the
+    #              first UNRESOLVED step; AGREE: the step closest to its noise bound
+    before: int | None = None   # UPDATE/LATER: the last common step before `step`, else `step` - 1
+    next_command: NextCommand | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cause": self.cause, "step": self.step, "before": self.before,
+                "next_command": self.next_command.to_dict() if self.next_command else None}
+
+
+@dataclasses.dataclass(frozen=True)
+class LossWarning:
+    """What the comparison could only partly see, on `side` (the numbers are in the report's curves and rows)."""
+
+    kind: WarningKind
+    side: Side | None = None    # None: LENGTHS_DIFFER, about both
+    repeat: str | None = None   # REPEAT_IDENTICAL: the repeat's path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "side": self.side, "repeat": self.repeat}
+
+
+@dataclasses.dataclass(frozen=True)
 class LossReport:
-    """Everything `align losses` reports; no printing, no files. `bool(report)` is True when the curves agree."""
+    """Everything `align losses` reports, as data: no sentences, no printing, no files (render/losses.py words it).
+    `bool(report)` is True when the curves agree."""
 
     a: LossCurve
     b: LossCurve
@@ -140,10 +217,8 @@ class LossReport:
     first_nan_a: int | None    # first step whose loss is NaN/inf, over the whole curve
     first_nan_b: int | None
     verdict: Verdict
-    summary: str               # one sentence
-    advice: str                # why, and what to look at
-    next_command: str | None
-    warnings: tuple[str, ...]
+    diagnosis: Diagnosis
+    warnings: tuple[LossWarning, ...]
 
     @property
     def exit_code(self) -> ExitCode:
@@ -154,7 +229,7 @@ class LossReport:
         return self.verdict is Verdict.AGREE
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (floats may be NaN/inf: write it with render.jsonout, which makes them strings)."""
+        """Plain data (floats may be NaN/inf); `--json` writes render.losses.report_json's words of it instead."""
         return {
             "a": _curve_dict(self.a, self.first_nan_a),
             "b": _curve_dict(self.b, self.first_nan_b),
@@ -163,10 +238,8 @@ class LossReport:
             "common_steps": len(self.steps),
             "first_part": self.first_part,
             "verdict": self.verdict,
-            "summary": self.summary,
-            "advice": self.advice,
-            "next_command": self.next_command,
-            "warnings": list(self.warnings),
+            "diagnosis": self.diagnosis.to_dict(),
+            "warnings": [warning.to_dict() for warning in self.warnings],
             "exit_code": int(self.exit_code),
             "steps": [row.to_dict() for row in self.steps],
         }
@@ -202,11 +275,11 @@ def compare_curves(a: LossCurve, b: LossCurve, tolerance: Tolerance | None = Non
         raise AlignerError(f"--noise must be a finite number >= 0, got {noise!r}")
     steps, ia, ib = np.intersect1d(np.asarray(a.steps), np.asarray(b.steps), assume_unique=True, return_indices=True)
     if steps.size == 0:
-        raise AlignerError(f"no common steps: {a.path} has steps {_span(a.steps)}, {b.path} has steps {_span(b.steps)}")
+        raise AlignerError(f"no common steps: {a.path} has steps {span(a.steps)}, {b.path} has steps {span(b.steps)}")
     la, lb = np.asarray(a.losses)[ia], np.asarray(b.losses)[ib]
     scale = np.maximum(np.abs(la), np.abs(lb))
-    warnings: list[str] = []
-    sigma, estimate = _noise(steps, scale, noise, (("A", a, repeat_a), ("B", b, repeat_b)), warnings)
+    warnings: list[LossWarning] = []
+    sigma, estimate = _noise(steps, scale, noise, ((Side.A, a, repeat_a), (Side.B, b, repeat_b)), warnings)
     rounding = (a.resolution + b.resolution) / 2
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # +-1e308 logged: |A-B| is inf
         abs_diff = np.abs(la - lb)
@@ -237,35 +310,33 @@ def _status(diff: float, noise_bound: float, tol_bound: float, hidden: bool, sam
 
 
 def _noise(steps: np.ndarray, scale: np.ndarray, given: float | None,
-           sides: tuple[tuple[str, LossCurve, LossCurve | None], ...],
-           warnings: list[str]) -> tuple[np.ndarray, NoiseEstimate]:
+           sides: tuple[tuple[Side, LossCurve, LossCurve | None], ...],
+           warnings: list[LossWarning]) -> tuple[np.ndarray, NoiseEstimate]:
     """Per-step sigma on the common steps, and how it was obtained."""
     with np.errstate(invalid="ignore"):
         estimate = NOISE_ROUNDINGS * FLOAT32_EPS * np.where(np.isfinite(scale), scale, 0.0)
     if given is not None:
         return np.full(steps.shape, float(given)), NoiseEstimate(NoiseSource.GIVEN, given=float(given))
     measured, paths = [], []
-    for label, curve, repeat in sides:
+    for side, curve, repeat in sides:
         if repeat is None:
             continue
         paths.append(repeat.path)
-        running = _repeat_noise(label, curve, repeat, steps)
-        if not np.any(running > 0):
-            warnings.append(f"the repeat of {label} ({repeat.path}) is identical to {label} on every common step: "
-                            "a deterministic rerun measures no noise, so the float32 estimate is used (a rerun with "
-                            "another thread count, device or kernel choice measures it)")
+        running = _repeat_noise(side, curve, repeat, steps)
+        if not np.any(running > 0):  # a deterministic rerun: the float32 estimate stands
+            warnings.append(LossWarning(WarningKind.REPEAT_IDENTICAL, side, repeat.path))
         measured.append(running)
     if not paths:
         return estimate, NoiseEstimate(NoiseSource.FLOAT32)
     return np.maximum(estimate, np.max(measured, axis=0)), NoiseEstimate(NoiseSource.REPEAT, repeats=tuple(paths))
 
 
-def _repeat_noise(label: str, curve: LossCurve, repeat: LossCurve, steps: np.ndarray) -> np.ndarray:
+def _repeat_noise(side: Side, curve: LossCurve, repeat: LossCurve, steps: np.ndarray) -> np.ndarray:
     """Running max of |X - X'| over the steps X and its repeat share, carried onto `steps` (0 before the first)."""
     shared, ic, ir = np.intersect1d(np.asarray(curve.steps), np.asarray(repeat.steps), assume_unique=True,
                                     return_indices=True)
     if shared.size == 0:
-        raise AlignerError(f"--repeat-{label.lower()}: {repeat.path} shares no step with {curve.path}")
+        raise AlignerError(f"--repeat-{side.value.lower()}: {repeat.path} shares no step with {curve.path}")
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(np.asarray(curve.losses)[ic] - np.asarray(repeat.losses)[ir])
     running = np.maximum.accumulate(np.where(np.isfinite(diff), diff, 0.0))
@@ -274,158 +345,53 @@ def _repeat_noise(label: str, curve: LossCurve, repeat: LossCurve, steps: np.nda
 
 
 def _diagnose(a: LossCurve, b: LossCurve, tolerance: Tolerance, noise: NoiseEstimate, rows: tuple[StepRow, ...],
-              k: int | None, warnings: tuple[str, ...]) -> LossReport:
+              k: int | None, warnings: tuple[LossWarning, ...]) -> LossReport:
     """Apply the migration guide's rule: step 1 differs -> forward; step 2 -> backward/optimizer; later -> where."""
     first_nan_a, first_nan_b = _first_nonfinite(a), _first_nonfinite(b)
-    nan_note = _nan_note(first_nan_a, first_nan_b)
 
-    def report(verdict: Verdict, summary: str, advice: str, next_command: str | None) -> LossReport:
-        return LossReport(a, b, tolerance, noise, rows, k, first_nan_a, first_nan_b, verdict, summary, advice,
-                          next_command, warnings)
+    def report(verdict: Verdict, diagnosis: Diagnosis) -> LossReport:
+        return LossReport(a, b, tolerance, noise, rows, k, first_nan_a, first_nan_b, verdict, diagnosis, warnings)
 
     if k is None:
-        if nan_note:
-            step = min(s for s in (first_nan_a, first_nan_b) if s is not None)
-            if first_nan_a == first_nan_b:
-                why = ("Both runs reach NaN/inf at the same step: the migration reproduces an unstable training "
-                       "(learning rate, loss scaling, bad data), it does not cause it.")
-            else:
-                why = (f"Step {step} lies beyond the other log's last step ({rows[-1].step}): log that run "
-                       "further to see whether it blows up too.")
-            return report(Verdict.UNSTABLE, f"The curves agree where both are logged, but {nan_note}.",
-                          f"{why} To find the first non-finite tensor, dump step {step} on both sides and compare:",
-                          "align compare dumps_ms/ dumps_pt/")
-        hidden = [row for row in rows if row.status is StepStatus.UNRESOLVED]
-        if hidden:
-            return report(Verdict.UNDECIDED, _undecided_summary(a, b, noise, rows, hidden),
-                          "No step differs by more than the rounding of the logs, but the rounding is larger than "
-                          "the smallest difference that would be a real one, so a small bug (an approximate GELU, a "
-                          "LayerNorm epsilon, a small weight decay) would look the same. Log the loss with more "
-                          "digits (Python's repr of the float, or '%.8g'); if you know the noise is larger than "
-                          "the float32 estimate, pass --noise or a rerun of one side with --repeat-a.", None)
+        nan_steps = [step for step in (first_nan_a, first_nan_b) if step is not None]
+        if nan_steps:
+            cause = Cause.NONFINITE_SAME_STEP if first_nan_a == first_nan_b else Cause.NONFINITE_BEYOND
+            step = min(nan_steps)
+            return report(Verdict.UNSTABLE, Diagnosis(cause, step, None, NextCommand(NextAction.COMPARE_DUMPS, step)))
+        hidden = next((row.step for row in rows if row.status is StepStatus.UNRESOLVED), None)
+        if hidden is not None:
+            return report(Verdict.UNDECIDED, Diagnosis(Cause.ROUNDING, hidden))
         worst = max(rows, key=lambda row: row.noise_ratio if np.isfinite(row.abs_diff) else -1.0)
-        return report(Verdict.AGREE, f"The curves agree on all {len(rows)} common steps (max relative difference "
-                      f"{_fmt(np.nanmax([row.rel_diff for row in rows]))}, at most {_fmt(worst.noise_ratio)}x the "
-                      f"{noise.name}).", "Forward, backward and optimizer match to within "
-                      f"{noise.factor:g}x the {noise.name} and the tolerance, {tolerance}.", None)
+        return report(Verdict.AGREE, Diagnosis(Cause.WITHIN_BOUNDS, worst.step))
     i = next(n for n, row in enumerate(rows) if row.step == k)
-    first = rows[0].step
-    tail = f" {_evidence(rows[i], tolerance, noise)}" + (f" Note: {nan_note}." if nan_note else "")
     if k == 1:
-        return report(Verdict.FORWARD, f"Step 1 differs: the forward pass differs.{tail}",
-                      "Before the first update both runs hold the same weights, so a different step-1 loss means "
-                      "the forward computation differs (or the inputs, the initial weights or the loss function). "
-                      "Dump the forward pass of step 1 on both sides and find the first layer that differs:",
-                      "align compare dumps_ms/ dumps_pt/")
-    if k == 2 and first == 1:
-        if rows[0].status is StepStatus.UNRESOLVED:
-            head = ("Step 1 is within the rounding of the logs, step 2 differs: the backward pass or the optimizer "
-                    "update differs, or the forward pass by less than the rounding lets step 1 show.")
-        else:
-            head = "Step 1 agrees, step 2 differs: the backward pass or the optimizer update differs."
-        return report(Verdict.UPDATE, f"{head}{tail}",
-                      "The forward pass matches but the first update does not: compare gradients and the optimizer "
-                      "(learning rate and its schedule, weight decay, momentum/betas/eps, a parameter missing from "
-                      "the optimizer or frozen on one side, gradient clipping, loss scaling). Save the weights after "
-                      "step 1 on both sides and diff them; the parameters that differ point at the cause:",
-                      "align diff step1_ms.ckpt step1_pt.pth")
-    last_good = rows[i - 1].step if i else k - 1
-    agreed = f"Steps {first}-{last_good} agree" if last_good > first else f"Step {first} agrees"
-    if i == 0:
-        agreed = f"The first common step ({first}) already differs"
-    row = rows[i]
-    blows_up = not (np.isfinite(row.a) and np.isfinite(row.b))
-    return report(Verdict.LATER, f"{agreed}; the curves part at step {k}.{tail}",
-                  _later_advice(a, b, rows, i, noise),
-                  "align compare dumps_ms/ dumps_pt/" if blows_up
-                  else f"align diff step{last_good}_ms.ckpt step{last_good}_pt.pth")
-
-
-def _evidence(row: StepRow, tolerance: Tolerance, noise: NoiseEstimate) -> str:
-    """'The difference at step 1 is 1.2e-05, 47x the estimated float32 noise of 2.6e-07: likely a real ...'."""
+        return report(Verdict.FORWARD, Diagnosis(Cause.FORWARD, 1, None, NextCommand(NextAction.COMPARE_DUMPS, 1)))
+    if k == 2 and rows[0].step == 1:
+        cause = Cause.UPDATE_OR_HIDDEN if rows[0].status is StepStatus.UNRESOLVED else Cause.UPDATE
+        return report(Verdict.UPDATE, Diagnosis(cause, 2, 1, NextCommand(NextAction.DIFF_WEIGHTS, 1)))
+    row, before = rows[i], rows[i - 1].step if i else k - 1
     if not (np.isfinite(row.a) and np.isfinite(row.b)):
-        return ""
-    ratio = f"{_fmt(row.noise_ratio)}x the {noise.name} of {_fmt(row.noise)}"
-    if row.status is StepStatus.ABOVE_NOISE:
-        return (f"The difference at step {row.step} is {_fmt(row.abs_diff)}, {ratio}: likely a real difference, "
-                f"although within the tolerance, {tolerance}.")
-    return (f"The difference at step {row.step} is {_fmt(row.abs_diff)} ({_fmt(row.rel_diff)} relative, {ratio}), "
-            f"beyond the tolerance, {tolerance}.")
-
-
-def _undecided_summary(a: LossCurve, b: LossCurve, noise: NoiseEstimate, rows: tuple[StepRow, ...],
-                       hidden: list[StepRow]) -> str:
-    """'Cannot decide: B prints 4 decimals, so differences below 5e-05 are invisible ...'."""
-    coarse = [f"{label} prints losses rounded to {_fmt(c.resolution)}" for label, c in (("A", a), ("B", b))
-              if c.resolution > 0]
-    row = hidden[0]
-    rounding = row.noise_bound - noise.factor * row.noise
-    where = "every common step" if len(hidden) == len(rows) else f"{len(hidden)} of {len(rows)} common steps"
-    return (f"Cannot decide: {' and '.join(coarse)}, so differences below {_fmt(rounding)} are invisible, while a real "
-            f"difference can be as small as {_fmt(noise.factor * row.noise)} ({noise.factor:g}x the {noise.name} "
-            f"of {_fmt(row.noise)} at step {row.step}); this holds at {where}.")
-
-
-def _later_advice(a: LossCurve, b: LossCurve, rows: tuple[StepRow, ...], i: int, noise: NoiseEstimate) -> str:
-    """Explain a divergence after step 2: drift, a jump at an epoch boundary, or a jump elsewhere."""
-    row, first = rows[i], rows[0].step
-    k = row.step
-    parts = []
-    if first > 1:
-        parts.append(f"The logs start at step {first}, so the step-1/step-2 test cannot be made: log the loss of "
-                     "every step from step 1 to tell a forward difference from an update difference.")
-    if not (np.isfinite(row.a) and np.isfinite(row.b)):
-        parts.append(f"The curves part because one loss becomes NaN/inf at step {k}: usual causes are an overflow "
-                     "(float16, loss scaling) or log/exp/division of 0 on that side. Dump step "
-                     f"{k} on both sides and find the first non-finite tensor:")
-        return " ".join(parts)
-    over = row.abs_diff / min(row.noise_bound, row.tolerance_bound) if min(row.noise_bound, row.tolerance_bound) > 0 \
-        else float("inf")
+        return report(Verdict.LATER, Diagnosis(Cause.NONFINITE, k, before, NextCommand(NextAction.COMPARE_DUMPS, k)))
+    bound = min(row.noise_bound, row.tolerance_bound)
     if k in a.epoch_starts or k in b.epoch_starts:
-        parts.append(f"Step {k} starts a new epoch: compare the data order (shuffling, sampler seed) and per-epoch "
-                     "learning-rate schedules.")
-    elif over < 10:
-        parts.append(f"The difference is just over the bound ({_fmt(row.rel_diff)} relative): rounding differences "
-                     f"accumulated over {k - 1} updates can look like this, and the "
-                     f"{noise.name} does not model how noise grows through training; measure it with a rerun of "
-                     "one side (--repeat-a) or give --noise, and if the curves stay close afterwards, a looser "
-                     "bound may be right.")
+        cause = Cause.EPOCH_START
+    elif bound > 0 and row.abs_diff / bound < JUMP_FACTOR:
+        cause = Cause.DRIFT
     else:
-        parts.append(f"The difference jumps at step {k} ({_fmt(row.rel_diff)} relative): something changes at "
-                     "that step on one side (learning-rate schedule or warmup end, data, loss scaling, a layer "
-                     "frozen or unfrozen).")
-    last_good = rows[i - 1].step if i else k - 1
-    parts.append(f"Save the weights after step {last_good} on both sides and diff them:")
-    return " ".join(parts)
+        cause = Cause.JUMP
+    return report(Verdict.LATER, Diagnosis(cause, k, before, NextCommand(NextAction.DIFF_WEIGHTS, before)))
 
 
-def _nan_note(first_nan_a: int | None, first_nan_b: int | None) -> str:
-    """Say where each side's loss first becomes NaN/inf, or '' when neither does."""
-    notes = [f"{label}'s loss is first NaN/inf at step {step}"
-             for label, step in (("A", first_nan_a), ("B", first_nan_b)) if step is not None]
-    if notes and (first_nan_a is None or first_nan_b is None):
-        notes.append(f"{'B' if first_nan_b is None else 'A'}'s loss stays finite")
-    return ", ".join(notes)
-
-
-def _warnings(a: LossCurve, b: LossCurve, rows: tuple[StepRow, ...], noise: NoiseEstimate) -> list[str]:
-    """Different step counts (only common steps are compared), lines too long to read, and logs printed too coarsely
+def _warnings(a: LossCurve, b: LossCurve, rows: tuple[StepRow, ...], noise: NoiseEstimate) -> list[LossWarning]:
+    """Lines too long to read, different step counts (only common steps are compared), and logs printed too coarsely
     for the noise bound."""
-    warnings = []
-    for label, curve in (("A", a), ("B", b)):
-        if curve.long_lines:
-            warnings.append(f"{label} ({curve.path}): skipped {curve.long_lines} line(s) longer than "
-                            f"{MAX_LINE} characters (first: line {curve.first_long_line}); no log line is that long")
+    sides = ((Side.A, a), (Side.B, b))
+    warnings = [LossWarning(WarningKind.LONG_LINES, side) for side, curve in sides if curve.long_lines]
     if len(a.steps) != len(rows) or len(b.steps) != len(rows):
-        warnings.append(f"A has {len(a.steps)} losses (steps {_span(a.steps)}), B has {len(b.steps)} "
-                        f"(steps {_span(b.steps)}): compared only the {len(rows)} common steps")
+        warnings.append(LossWarning(WarningKind.LENGTHS_DIFFER))
     finite = [row.noise for row in rows if np.isfinite(row.noise)]
     typical = noise.factor * float(np.median(finite)) if finite else 0.0
-    for label, curve in (("A", a), ("B", b)):
-        if curve.resolution / 2 > typical:
-            warnings.append(f"{label} prints losses rounded to {_fmt(curve.resolution)}: differences below "
-                            f"{_fmt(curve.resolution / 2)} cannot be seen (the bounds are widened by that); "
-                            "log more digits")
+    warnings += [LossWarning(WarningKind.COARSE_PRINT, side) for side, curve in sides if curve.resolution / 2 > typical]
     return warnings
 
 
@@ -440,12 +406,3 @@ def _first_nonfinite(curve: LossCurve) -> int | None:
     """The first global step whose loss is NaN or inf."""
     return next((step for step, loss in zip(curve.steps, curve.losses) if not np.isfinite(loss)), None)
 
-
-def _span(steps: tuple[int, ...] | np.ndarray) -> str:
-    """'1-40' for a list of steps."""
-    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
-
-
-def _fmt(x: float) -> str:
-    """A short number for messages."""
-    return f"{x:.3g}"
