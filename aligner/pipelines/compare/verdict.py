@@ -205,8 +205,8 @@ def dataflow(rows: Sequence[Row]) -> Flow:
         ups: list[int] | None = None
         if rec.kind == "forward" and rec.io == "input":
             same_call = prev is not None and prev.kind == "forward" and prev.io == "input" and \
-                prev.module == rec.module and rec.index > 0
-            if same_call:
+                prev.module == rec.module and rec.index > 0 and bool(open_calls[rec.module])
+            if same_call:  # (not when the input before it was linked by call ids: a row one side holds alone)
                 open_calls[rec.module][-1].append(i)
             else:
                 open_calls[rec.module].append([i])
