@@ -1,6 +1,6 @@
 """Time one training step of a twin model (torch and MindSpore) without a dump, with a full dump and stats-only.
 
-    .venv/bin/python scripts/bench_dump.py [--steps 30] [--batch 32] [--model cnn|block]
+    .venv/bin/python scripts/bench_dump.py [--steps 30] [--batch 32] [--model cnn|block|resnet18] [--floor]
 
 Each variant runs the same forward/backward/SGD step; the dump variants open a fresh `aligner.dump` context per step
 (leaf modules, forward + backward + parameter gradients, background writer flushed at every context exit), so the
@@ -10,6 +10,14 @@ full dump against the same dump with inputs=False, in the same run (target: at m
 stats-only with statistics computed where each tensor lives at emit time (`aligner.dumping.fstats`, no tensor copied
 to the host) against stats-only the way it was before (every tensor copied to the host, statistics computed by the
 writer thread), in the same run.
+
+--floor adds the floor a dump's own work is measured against: the same hooks (every module's forward pre-hook and
+hook, a backward hook on each leaf, a hook on each parameter) doing nothing, interleaved with the other modes; the
+stats-only dump with MindSpore's statistics taken at once (`session.DEFER` off: each hook waits for its op), as it
+was before; and the cost of writing a full dump's bytes per step to the same disk (`DirectWriter`, O_DIRECT). It
+prints stats-only / floor, at once / floor, and full / (floor + disk); for MindSpore, also each way around its hook
+machinery tried (MS_VARIANTS: forward hooks only, tensor hooks instead of cell backward hooks, its TensorDump op)
+against the floor and against no dump.
 """
 from __future__ import annotations
 
@@ -31,8 +39,10 @@ from twin_models import make_twins
 
 import aligner
 from aligner.dumping import session as dump_session
+from aligner.dumping.writer import DirectWriter
 
 MODES = ("none", "full", "stats", "no_inputs", "stats_host")
+FLOOR_MODES = ("none", "floor", "stats", "stats_now")
 
 
 def torch_step(model, x) -> Callable[[], Any]:
@@ -84,15 +94,113 @@ def make_model(framework: str, kind: str) -> Any:
     return net
 
 
+def noop_hooks(model: Any) -> list[Any]:
+    """The hooks a default dump registers, each doing nothing (their handles): every module's forward pre-hook and
+    hook, a backward hook on each leaf (MindSpore: the cell's; torch: a hook on each output tensor), a hook on each
+    parameter."""
+    import torch
+
+    handles: list[Any] = []
+    if isinstance(model, torch.nn.Module):
+        def post(module: Any, args: Any, output: Any) -> None:
+            if next(module.children(), None) is None and isinstance(output, torch.Tensor) and output.requires_grad:
+                output.register_hook(lambda grad: None)
+
+        for module in model.modules():
+            handles.append(module.register_forward_pre_hook(lambda module, args: None))
+            handles.append(module.register_forward_hook(post))
+        params = [p for p in model.parameters() if p.requires_grad]
+    else:
+        return ms_hooks(model, "floor")
+    handles.extend(p.register_hook(lambda grad: None) for p in params)
+    return handles
+
+
+MS_VARIANTS = {
+    "floor": "the dump's hooks doing nothing",
+    "fwd_hooks": "forward pre-hook and hook of every cell only (no backward or parameter hooks)",
+    "tensor_hooks": "backward by tensor hooks (each leaf's output, an alias of its input) instead of cell hooks",
+    "tensordump": "MindSpore's TensorDump op on each leaf's forward outputs (its own files, no manifest)",
+}
+
+
+def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
+    """Hooks on a MindSpore model (their handles), doing nothing but what `variant` names (MS_VARIANTS)."""
+    import mindspore as ms
+
+    handles: list[Any] = []
+    dump = ms.ops.TensorDump() if variant == "tensordump" else None
+
+    def alias(cell: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        return tuple(a.view(a.shape) if isinstance(a, ms.Tensor) else a for a in args), kwargs
+
+    def post(cell: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        outs = [t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, ms.Tensor)]
+        if variant == "tensor_hooks":
+            for t in outs + [a for a in args if isinstance(a, ms.Tensor)]:
+                t.register_hook(lambda grad: None)
+        elif dump is not None and root is not None:
+            for i, t in enumerate(outs):
+                dump(str(root / f"{id(cell)}_{i}"), t)
+
+    for _, cell in model.cells_and_names():
+        leaf = next(iter(cell.cells()), None) is None
+        tensor_leaf = leaf and variant == "tensor_hooks"
+        handles.append(cell.register_forward_pre_hook(alias if tensor_leaf else lambda cell, args, kwargs: None,
+                                                      with_kwargs=True))
+        handles.append(cell.register_forward_hook(post if leaf else lambda cell, args, kwargs, out: None,
+                                                  with_kwargs=True, always_call=True))
+        if leaf and variant == "floor":
+            handles.append(cell.register_backward_hook(lambda cell, grad_in, grad_out: None))
+    if variant in ("floor", "tensor_hooks"):
+        handles.extend(p.register_hook(lambda grad: None) for p in model.get_parameters() if p.requires_grad)
+    return handles
+
+
+def disk_cost(root: Path, arrays: list[np.ndarray], steps: int) -> float:
+    """Median seconds to write `arrays` (a full dump's tensor files of one step) to `root` with the dump writer's
+    O_DIRECT path, over `steps` rounds."""
+    writer = DirectWriter()
+    root.mkdir(parents=True, exist_ok=True)
+    times = []
+    for i in range(steps):
+        start = time.perf_counter()
+        for j, array in enumerate(arrays):
+            path = root / f"{i}_{j}.npy"
+            if not writer.save(path, array):
+                np.save(path, array)
+        times.append(time.perf_counter() - start)
+        for path in root.glob(f"{i}_*.npy"):
+            path.unlink()
+    return statistics.median(times)
+
+
 def timed(step: Callable[[], None], model, steps: int, root: Path, modes: tuple[str, ...] = MODES) -> dict[str, float]:
     """Median seconds per step for each mode (see MODES), interleaved step by step so machine load
     hits every mode alike (two warm-up rounds are dropped)."""
+    return {mode: statistics.median(t) for mode, t in samples(step, model, steps, root, modes).items()}
+
+
+def samples(step: Callable[[], None], model, steps: int, root: Path, modes: tuple[str, ...]) -> dict[str, list[float]]:
+    """Seconds of each of `steps` steps for each mode, interleaved step by step (two warm-up rounds dropped)."""
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     for i in range(steps + 2):
         for mode in modes:
             start = time.perf_counter()
             if mode == "none":
                 step()
+            elif mode == "floor" or mode in MS_VARIANTS:
+                handles = noop_hooks(model) if mode == "floor" else ms_hooks(model, mode, root / "tensordump")
+                step()
+                for handle in handles:
+                    handle.remove()
+            elif mode == "stats_now":
+                dump_session.DEFER = False
+                try:
+                    with aligner.dump(model, root / mode, step=i, stats_only=True):
+                        step()
+                finally:
+                    dump_session.DEFER = True
             else:
                 inputs = False if mode == "no_inputs" else None
                 dump_session.FRAMEWORK_STATS = mode != "stats_host"
@@ -103,7 +211,7 @@ def timed(step: Callable[[], None], model, steps: int, root: Path, modes: tuple[
                 finally:
                     dump_session.FRAMEWORK_STATS = True
             times[mode].append(time.perf_counter() - start)
-    return {mode: statistics.median(t[2:]) for mode, t in times.items()}
+    return {mode: t[2:] for mode, t in times.items()}
 
 
 def main() -> None:
@@ -115,7 +223,11 @@ def main() -> None:
                         help="twin CNN or transformer block, or resnet18 (timm / mindcv; use --batch 8)")
     parser.add_argument("--frameworks", default="torch,mindspore")
     parser.add_argument("--quick", action="store_true", help="time only no dump, full and stats-only (the goals)")
+    parser.add_argument("--floor", action="store_true", help="also the floor: the same hooks doing nothing")
     args = parser.parse_args()
+    if args.floor:
+        floor(args)
+        return
     modes = ("none", "full", "stats") if args.quick else MODES
     import mindspore as ms
     import torch
@@ -145,6 +257,53 @@ def main() -> None:
         print(f"{name:<10} {base * 1e3:>8.2f}ms {full * 1e3:>8.2f}ms ({full / base:4.2f}x) "
               f"{stats * 1e3:>8.2f}ms ({stats / base:4.2f}x) {mb:>15.2f} {full / no_inputs:>7.2f}x "
               f"{host * 1e3:>8.2f}ms ({host / base:4.2f}x) {stats / host:>7.2f}x")
+
+
+def floor(args: argparse.Namespace) -> None:
+    """Stats-only and full dumps against the floor (see the module docstring), each framework in turn."""
+    import mindspore as ms
+    import torch
+
+    torch.set_num_threads(args.threads)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, 224, 224)}[args.model]
+    x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
+    print(f"{args.model}, batch {args.batch}, {args.steps} interleaved steps, torch threads {args.threads}; "
+          "median (best) ms; floor: the same hooks doing nothing; disk: writing a full step's tensor files")
+    print(f"{'framework':<10} {'no dump':>13} {'floor':>13} {'stats':>13} {'stats/floor':>13} {'at once/floor':>14} "
+          f"{'disk':>6} {'full/(floor+disk)':>18}")
+    for name in args.frameworks.split(","):
+        model = make_model(name, args.model)
+        step = (torch_step if name == "torch" else ms_step)(model, x)
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            (root / "tensordump").mkdir()
+            variants = tuple(MS_VARIANTS)[1:] if name == "mindspore" else ()
+            t = samples(step, model, args.steps, root, FLOOR_MODES + variants)
+            # full dumps apart (their write-back would slow the next step: see main), against their own floor
+            f = samples(step, model, args.steps, root, ("floor", "full"))
+            files = sorted((root / "full").rglob("*.npy"))
+            per_step = len(files) // (args.steps + 2) or 1
+            disk = disk_cost(root / "disk", [np.load(p) for p in files[:per_step]], max(3, args.steps // 3))
+        both = t | {"full_floor": f["floor"], "full": f["full"]}
+        med, best = {m: statistics.median(v) for m, v in both.items()}, {m: min(v) for m, v in both.items()}
+        print(floor_row(name, med, best, disk))
+        for variant in variants:
+            vs_floor = f"{med[variant] / med['floor']:.2f}x ({best[variant] / best['floor']:.2f}x)"
+            vs_none = f"{med[variant] / med['none']:.2f}x ({best[variant] / best['none']:.2f}x)"
+            print(f"{'':10} {MS_VARIANTS[variant]}: {vs_floor} the floor, {vs_none} no dump")
+
+
+def floor_row(name: str, med: dict[str, float], best: dict[str, float], disk: float) -> str:
+    """One framework's line of the --floor table: milliseconds and ratios, median (best)."""
+    def cell(m: str) -> str:
+        return f"{med[m] * 1e3:.1f} ({best[m] * 1e3:.1f})"
+
+    def ratio(a: str, b: str, extra: float = 0.0) -> str:
+        return f"{med[a] / (med[b] + extra):.2f}x ({best[a] / (best[b] + extra):.2f}x)"
+
+    return (f"{name:<10} {cell('none'):>13} {cell('floor'):>13} {cell('stats'):>13} {ratio('stats', 'floor'):>13} "
+            f"{ratio('stats_now', 'floor'):>14} {disk * 1e3:>5.1f} {ratio('full', 'full_floor', disk):>18}")
 
 
 if __name__ == "__main__":

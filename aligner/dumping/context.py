@@ -75,7 +75,7 @@ class DumpContext:
         if opened is None:
             return self
         sink, first_seq = opened
-        self.session = session = Session(sink, self.step, first_seq)
+        self.session = session = Session(sink, self.step, first_seq, self.framework == Framework.MINDSPORE)
         try:
             if self.framework is not None:
                 _install(self.framework, self.model, self.session, self.opts, self._handles)

@@ -153,11 +153,27 @@ def _ms_head(x: Any, f64: Any) -> Any:
 
 
 def _ms_on_cpu(tensor: Any) -> bool:
-    """Whether a MindSpore tensor's memory is host memory (its device, else the context's device target)."""
-    import mindspore as ms
+    """Whether a MindSpore tensor's memory is host memory: always on a CPU target, else its device (reading it waits
+    for the op that writes the tensor)."""
+    if ms_cpu_target():
+        return True
+    return str(getattr(tensor, "device", None) or "").upper().startswith("CPU")
 
-    device = getattr(tensor, "device", None) or ms.get_context("device_target")
-    return str(device).upper().startswith("CPU")
+
+def ms_cpu_target() -> bool:
+    """Whether MindSpore is loaded and its context runs on the CPU target (every tensor in host memory)."""
+    ms = sys.modules.get("mindspore")
+    return ms is not None and str(ms.get_context("device_target")).upper().startswith("CPU")
+
+
+def ms_deferrable(tensor: Any, dtype: str) -> Any:
+    """What to keep of a MindSpore float tensor (`dtype`: its canonical name) to compute its statistics later without
+    waiting for its op now: the tensor itself (MindSpore ops return new tensors), or for a Parameter (changed in place
+    by optimizers and BatchNorm) a copy queued behind the ops already issued; None for anything else (reduced now)."""
+    ms = sys.modules.get("mindspore")
+    if ms is None or dtype not in ("float32", "float64") or not isinstance(tensor, ms.Tensor):
+        return None
+    return ms.ops.deepcopy(tensor) if isinstance(tensor, ms.Parameter) else tensor
 
 
 def _ms_view(tensor: Any) -> np.ndarray:

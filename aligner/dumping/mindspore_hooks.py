@@ -55,6 +55,27 @@ class _CellHooks(CallHooks):
                     self.session.emit_grad(self.path, self.type, io, i, g)
 
 
+class _Handing:
+    """Stands in for a hooked cell's backward-hook primitive while the dump runs (`remove` puts it back): MindSpore
+    passes the cell's inputs and outputs through it, which hands them on as new objects on the same memory; the
+    session is told which, so the next cell's input links to the record by identity, without reading its address
+    (which waits for the op that writes it)."""
+
+    def __init__(self, cell: ms.nn.Cell, session: Session) -> None:
+        self.cell, self.session = cell, session
+        self.primitive = cell._cell_backward_hook
+        object.__setattr__(cell, "_cell_backward_hook", self)
+
+    def __call__(self, tensors: Any) -> Any:
+        handed = self.primitive(tensors)
+        if self.session.open:
+            self.session.same_tensors(tensors, handed)
+        return handed
+
+    def remove(self) -> None:
+        object.__setattr__(self.cell, "_cell_backward_hook", self.primitive)
+
+
 def _buffers(cell: ms.nn.Cell) -> list[tuple[str, Any]]:
     """The normalisation buffers of a cell (BatchNorm moving statistics, or PyTorch-named ones), if it has any."""
     return [(name, t) for name in ("moving_mean", "moving_variance", "running_mean", "running_var")
@@ -72,6 +93,8 @@ def install(model: ms.nn.Cell, session: Session, opts: Options, handles: list[An
         handles.append(cell.register_forward_hook(hooks.post, with_kwargs=True, always_call=True))
         if opts.backward and opts.module_backward and opts.selects_module(path, is_leaf):
             handles.append(cell.register_backward_hook(hooks.backward))
+            if session.by_identity:
+                handles.append(_Handing(cell, session))
     if opts.backward and opts.param_grads:
         for name, param in model.parameters_and_names():
             if param.requires_grad and opts.selects_name(name):

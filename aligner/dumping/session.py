@@ -11,13 +11,31 @@ from typing import Any, Hashable, Protocol
 import numpy as np
 
 from aligner.core.dtypes import canonical
-from aligner.dumping.fstats import fast_stats_of, on_host, stats_of
+from aligner.dumping.fstats import fast_stats_of, ms_cpu_target, ms_deferrable, on_host, stats_of
 from aligner.dumping.manifest import BLOCK, Record
-from aligner.dumping.tensors import dtype_label, dtype_name, failure, shape_of, to_host, unstorable, view_key
+from aligner.dumping.tensors import (
+    dtype_label,
+    dtype_name,
+    failure,
+    shape_of,
+    tensors_in,
+    to_host,
+    unstorable,
+    view_key,
+)
 
 # False: stats-only captures copy every tensor to the host and the sink computes its statistics there (the path
 # before in-framework statistics; scripts/bench_dump.py switches it off for its "before" column)
 FRAMEWORK_STATS = True
+
+# MindSpore on a CPU target dispatches its ops asynchronously: reading a tensor in a hook (its data, address, device
+# or version) waits for its op, which serialises the step (a stats-only resnet18 step measured 2x the same hooks doing
+# nothing). A dump instead keeps a reference to each float tensor (its ops return new tensors; a Parameter, which
+# optimizers and BatchNorm change in place, is copied by an op queued behind the ones issued) and copies or reduces
+# the batch when DEFER_BYTES are held or the context exits: memory in flight is bounded by DEFER_BYTES plus one
+# tensor. Links then go by object identity alone (`Session.by_identity`). scripts/bench_dump.py turns DEFER off.
+DEFER = True
+DEFER_BYTES = 256 << 20
 
 
 # How many recent outputs a session holds to link inputs that view their memory (see Session._views): a chain's
@@ -39,6 +57,18 @@ class Sink(Protocol):
 
 
 @dataclasses.dataclass
+class _Waiting:
+    """A record waiting in order for the flush (see DEFER): `held` is the tensor to copy (or with `stats_only`, to
+    reduce); `grad`, a gradient that becomes a link if it views the last gradient's memory."""
+
+    record: Record
+    array: np.ndarray | None
+    held: Any
+    stats_only: bool
+    grad: bool = False
+
+
+@dataclasses.dataclass
 class Frame:
     """One module call in progress: its path, call id, and the sequence number its children's records start at."""
 
@@ -56,9 +86,19 @@ class Session:
     # MindSpore tensor's address waits for the op that writes it)
     link_views = True
 
-    def __init__(self, sink: Sink, step: int, first_seq: int = 0) -> None:
+    def __init__(self, sink: Sink, step: int, first_seq: int = 0, mindspore: bool = False) -> None:
+        """`mindspore`: the hooks are MindSpore's (on a CPU target, what they record waits for a flush: DEFER)."""
         self.sink = sink
         self.host_arrays = sink.host_arrays or not FRAMEWORK_STATS
+        # records waiting for their data (see DEFER), in order, with the tensor each copies or reduces (None: none)
+        self._pending: list[_Waiting] = []
+        self._pending_bytes = 0
+        self._defer_ms = mindspore and DEFER and ms_cpu_target()
+        # links by object identity only (no tensor's address or version read: each waits for its op); the MindSpore
+        # hooks tell the session which new objects a cell's backward hook hands on (`same_tensors`)
+        self.by_identity = self._defer_ms
+        if self.by_identity:
+            self.link_views = False
         self.step = step
         self.seq = first_seq
         self.open = True  # False once the context has exited: late gradient hooks are ignored
@@ -81,11 +121,13 @@ class Session:
         self.skipped: collections.Counter[str] = collections.Counter()  # reason -> records skipped for it
 
     def close(self) -> None:
-        """Stop recording (late gradient hooks are ignored) and let go of every tensor held for links: the hooks left
-        on the step's tensors refer back to this session, so what it holds would otherwise live as long as they do
-        (a full dump of 30 steps grew by 70 MiB a step)."""
+        """Stop recording (late gradient hooks are ignored), hand the sink every record still waiting for its
+        statistics, and let go of every tensor held for links: the hooks left on the step's tensors refer back to
+        this session, so what it holds would otherwise live as long as they do (a full dump of 30 steps grew by 70 MiB
+        a step)."""
         with self._lock:
             self.open = False
+            self._flush()
             self._outputs.clear()
             self._scopes.clear()
             self._views.clear()
@@ -137,17 +179,29 @@ class Session:
     def emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
              call: int | None = None, parent: str | None = None, source: str | None = None,
              arg: str | None = None, scope: str | None = None, stats_only: bool = False) -> int:
+        """Queue `tensor`'s record with the next sequence number (returned): see `_emit`."""
+        return self._emit(module, type_, kind, io, index, tensor, call=call, parent=parent, source=source, arg=arg,
+                          scope=scope, stats_only=stats_only)
+
+    def _emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
+              call: int | None = None, parent: str | None = None, source: str | None = None,
+              arg: str | None = None, scope: str | None = None, stats_only: bool = False, grad: bool = False) -> int:
         """Queue `tensor`'s record with the next sequence number (returned): with a host copy of the tensor (full
         dumps), or (a sink without `host_arrays`) with its statistics, computed now where the tensor lives: on its
-        accelerator (`stats_of`), or in host memory in one pass without a copy (`fast_stats_of`). A tensor that cannot
-        be stored (a dtype no reader supports, a layout without strides) is a skipped record saying why: a dump never
-        breaks the forward it records."""
+        accelerator (`stats_of`), or in host memory in one pass without a copy (`fast_stats_of`), or for MindSpore on
+        a CPU target later, in a batch (`DEFER`). A tensor that cannot be stored (a dtype no reader supports, a layout
+        without strides) is a skipped record saying why: a dump never breaks the forward it records. `grad`: a
+        gradient that a deferred record makes a link at the flush if it views the last gradient's memory."""
         array: np.ndarray | None = None
         stats: dict[str, int | float | None] | None = None
         skipped: str | None = None
+        held: Any = None
         try:
             dtype, shape = dtype_name(tensor), shape_of(tensor)
-            if self.host_arrays and not stats_only:
+            held = ms_deferrable(tensor, dtype) if self._defer_ms else None
+            if held is not None:
+                array = None  # the host copy (full) or the statistics, at the flush
+            elif self.host_arrays and not stats_only:
                 array = host = to_host(tensor)
                 dtype, shape = canonical(host.dtype), list(host.shape)
             else:
@@ -160,7 +214,7 @@ class Session:
             record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index, dtype=dtype,
                             shape=shape, step=self.step, stats=stats, call=call, parent=parent, source=source, arg=arg,
                             skipped=skipped, scope=scope)
-            self._put(record, array)
+            self._put(record, array, held, stats_only, grad)
         return seq
 
     def failed(self, module: str, type_: str, kind: str, io: str, exc: Exception, *, call: int | None = None,
@@ -171,16 +225,57 @@ class Session:
             self._put(Record(seq=self.seq, module=module, type=type_, kind=kind, io=io, index=0, dtype="", shape=[],
                              step=self.step, call=call, parent=parent, skipped=failure(exc)), None)
 
-    def _put(self, record: Record, array: np.ndarray | None) -> None:
-        """Hand a record to the sink with the next sequence number (the lock held), counting a skipped one. A sink
-        that fails keeps its error and raises it at close (the context's exit), not inside the hook that wrote."""
+    def _put(self, record: Record, array: np.ndarray | None, held: Any = None, stats_only: bool = False,
+             grad: bool = False) -> None:
+        """Hand a record to the sink with the next sequence number (the lock held), counting a skipped one; behind
+        records waiting for their data (`held`: the tensor to copy or reduce, see DEFER), it waits in order too. A
+        sink that fails keeps its error and raises it at close (the context's exit), not inside the hook that wrote."""
         self.seq += 1
+        if held is not None or self._pending:
+            self._pending.append(_Waiting(record, array, held, stats_only, grad and held is not None))
+            if held is not None:
+                self._pending_bytes += int(held.nbytes)  # from its shape: no wait
+                if self._pending_bytes >= DEFER_BYTES:
+                    self._flush()
+            return
+        self._hand(record, array)
+
+    def _hand(self, record: Record, array: np.ndarray | None) -> None:
         if record.skipped is not None:
             self.skipped[record.skipped] += 1
         try:
             self.sink.put(record, array)
         except Exception:  # a write error of the sink's: Sink.close raises it
             pass
+
+    def _flush(self) -> None:
+        """Copy or reduce every held tensor (one wait for MindSpore's queued ops) and hand the waiting records over in
+        order (the lock held)."""
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
+        for item in pending:
+            record, array, held = item.record, item.array, item.held
+            if item.grad and self._linked_grad(record, held):
+                array = None
+            elif held is not None:
+                try:
+                    if self.host_arrays and not item.stats_only:
+                        array = to_host(held)
+                    else:
+                        record.stats = fast_stats_of(held)
+                except Exception as exc:  # whatever the tensor is, the dump goes on
+                    record.skipped = unstorable(held, exc)
+            self._hand(record, array)
+
+    def _linked_grad(self, record: Record, grad: Any) -> bool:
+        """At the flush: make a gradient's record a link when it views the very memory of the last gradient recorded
+        (as `emit_grad` does at once); else it becomes that last gradient."""
+        last, key = self._last_grad, view_key(grad)
+        if last is not None and key is not None and last[1] == key:
+            record.same_as = last[3]
+            return True
+        if key is not None:
+            self._last_grad = (grad, key, 0, record.seq)
+        return False
 
     def observe(self, module: str, type_: str, io: str, index: int, tensor: Any, *, call: int | None,
                 parent: str | None, arg: str | None = None) -> None:
@@ -212,7 +307,7 @@ class Session:
     def remember(self, tensor: Any, seq: int) -> None:
         """Make `tensor` (recorded as `seq`) the producer later inputs link to."""
         try:
-            known = (weakref.ref(tensor), seq, getattr(tensor, "_version", 0))
+            known = (weakref.ref(tensor), seq, self._version(tensor))
         except TypeError:  # not weakly referenceable: such inputs are stored, never linked
             return
         self._outputs[id(tensor)] = known
@@ -230,17 +325,17 @@ class Session:
         if scope is None or self.scope_of(tensor) is not None:
             return
         known = self._outputs.get(id(tensor))
-        if known is not None and known[0]() is tensor and known[2] == getattr(tensor, "_version", 0):
+        if known is not None and known[0]() is tensor and known[2] == self._version(tensor):
             return
         try:
-            self._scopes[id(tensor)] = (weakref.ref(tensor), getattr(tensor, "_version", 0), scope)
+            self._scopes[id(tensor)] = (weakref.ref(tensor), self._version(tensor), scope)
         except TypeError:  # not weakly referenceable: its records name their parent
             pass
 
     def scope_of(self, tensor: Any) -> str | None:
         """The module whose code computed `tensor` as `computed_in` noted it (None: unknown, or changed since)."""
         known = self._scopes.get(id(tensor))
-        if known is None or known[0]() is not tensor or known[1] != getattr(tensor, "_version", 0):
+        if known is None or known[0]() is not tensor or known[1] != self._version(tensor):
             return None
         return known[2]
 
@@ -249,16 +344,38 @@ class Session:
         still alive, unchanged since (None: computed elsewhere)."""
         known = self._outputs.get(id(tensor))
         if known is not None and known[0]() is tensor:
-            return known[1] if known[2] == getattr(tensor, "_version", 0) else None
+            return known[1] if known[2] == self._version(tensor) else None
         held = self._views.get(view_key(tensor)) if self.link_views else None
         if held is None or held[2] != getattr(held[0], "_version", 0):
             return None
         return held[1]
 
+    def _version(self, tensor: Any) -> int:
+        """How often `tensor` was changed in place (torch); 0 when links go by identity alone (a MindSpore tensor's
+        version waits for its op; its ops return new tensors)."""
+        return 0 if self.by_identity else getattr(tensor, "_version", 0)
+
+    def same_tensors(self, before: Any, after: Any) -> None:
+        """`after` holds the tensors of `before`, in order, handed on as new objects (a MindSpore cell's backward hook
+        passes its inputs and outputs on so): a later input that is one of them links where the old object would."""
+        for old, new in zip(tensors_in(before), tensors_in(after)):
+            if new is old:
+                continue
+            for table in (self._outputs, self._scopes):
+                known = table.get(id(old))
+                if known is not None and known[0]() is old:
+                    try:
+                        table[id(new)] = (weakref.ref(new), *known[1:])
+                    except TypeError:  # not weakly referenceable: stored, never linked
+                        pass
+
     def emit_grad(self, module: str, type_: str, io: str, index: int, grad: Any) -> None:
         """Record a module's gradient. One viewing the very memory of the last gradient recorded, unchanged since
         (the gradient a chain hands from one module back to the one before it; a pass-through module's grad_input,
         its grad_output) becomes a link to that record (`same_as`): same numbers, no second reduction or copy."""
+        if self.by_identity:  # linked or not at the flush, where reading its address no longer waits
+            self._emit(module, type_, "backward", io, index, grad, grad=True)
+            return
         if not self.link_views:
             self.emit(module, type_, "backward", io, index, grad)
             return
