@@ -22,6 +22,7 @@ from aligner.pipelines.audit.source import audit_source
 from aligner.pipelines.compare.ranks import RankedCompareResult, RankStatus, compare_ranks
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.run import compare
+from aligner.pipelines.diff import diff_checkpoints
 from aligner.pipelines.inspect import inspect_checkpoint
 from aligner.pipelines.repro import repro
 from aligner.render.compare import write_compare_json
@@ -107,7 +108,13 @@ def results(models, dumps, tmp_path_factory) -> dict[str, tuple[object, ExitCode
     (out / "port.py").write_text(SOURCE, encoding="utf-8")
     torch.save(models["pt"].state_dict(), out / "pt.pth")
     ms.save_checkpoint(models["ms_bug"], str(out / "ms.ckpt"))
+    moved = {k: v * 1.01 if k == "fc2.weight" else v for k, v in models["pt"].state_dict().items()}
+    torch.save(moved, out / "pt_moved.pth")
     return {
+        "diff, equal": (diff_checkpoints(str(out / "ms.ckpt"), str(out / "pt.pth")), ExitCode.OK),
+        "diff, one weight off, --init": (diff_checkpoints(str(out / "ms.ckpt"), str(out / "pt_moved.pth"),
+                                                          init_path=str(out / "pt.pth"), tolerance=override),
+                                         ExitCode.FOUND),
         "inspect .pth, stats": (inspect_checkpoint(str(out / "pt.pth"), stats=True), ExitCode.OK),
         "inspect .ckpt": (inspect_checkpoint(str(out / "ms.ckpt")), ExitCode.OK),
         "audit, clean": (audit(models["pt"], models["ms_ok"], X), ExitCode.OK),
@@ -158,14 +165,14 @@ def test_saved_results_read_back_byte_for_byte(results) -> None:
         assert _saved(again) == text, case
         assert again.exit_code is result.exit_code and again.passed is result.passed, case
         assert json.dumps(again.to_dict(), default=str) == json.dumps(result.to_dict(), default=str), case
-    assert sum(isinstance(r, Result) for r, _ in results.values()) == 12  # all but the repro were read back
+    assert sum(isinstance(r, Result) for r, _ in results.values()) == 14  # all but the repro were read back
 
 
 # Result types that do not keep the whole contract yet, and what they lack: the list only shrinks (a type that gains
 # from_dict and frozen fails the test below until it leaves the list; a new result type must be listed or comply).
 NOT_YET = {
     "TrainingConvertResult": "from_dict, passed, frozen", "ReproResult": "from_dict",
-    "DiffResult": "from_dict, frozen", "UpdateReport": "from_dict, passed, __bool__, frozen",
+"UpdateReport": "from_dict, passed, __bool__, frozen",
     "LossReport": "from_dict, passed",
 "ReplayResult": "from_dict, frozen",
     "ConvertResult": "from_dict, passed, frozen", "CheckReport": "from_dict, passed, __bool__, frozen",
@@ -173,7 +180,7 @@ NOT_YET = {
 }
 # (the data results round-trip in tests/test_data_compare.py, on real pipelines)
 KEEPS = {"CompareResult", "RankedCompareResult", "AuditReport", "SourceAuditReport", "DataCompareResult",
-         "DataCheckResult", "InspectResult"}
+         "DataCheckResult", "InspectResult", "DiffResult"}
 CONTRACT = ("exit_code", "passed", "__bool__", "to_dict", "from_dict")
 
 
@@ -310,3 +317,19 @@ def test_report_shows_a_saved_inspect_as_inspect_did(models, tmp_path, capsys) -
     shown = align_in_process(capsys, "report", saved)
     assert ran.returncode == shown.returncode == 0, (ran.stderr, shown.stderr)
     assert shown.stdout == ran.stdout and "fc1.weight" in shown.stdout
+
+
+def test_report_shows_a_saved_diff_as_diff_did(models, tmp_path, capsys) -> None:
+    """A diff whose one weight is off is shown again whole (every parameter with --all, as diff -v showed it); a diff
+    saved with its update-rule report is refused (that half cannot be shown again yet)."""
+    state = models["pt"].state_dict()
+    torch.save(state, tmp_path / "a.pth")
+    torch.save({k: v * 1.01 if k == "fc2.weight" else v for k, v in state.items()}, tmp_path / "b.pth")
+    saved = tmp_path / "diff.json"
+    ran = align_in_process(capsys, "diff", tmp_path / "a.pth", tmp_path / "b.pth", "-v", "--json", saved)
+    shown = align_in_process(capsys, "report", saved, "--all")
+    assert ran.returncode == shown.returncode == 1, (ran.stderr, shown.stderr)
+    assert shown.stdout == ran.stdout and "fc2.weight" in shown.stdout
+    data = json.loads(saved.read_text(encoding="utf-8")) | {"update_rule": {}}
+    saved.write_text(json.dumps(data), encoding="utf-8")
+    assert_one_line_error(align_in_process(capsys, "report", saved), "update-rule")

@@ -13,24 +13,28 @@ from aligner.pipelines.audit.report import AuditReport
 from aligner.pipelines.audit.source import SourceAuditReport
 from aligner.pipelines.compare.ranks import RankedCompareResult
 from aligner.pipelines.compare.result import CompareResult
+from aligner.pipelines.diff import DiffResult
 from aligner.pipelines.inspect import InspectResult
 from aligner.pipelines.report import load_report
 from aligner.render.audit import print_audit, print_source
 from aligner.render.compare import print_table, summary, zoom
 from aligner.render.console import make_console
+from aligner.render.diff import print_diff
 from aligner.render.inspect import print_inspect
 
 
 @click.command("report")
 @click.argument("result_json", metavar="RESULT.json", type=click.Path(dir_okay=False))
 @click.option("--html", "html_out", metavar="FILE", help="Also write the HTML page (a single-process compare).")
-@click.option("--all", "full", is_flag=True, help="Show every row of the table, not only the context of findings.")
+@click.option("--all", "full", is_flag=True, help="Show every row of the table, not only the context of findings "
+              "(a diff: every parameter, as diff --verbose).")
 @click.option("--force", is_flag=True, help="Overwrite an existing --html file.")
 def command(result_json: str, html_out: str | None, full: bool, force: bool) -> int:
     """Show RESULT.json, a result `align compare --json` saved (one dump pair, or rank by rank), `align audit
-    --json` saved (models, or --source) or `align inspect --json` saved, again as the command printed it, without
-    the dumps, models or checkpoints: for a compare the table, the paragraph, the zoom-in and with --html its page.
-    What the JSON never held (the dumps' statistics, the norms of exactly equal tensors) is not shown.
+    --json` saved (models, or --source), `align inspect --json` or `align diff --json` saved, again as the command
+    printed it, without the dumps, models or checkpoints: for a compare the table, the paragraph, the zoom-in and
+    with --html its page. What the JSON never held (the dumps' statistics, the norms of exactly equal tensors) is
+    not shown.
 
     \b
     Examples:
@@ -56,6 +60,9 @@ def command(result_json: str, html_out: str | None, full: bool, force: bool) -> 
         return int(result.exit_code)
     if isinstance(result, InspectResult):
         print_inspect(result, console)
+        return int(result.exit_code)
+    if isinstance(result, DiffResult):
+        print_diff(result, console, verbose=full)
         return int(result.exit_code)
     if isinstance(result, RankedCompareResult):
         render.print_ranks(result, console, full)

@@ -12,7 +12,7 @@ import dataclasses
 import fnmatch
 import functools
 import math
-from typing import Hashable, Iterable, Mapping, Sequence
+from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from aligner.core.dtypes import FLOATING, canonical
 from aligner.core.errors import AlignerError
@@ -137,6 +137,17 @@ class ToleranceSpec:
                 "floor": self.floor.to_dict() if self.floor else None, "floor_reason": self.floor_reason or None,
                 "calibration": {"from": self.calibrated_from, "k": self.calibration_k, "records": len(self.calibrated)}
                 if self.calibration_k is not None else None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToleranceSpec:
+        """The spec `to_dict` gave (a calibrated one refused: its per-record tolerances are not in it); ValueError,
+        KeyError or TypeError for data that is not one."""
+        if data["calibration"] is not None:
+            raise ValueError("calibrated tolerances (compare --calibrate) are not saved per record")
+        default, floor, reason = data["default"], data["floor"], data["floor_reason"]
+        return cls(None if default is None else Tolerance(**default),
+                   tuple((str(p), Tolerance(**t)) for p, t in data["overrides"].items()),
+                   None if floor is None else Tolerance(**floor), "" if reason is None else str(reason))
 
     @classmethod
     def parse(cls, rtol: Sequence[str] | str | None, atol: Sequence[str] | str | None, *,

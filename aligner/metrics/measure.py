@@ -12,11 +12,12 @@ import enum
 import itertools
 import math
 import operator
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Iterable, Iterator, Mapping, Protocol
 
 import numpy as np
 
 from aligner.core.dtypes import INTEGER, canonical, contiguous
+from aligner.core.result import number, typed
 from aligner.core.tolerance import Tolerance
 from aligner.metrics.kernel import Totals, accumulate
 
@@ -100,8 +101,26 @@ class Metrics:
                    max_abs_index=list(self.max_abs_index) if self.max_abs_index is not None else None)
         return out
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Metrics:
+        """Metrics from `to_dict`'s data (the derived keys ignored; "nan"/"inf" strings back to floats); ValueError,
+        KeyError or TypeError for data that is not."""
+        index = data["max_abs_index"]
+        fields = {name: data[name] for name in _METRIC_FIELDS}
+        fields.update(shape_a=tuple(typed(n, int, "shape_a") for n in data["shape_a"]),
+                      shape_b=tuple(typed(n, int, "shape_b") for n in data["shape_b"]),
+                      method=Method(data["method"]), reordered=typed(data["reordered"], bool, "reordered"),
+                      max_abs_index=None if index is None else tuple(typed(n, int, "index") for n in index),
+                      **{k: typed(data[k], int, k) for k in _COUNTS}, **{k: number(data[k]) for k in _FLOATS})
+        for key in ("dtype_a", "dtype_b"):
+            typed(fields[key], str, key)
+        return cls(**fields)
+
 
 _METRIC_FIELDS = tuple(f.name for f in dataclasses.fields(Metrics))
+_COUNTS = ("numel", "mismatched", "nan_a", "nan_b", "inf_a", "inf_b")
+_FLOATS = ("rtol", "atol", "max_abs_err", "max_rel_err", "mean_abs_err", "rmse", "cosine", "sqnr_db", "rel_l2_err",
+           "norm_a", "norm_b")
 
 
 class ArrayStream(Protocol):

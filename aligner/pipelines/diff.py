@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from aligner.core.buffers import RUNNING_STAT_INIT, is_buffer, leaf
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.findings import Finding, Severity
+from aligner.core.result import check_schema, number, typed
 from aligner.core.tolerance import ToleranceSpec
 from aligner.io import TensorSource, open_checkpoint
 from aligner.mapping import Plan
@@ -56,12 +57,12 @@ SAME_RATIO = 0.02     # ratios within 2% of their median count as one constant r
 MOMENTUM_SWAP = 9.0   # (1 - 0.1) / 0.1: torch momentum 0.1 written as MindSpore momentum=0.1, or the reverse
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class ParamDiff:
     """One parameter: B's name, the A tensor(s) it came from, how they compare and whether each side moved from init."""
 
     name: str
-    sources: list[str]
+    sources: tuple[str, ...]
     status: DiffStatus
     numel: int = 0
     trainable: bool | None = None    # False for buffers; None: unknown (a file does not keep requires_grad)
@@ -83,8 +84,21 @@ class ParamDiff:
         out["differs"] = self.differs
         return out
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ParamDiff:
+        metrics = data["metrics"]
+        return cls(typed(data["name"], str, "name"), tuple(typed(n, str, "source") for n in data["sources"]),
+                   DiffStatus(data["status"]), typed(data["numel"], int, "numel"), _flag(data["trainable"]),
+                   None if metrics is None else Metrics.from_dict(typed(metrics, dict, "metrics")),
+                   _flag(data["updated_a"]), _flag(data["updated_b"]), number(data["update_ratio"]),
+                   typed(data["reason"], str, "reason"))
 
-@dataclasses.dataclass
+
+def _flag(value: Any) -> bool | None:
+    return None if value is None else typed(value, bool, "flag")
+
+
+@dataclasses.dataclass(frozen=True)
 class SideCounts:
     """One checkpoint's path, naming convention and tensor counts (trainable ones unknown from a file)."""
 
@@ -95,19 +109,26 @@ class SideCounts:
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "framework": self.framework, **self.counts.to_dict()}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SideCounts:
+        framework = data["framework"]
+        return cls(typed(data["path"], str, "path"), None if framework is None else typed(framework, str, "framework"),
+                   Counts(**{f.name: data[f.name] for f in dataclasses.fields(Counts)}))
 
-@dataclasses.dataclass
+
+@dataclasses.dataclass(frozen=True)
 class DiffResult:
-    """Everything `align diff` reports; `exit_code` follows from the rows and `strict`."""
+    """Everything `align diff` reports; `exit_code` follows from the rows and `strict`; a `Result`
+    (aligner.core.result)."""
 
     a: SideCounts
     b: SideCounts
-    params: list[ParamDiff]
+    params: tuple[ParamDiff, ...]
     tolerance: ToleranceSpec
     init: str | None = None
     strict: bool = False
-    notes: list[str] = dataclasses.field(default_factory=list)
-    hints: list[Finding] = dataclasses.field(default_factory=list)
+    notes: tuple[str, ...] = ()
+    hints: tuple[Finding, ...] = ()
 
     @property
     def differences(self) -> list[ParamDiff]:
@@ -158,6 +179,19 @@ class DiffResult:
                 "hints": [h.to_dict() for h in self.hints], "notes": list(self.notes),
                 "params": [p.to_dict() for p in self.params]}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DiffResult:
+        """A saved `align diff --json` read back; NotAResultError, ValueError, KeyError or TypeError when `data` is
+        not one."""
+        data = check_schema(data, "diff", ("a", "b", "params", "differences", "one_side"))
+        init = data["init"]
+        return cls(SideCounts.from_dict(typed(data["a"], dict, "a")), SideCounts.from_dict(typed(data["b"], dict, "b")),
+                   tuple(ParamDiff.from_dict(typed(p, dict, "param")) for p in typed(data["params"], list, "params")),
+                   ToleranceSpec.from_dict(typed(data["tolerance"], dict, "tolerance")),
+                   None if init is None else typed(init, str, "init"), typed(data["strict"], bool, "strict"),
+                   tuple(typed(n, str, "note") for n in data["notes"]),
+                   tuple(Finding.from_dict(typed(h, dict, "hint")) for h in data["hints"]))
+
 
 def side_counts(source: TensorSource) -> SideCounts:
     """Tensor, parameter and buffer counts of a checkpoint (buffers by leaf name; trainable unknown)."""
@@ -186,13 +220,14 @@ def _row(entry: Any, arrays_a: dict[str, np.ndarray], b: TensorSource, tolerance
     name = entry.target or entry.sources[0]
     numel = entry.info.numel if entry.info else b.infos[name].numel if name in b.infos else 0
     status = _FROM_PLAN.get(str(entry.status))
-    row = ParamDiff(name, list(entry.sources), status or DiffStatus.EQUAL, numel, reason=entry.reason)
+    sources = tuple(entry.sources)
+    trainable = False if is_buffer(name) or any(is_buffer(s) for s in sources) else None
     if status is not None:
-        return row
+        return ParamDiff(name, sources, status, numel, trainable, reason=entry.reason)
     tol = tolerance.resolve(name, entry.info.dtype, b.infos[name].dtype)
-    row.metrics = compare_arrays(arrays_a[name], b.get(name), tol)
-    row.status = DiffStatus.DIFFERENT if row.metrics.diverged else DiffStatus.EQUAL
-    return row
+    metrics = compare_arrays(arrays_a[name], b.get(name), tol)
+    return ParamDiff(name, sources, DiffStatus.DIFFERENT if metrics.diverged else DiffStatus.EQUAL, numel, trainable,
+                     metrics, reason=entry.reason)
 
 
 def _fit(update_a: np.ndarray, update_b: np.ndarray) -> tuple[float, float] | None:
@@ -218,23 +253,22 @@ def _ratio(value_a: np.ndarray, value_b: np.ndarray, start: np.ndarray) -> float
     return fit[0] if fit is not None and fit[1] < FIT_RESIDUAL else None
 
 
-def _mark_updates(rows: list[ParamDiff], arrays_a: dict[str, np.ndarray], b: TensorSource,
-                  init: dict[str, np.ndarray]) -> None:
-    """Set updated_a/updated_b (exactly changed from init) and update_ratio; flag parameters updated on one side."""
-    for row in rows:
-        if row.name not in init or row.name not in arrays_a or row.status not in (DiffStatus.EQUAL,
-                                                                                   DiffStatus.DIFFERENT):
-            continue
-        start = init[row.name]
-        value_a = np.asarray(arrays_a[row.name]).reshape(start.shape)
-        value_b = np.asarray(b.get(row.name)).reshape(start.shape)
-        row.updated_a = not np.array_equal(value_a, start)
-        row.updated_b = not np.array_equal(value_b, start)
-        if row.updated_a and row.updated_b and start.dtype.kind == "f":
-            row.update_ratio = _ratio(value_a, value_b, start)
-        if row.updated_a != row.updated_b:
-            row.status = DiffStatus.UPDATE_DIFFERS
-            row.reason = f"updated in {'A' if row.updated_a else 'B'}, NOT updated in {'B' if row.updated_a else 'A'}"
+def _with_updates(row: ParamDiff, arrays_a: dict[str, np.ndarray], b: TensorSource,
+                  init: dict[str, np.ndarray]) -> ParamDiff:
+    """The row with updated_a/updated_b (exactly changed from init) and update_ratio; a parameter updated on one side
+    only flagged."""
+    if row.name not in init or row.name not in arrays_a or row.status not in (DiffStatus.EQUAL, DiffStatus.DIFFERENT):
+        return row
+    start = init[row.name]
+    value_a = np.asarray(arrays_a[row.name]).reshape(start.shape)
+    value_b = np.asarray(b.get(row.name)).reshape(start.shape)
+    moved_a, moved_b = not np.array_equal(value_a, start), not np.array_equal(value_b, start)
+    ratio = _ratio(value_a, value_b, start) if moved_a and moved_b and start.dtype.kind == "f" else None
+    if moved_a == moved_b:
+        return dataclasses.replace(row, updated_a=moved_a, updated_b=moved_b, update_ratio=ratio)
+    return dataclasses.replace(row, updated_a=moved_a, updated_b=moved_b, update_ratio=ratio,
+                               status=DiffStatus.UPDATE_DIFFERS,
+                               reason=f"updated in {'A' if moved_a else 'B'}, NOT updated in {'B' if moved_a else 'A'}")
 
 
 def _names(names: list[str], limit: int = 6) -> str:
@@ -324,14 +358,12 @@ def diff_checkpoints(path_a: str, path_b: str, *, map_path: str | None = None, i
             open_checkpoint(path_b, allow_pickle=trust_pickle) as b:
         plan, arrays_a = _mapped(a, b, map_path, "parameter")
         rows = [_row(e, arrays_a, b, tolerance) for e in plan.entries]
-        for row in rows:
-            row.trainable = False if is_buffer(row.name) or any(is_buffer(s) for s in row.sources) else None
         init_arrays = None
         if init_path:
             with open_checkpoint(init_path, allow_pickle=trust_pickle) as init:
                 _, init_arrays = _mapped(init, b, map_path if init.framework == a.framework else None, "--init")
-            _mark_updates(rows, arrays_a, b, init_arrays)
+            rows = [_with_updates(row, arrays_a, b, init_arrays) for row in rows]
         hints = [h for h in (_momentum_hint(rows, arrays_a, b, init_arrays), _lr_hint(rows)) if h is not None]
         hints += _one_side_hint(rows)
-        return DiffResult(side_counts(a), side_counts(b), rows, tolerance, init_path, strict, list(plan.notes),
-                          hints)
+        return DiffResult(side_counts(a), side_counts(b), tuple(rows), tolerance, init_path, strict,
+                          tuple(plan.notes), tuple(hints))

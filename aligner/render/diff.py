@@ -1,6 +1,8 @@
 """Present a checkpoint diff: the table of differing (or, verbose, all) parameters, hints, then a plain summary."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from rich.console import Console
 from rich.table import Table
 
@@ -56,7 +58,7 @@ def _count(side: SideCounts) -> str:
             f"({c.parameter_elements:,} elements), {c.buffers} buffers; {trainable}")
 
 
-def hint_lines(hints: list[Finding]) -> list[str]:
+def hint_lines(hints: Sequence[Finding]) -> list[str]:
     """One line per hint, with its fix."""
     return [f"hint: {h.message}." + (f" Fix: {h.fix}." if h.fix else "") for h in hints]
 

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import msgspec
 
 from aligner.core.result import check_schema, number, typed
-from aligner.core.tolerance import Tolerance, ToleranceSpec
+from aligner.core.tolerance import ToleranceSpec
 from aligner.dumping.manifest import Record
 from aligner.dumping.read.source import Item
 from aligner.mapping.msprobe_maps import MsprobeMap
@@ -58,7 +58,8 @@ def load(data: Any) -> CompareResult:
             raise ValueError(f"a finding names row {index} of {len(rows)}")
     return CompareResult(typed(data["side_a"], str, "side_a"), typed(data["reference"], str, "reference"), rows,
                          verdict, tuple(typed(p, str, "manifest problem") for p in data.get("manifest_problems", [])),
-                         _tolerance(typed(data["tolerance"], dict, "tolerance")), typed(data["strict"], bool, "strict"),
+                         ToleranceSpec.from_dict(typed(data["tolerance"], dict, "tolerance")),
+                         typed(data["strict"], bool, "strict"),
                          None, tuple(MsprobeMap(**typed(m, dict, "msprobe map"))
                                      for m in data.get("msprobe_maps", [])))
 
@@ -128,12 +129,3 @@ def _finding(d: Mapping[str, Any]) -> Divergence:
         argument=None if argument is None else OneSided(**typed(argument, dict, "argument")),
         above_noise=number(d["above_noise"]),
         settings=tuple(SettingDiff(**typed(s, dict, "setting")) for s in d["settings"]))
-
-
-def _tol(d: Any) -> Tolerance | None:
-    return None if d is None else Tolerance(**typed(d, dict, "tolerance"))
-
-
-def _tolerance(d: Mapping[str, Any]) -> ToleranceSpec:
-    return ToleranceSpec(_tol(d["default"]), tuple((str(p), Tolerance(**t)) for p, t in d["overrides"].items()),
-                         _tol(d["floor"]), d["floor_reason"] or "")
