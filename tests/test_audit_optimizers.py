@@ -204,6 +204,21 @@ def test_legacy_adam_weight_decay_and_adam_are_flagged(twins: tuple[Any, Any]) -
     assert rules["optimizer-loss-scale"][0].values == (1.0, 8.0)
 
 
+def test_experimental_adam_runs_nn_adams_formula(twins: tuple[Any, Any]) -> None:
+    """mindspore.experimental.optim.Adam runs MindSpore's Adam kernel (eps on the uncorrected sqrt(v)), measured in
+    tests/test_optimizer_catalogue.py: against torch Adam it is the nn.Adam formula warning, with the mint fix."""
+    import torch
+    from mindspore.experimental import optim
+
+    tn, mn = twins
+    report = audit_optimizers(torch.optim.Adam(tn.parameters(), lr=1e-3),
+                              optim.Adam(mn.trainable_params(), lr=1e-3), tn, mn)
+    (found,) = report.findings
+    assert found.rule == "optimizer-formula" and found.severity == Severity.WARNING
+    assert found.values == ("Adam", "MindSpore nn.Adam") and "uncorrected sqrt(v)" in found.message
+    assert found.fix.startswith("mindspore.mint.optim.Adam(params, lr=0.001")
+
+
 def test_unsupported_and_bad_input(twins: tuple[Any, Any]) -> None:
     import torch
     from mindspore import nn

@@ -130,7 +130,7 @@ def test_families_and_kinds_come_from_the_catalogue() -> None:
         assert convertible(Framework.PYTORCH, family).family is family
     for family in (Family.MS_ADAM, Family.MS_ADAM_WEIGHT_DECAY):   # MindSpore's own: said how they differ
         assert cat.families[family].why and cat.families[family].mindspore_class is None
-    assert [c.short for c in CLASSES if c.legacy] == ["nn.Adam", "nn.AdamWeightDecay"]
+    assert [c.short for c in CLASSES if c.legacy] == ["nn.Adam", "nn.AdamWeightDecay", "experimental.optim.Adam"]
     assert same_state(OptimizerKind.parse("mint:Adam"), OptimizerKind.parse("mint:AdamW"))
     assert not same_state(OptimizerKind.parse("ms:Adam"), OptimizerKind.parse("mint:Adam"))
 
@@ -151,3 +151,73 @@ def test_kinds_parse_every_spelling_of_a_class() -> None:
         assert OptimizerKind.parse(text) == want, text
     with pytest.raises(AlignerError, match=r"^--from-optimizer: unknown optimizer 'nn.SGD' \(supported: torch:SGD, "):
         OptimizerKind.parse("nn.SGD", "--from-optimizer")   # in the catalogue, but its state is not converted
+
+
+# mint's optimizers do not update a parameter on the MindSpore 2.10 CPU build (Adam and SGD leave it as it was,
+# AdamW and FusedAdamW raise "The kernel AdamW unregistered"; measured, and tests/test_optim_resume.py transcribes
+# mint's update from its source instead): their family is checked there, these are checked to still not run, so the
+# list is revisited when a MindSpore release makes them run.
+NOT_RUNNING_ON_CPU = {"mint.optim.SGD", "mint.optim.Adam", "mint.optim.AdamW", "mint.optim.FusedAdamW"}
+TRAVEL_RTOL = 1e-4   # float32 kernels vs the float64 simulation: ~2e-6 of the travel; a wrong formula: > 1e-2
+
+
+def _steps(spec: OptimizerClass, settings: dict[str, Any], w0: np.ndarray, grads: list[np.ndarray]) -> np.ndarray:
+    """The parameter after each step of a live instance, given `grads` (torch: .grad then step(); MindSpore: the
+    optimizer cell called on the gradients)."""
+    cls = _resolve(spec.import_path)
+    kwargs: dict[str, Any] = {}
+    for setting, value in settings.items():
+        arg = spec.argument(setting)
+        if arg is None:
+            continue
+        kwargs.update(zip(arg, value) if isinstance(arg, tuple) else {arg: value})
+    out = []
+    if spec.framework is Framework.PYTORCH:
+        import torch
+
+        param = torch.nn.Parameter(torch.tensor(w0))
+        opt = cls([param], **kwargs)
+        for g in grads:
+            param.grad = torch.tensor(g)
+            opt.step()
+            out.append(param.detach().numpy().copy())
+        return np.stack(out)
+    from mindspore import Parameter, Tensor
+
+    param = Parameter(Tensor(w0.copy()), name="w")
+    opt = cls([param], **kwargs)
+    for g in grads:
+        opt((Tensor(g),))
+        out.append(param.asnumpy().copy())
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("spec", CLASSES, ids=lambda c: c.short)
+def test_family_is_the_update_the_class_computes(spec: OptimizerClass) -> None:
+    """Three steps of the live class against every formula simulated in float64 with the same settings (weight decay
+    0.1 tells L2 from decoupled; eps 0.1, near sqrt(v), tells where eps is added): the catalogue's family fits, no
+    other does."""
+    from aligner.pipelines.update_rule.rules import UpdateRule, simulate
+
+    rng = np.random.default_rng(0)
+    w0 = rng.normal(size=16).astype(np.float32)
+    grads = [rng.normal(size=16).astype(np.float32) for _ in range(3)]
+    settings = {"lr": 0.01, "weight_decay": 0.1, "momentum": 0.9, "betas": (0.9, 0.99), "eps": 0.1}
+    if spec.short in NOT_RUNNING_ON_CPU:
+        try:
+            got = _steps(spec, settings, w0, grads)
+        except RuntimeError as exc:
+            assert "unregistered" in str(exc), exc
+            return
+        assert np.array_equal(got[-1], w0), f"{spec.short} updates on this build now: drop it from NOT_RUNNING_ON_CPU"
+        return
+    got = _steps(spec, settings, w0, grads)
+    travel = float(np.abs(got[-1] - w0).max())
+    errors = {}
+    for family in Family:
+        rule = UpdateRule(family, 0.01, weight_decay=0.1, momentum=0.9 if family is Family.SGD else 0.0,
+                          beta1=0.9, beta2=0.99, eps=0.1)
+        want = np.stack(simulate(rule, w0, grads, np.ones(len(grads))))
+        errors[family] = float(np.abs(want - got).max()) / travel
+    assert errors[spec.family] <= TRAVEL_RTOL, (spec.short, errors)
+    assert all(e > 100 * TRAVEL_RTOL for f, e in errors.items() if f is not spec.family), (spec.short, errors)

@@ -241,7 +241,7 @@ class _Kind(str):
 
     @property
     def legacy(self) -> bool:
-        """A MindSpore nn cell whose update is not torch's (`spec.why` says how)."""
+        """A MindSpore class whose update is not torch's (`spec.why` says how)."""
         return self.spec.legacy
 
     @property
