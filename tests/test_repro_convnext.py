@@ -81,6 +81,8 @@ def test_third_party_layers_are_built_as_measured_stand_ins(convnext_dumps):
         assert (result.stand_ins["mindspore"].layout if ms_layout else None) is ms_layout
         for stand_in in result.stand_ins.values():  # the acceptance bound itself: the repro tolerance
             assert stand_in.max_abs_err <= result.tolerance.atol
+        saved = json.loads(json.dumps(result.to_dict()))  # the result contract: its stand-ins read back whole
+        assert type(result).from_dict(saved) == result
     assert results["stem.1"].stand_ins["pytorch"].spelling == "torch.nn.LayerNorm"
     assert results["stem.1"].stand_ins["mindspore"].spelling == "mindspore.nn.LayerNorm"
     assert results["stem.1"].stand_ins["mindspore"].left_out == ("norm_axis",)

@@ -13,7 +13,7 @@ import re
 import secrets
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.files import TEXT, read_text
 from aligner.core.frameworks import Framework
 from aligner.core.nesting import json_loads
+from aligner.core.result import check_schema, number, typed
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.dumping.manifest import Record
 from aligner.dumping.read.source import Item, Source, TensorError, load_tensor
@@ -28,7 +29,7 @@ from aligner.pipelines.compare.evaluate import RowStatus, evaluate
 from aligner.pipelines.compare.matching import Pair
 from aligner.pipelines.compare.run import check_same_model, read_pair
 from aligner.pipelines.repro.layers import Build, Planned, Recorded, buildable, plan
-from aligner.pipelines.repro.script import FOLDER, SideCode, StandIn, readme, repro_py
+from aligner.pipelines.repro.script import FOLDER, Layout, SideCode, StandIn, readme, repro_py
 
 MARKER = "repro.json"  # what a repro directory holds; --force replaces only a directory that has it
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
@@ -70,9 +71,37 @@ class ReproResult:
                 "classes": {k.value: v for k, v in self.classes.items()},
                 "built": {k.value: v.value for k, v in self.built.items()},
                 "stand_ins": {k.value: {"class": v.spelling, "layout": v.layout.value, "max_abs_err": v.max_abs_err,
-                                        "left_out": list(v.left_out)} for k, v in self.stand_ins.items()},
+                                        "tolerance": v.tolerance.to_dict(), "left_out": list(v.left_out)}
+                              for k, v in self.stand_ins.items()},
                 "needs": {k.value: list(v) for k, v in self.needs.items()}, "tolerance": self.tolerance.to_dict(),
                 "step": self.step, "diverged": self.diverged, "files": list(self.files), "size_bytes": self.size_bytes}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReproResult:
+        """The result `to_dict` gave; NotAResultError, ValueError, KeyError or TypeError for data that is not one."""
+        data = check_schema(data, "repro", ("directory", "modules", "built", "files"))
+
+        def sides(key: str) -> dict[Framework, Any]:
+            return {Framework(k): v for k, v in typed(data[key], dict, key).items()}
+
+        return cls(Path(typed(data["directory"], str, "directory")), Framework(data["reference"]),
+                   {fw: typed(v, str, "module") for fw, v in sides("modules").items()},
+                   {fw: typed(v, str, "class") for fw, v in sides("classes").items()},
+                   {fw: Build(v) for fw, v in sides("built").items()},
+                   {fw: StandIn(typed(v["class"], str, "class"), Layout(v["layout"]), _float(v["max_abs_err"]),
+                                Tolerance(**v["tolerance"]), tuple(typed(n, str, "left out") for n in v["left_out"]))
+                    for fw, v in sides("stand_ins").items()},
+                   {fw: tuple(typed(n, str, "package") for n in v) for fw, v in sides("needs").items()},
+                   Tolerance(**typed(data["tolerance"], dict, "tolerance")), typed(data["step"], int, "step"),
+                   typed(data["diverged"], bool, "diverged"), tuple(typed(f, str, "file") for f in data["files"]),
+                   typed(data["size_bytes"], int, "size_bytes"))
+
+
+def _float(value: Any) -> float:
+    found = number(value)
+    if found is None:
+        raise ValueError("a stand-in's measured error is missing")
+    return found
 
 
 @dataclasses.dataclass
