@@ -20,6 +20,7 @@ import numpy as np
 from aligner.core.errors import AlignerError
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
+from aligner.core.text import code_literal as _lit
 from aligner.io.factory import model_framework
 from aligner.pipelines.audit import initlaw
 from aligner.pipelines.audit.layers import Layer, collect, trace
@@ -40,15 +41,6 @@ from aligner.pipelines.audit.windows import Geometry, geometry, spatial_rank
 
 PT, MS = Framework.PYTORCH, Framework.MINDSPORE
 SAMPLE_SIZES = tuple(range(16, 32))   # input sizes tried when none is given: every residue of strides up to 4
-
-
-def _lit(value: Any) -> str:
-    """A value as it is written in code (0.1, not 0.09999999999999998)."""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, tuple) and len(value) == 1:
-        return _lit(value[0])
-    return repr(value)
 
 
 def where_text(torch_path: str | None, ms_path: str | None) -> str:

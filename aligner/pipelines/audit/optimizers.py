@@ -18,6 +18,7 @@ from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
+from aligner.core.text import code_literal as _lit
 from aligner.io.base import TensorInfo
 from aligner.io.factory import model_framework
 from aligner.mapping import FAILING, build_plan
@@ -73,15 +74,6 @@ class OptimizerAudit:
                    data["paired"], data.get("torch_scheduler"), data.get("ms_scheduler"),
                    tuple(data.get("torch_rates", ())), tuple(data.get("ms_rates", ())),
                    tuple(Finding.from_dict(f) for f in data.get("findings", ())), tuple(data.get("notes", ())))
-
-
-def _lit(value: Any) -> str:
-    """A setting as it is written in code."""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, tuple):
-        return "(" + ", ".join(_lit(v) for v in value) + ")"
-    return repr(value)
 
 
 def _close(a: Any, b: Any, rtol: float) -> bool:

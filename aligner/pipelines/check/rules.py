@@ -7,6 +7,7 @@ import math
 from typing import Callable, Sequence
 
 from aligner.core.findings import Finding, Severity
+from aligner.core.text import short_number as _g
 from aligner.dumping.manifest import Record
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.view import (
@@ -56,10 +57,6 @@ class _Ctx:
                 values: tuple[float, ...] = ()) -> Finding:
         return Finding(rule, self.config.severity(rule), message, (where,) if where is not None else (), step, fix,
                        values=values)
-
-
-def _g(x: float) -> str:
-    return f"{x:.3g}"
 
 
 def _need(ctx: _Ctx, records: Sequence[Record], key: str, what: str) -> None:

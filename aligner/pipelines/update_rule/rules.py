@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from aligner.core.text import short_number as _g
 from aligner.mapping.optimizers import Family
 
 # Steps needed before the fitted numbers mean anything. Step 1 of SGD gives only lr*(g + wd*w): momentum is
@@ -67,10 +68,6 @@ class UpdateRule:
         out["family"] = self.family.value
         out["description"] = self.describe()
         return out
-
-
-def _g(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
 
 
 def simulate(rule: UpdateRule, w0: np.ndarray, grads: Sequence[np.ndarray], factors: np.ndarray) -> list[np.ndarray]:
