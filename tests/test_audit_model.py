@@ -249,3 +249,14 @@ def test_small_tensors_of_one_law_are_not_flagged() -> None:
     draws = [initlaw.fit(rng.uniform(-bound, bound, 32), (32, 32, 3, 3)) for _ in range(201)]
     assert not any(initlaw.differ(a, b) for a, b in zip(draws, draws[1:]))
     assert all(initlaw.differ(a, initlaw.fit(np.zeros(32))) for a in draws)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_free_law_is_named_by_its_parameter_not_its_sampling_error(seed: int) -> None:
+    """Normal(0.01) drawn 32768 times has a sample std within 0.4% (one standard error) of 0.01: a draw of 0.0099
+    (2.5 standard errors, about 1 run in 80) was named 'normal(0, 0.0099)' and failed the audit test above; one
+    significant digit is used whenever it lies within sampling error (Z standard errors)."""
+    x = np.random.default_rng(seed).normal(0, 0.01, (128, 256))
+    x *= 0.01 * (1 - 2.5 / math.sqrt(2 * x.size)) / x.std()  # the unlucky draw: 2.5 standard errors low
+    assert initlaw.fit(x).name == "normal(0, 0.01)"
+    assert initlaw.fit(x * 1.25).name == "normal(0, 0.012)"  # 25% away from one digit: two digits

@@ -113,7 +113,7 @@ def fit(values: np.ndarray, weight_shape: tuple[int, ...] | None = None) -> Law:
             law = min(fitting, key=lambda t: t[0])[1]
             return Law(law["name"], kind, n, mean, std, low, high, _lines(law, None))
     free = table["free"][kind]
-    value = f"{std * math.sqrt(3) if kind == 'uniform' else std:.2g}"
+    value = _short(std * math.sqrt(3) if kind == "uniform" else std, n)  # a drawn 0.0099 of Normal(0.01) is 0.01
     name = free["name"].format(value=value) + (f" + {mean:.2g}" if abs(mean) > Z * std / math.sqrt(n) else "")
     return Law(name, kind, n, mean, std, low, high, _lines(free, value))
 
