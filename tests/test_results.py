@@ -331,3 +331,29 @@ def test_report_shows_a_saved_diff_as_diff_did(models, tmp_path, capsys) -> None
     data = json.loads(saved.read_text(encoding="utf-8")) | {"update_rule": {}}
     saved.write_text(json.dumps(data), encoding="utf-8")
     assert_one_line_error(align_in_process(capsys, "report", saved), "update-rule")
+
+
+@pytest.fixture(scope="module")
+def data_dumps(tmp_path_factory) -> dict[str, Path]:
+    """Recorded input pipelines (tests/data_pipelines.py): torchvision's, and mindspore.dataset's without the
+    normalisation (its values stay in [0, 1]: a range finding)."""
+    import aligner
+    from tests import data_pipelines as pipes
+
+    root = tmp_path_factory.mktemp("data")
+    images = pipes.make_images(root / "images")
+    aligner.record_data(pipes.torch_images(images), root / "pt", fields=["image", "label"])
+    aligner.record_data(pipes.ms_images(images, bug="range"), root / "ms")
+    return {"pt": root / "pt", "ms": root / "ms"}
+
+
+@pytest.mark.parametrize(("args", "code", "needle"), [(("ms", "pt"), 1, "range"), (("check", "ms"), 0, "PASSED")],
+                         ids=["compare", "check"])
+def test_report_shows_saved_data_results_as_data_did(data_dumps, tmp_path, capsys, args, code, needle) -> None:
+    """`align data` (compare: the range finding; check of one side: passes) and `align report` of its JSON print the
+    same; the page is the same too."""
+    saved, page, again = tmp_path / "data.json", tmp_path / "data.html", tmp_path / "again.html"
+    ran = align_in_process(capsys, "data", *(data_dumps.get(a, a) for a in args), "--json", saved, "--html", page)
+    shown = align_in_process(capsys, "report", saved, "--html", again)
+    assert ran.returncode == shown.returncode == code and shown.stdout == ran.stdout, (ran.stderr, shown.stderr)
+    assert needle in shown.stdout and again.read_bytes() == page.read_bytes()

@@ -18,6 +18,7 @@ from aligner.pipelines.audit.report import AuditReport
 from aligner.pipelines.audit.source import SourceAuditReport
 from aligner.pipelines.compare.ranks import RankedCompareResult
 from aligner.pipelines.compare.result import CompareResult
+from aligner.pipelines.data.result import DataCheckResult, DataCompareResult
 from aligner.pipelines.diff import DiffResult
 from aligner.pipelines.inspect import InspectResult
 
@@ -29,13 +30,17 @@ SAVED: tuple[tuple[str, tuple[str, ...], Callable[[Mapping[str, Any]], Result]],
     ("source audit", ("path", "files", "findings", "skipped"), SourceAuditReport.from_dict),
     ("inspect", ("summary", "tensors"), InspectResult.from_dict),
     ("diff", ("a", "b", "params", "differences", "one_side"), DiffResult.from_dict),
+    ("data compare", ("framework_a", "framework_b", "samples_a", "samples_b", "pairing", "fields"),
+     DataCompareResult.from_dict),
+    ("data check", ("directory", "framework", "samples", "fields", "findings"),
+     DataCheckResult.from_dict),
 )
 
 
 def load_report(path: str | os.PathLike[str]) -> Result:
     """The result saved in `path` (`align compare --json`, single or multi-rank; `align audit --json`, with or
-    without --source; `align inspect --json`; `align diff --json`); AlignerError (one line) for a file that cannot
-    be read, is not JSON, or holds no result of a kind aligner can show again."""
+    without --source; `align inspect`, `align diff` or `align data --json`); AlignerError (one line) for a file that
+    cannot be read, is not JSON, or holds no result of a kind aligner can show again."""
     try:
         data = json_loads(read_text(path, INDEX))
     except (OSError, UnicodeDecodeError) as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import Any, Mapping
 
 from aligner.core.errors import ExitCode
 from aligner.core.findings import Severity
@@ -148,7 +148,7 @@ class DataCompareResult:
                 "exit_code": int(self.exit_code), "ranks": {str(r): res.to_dict() for r, res in self.ranks}}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DataCompareResult":
+    def from_dict(cls, data: Mapping[str, Any]) -> "DataCompareResult":
         """A result read back from `to_dict` (or the JSON report)."""
         first = data.get("first_difference")
         return cls(data["a"], data["b"], data["framework_a"], data["framework_b"], data["samples_a"],
@@ -208,7 +208,7 @@ class DataCheckResult:
                 "ranks": {str(r): res.to_dict() for r, res in self.ranks}}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DataCheckResult":
+    def from_dict(cls, data: Mapping[str, Any]) -> "DataCheckResult":
         """A result read back from `to_dict` (or the JSON report)."""
         return cls(data["directory"], data["framework"], data["samples"],
                    tuple(FieldSummary.from_dict(f) for f in data["fields"]),
