@@ -8,6 +8,7 @@ import click
 
 from aligner.cli.options import check_outputs, json_option
 from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Reference
 from aligner.io.factory import Built, build, load_example_inputs
 from aligner.pipelines.audit import audit, example_from_shape
 from aligner.pipelines.audit.optimizers import DEFAULT_STEPS
@@ -16,8 +17,6 @@ from aligner.pipelines.audit.source import audit_source
 from aligner.render.audit import print_audit, print_source, write_audit_json
 from aligner.render.console import make_console
 from aligner.render.jsonout import write_json
-
-REFERENCES = ("first", "second", "pytorch", "mindspore")
 
 _HELP_EPILOG = """\b
 Each factory is MODULE:CALLABLE or FILE.py:CALLABLE, called with no arguments (the current directory on sys.path),
@@ -106,8 +105,7 @@ def command(factory_a: str | None, factory_b: str | None, input_shape: str | Non
         raise AlignerError("give two factories (MAKE_TORCH MAKE_MS), or --source PATH")
     if input_shape and input_file:
         raise AlignerError("give --input-shape or --input, not both")
-    if ref is not None and ref not in REFERENCES:
-        raise AlignerError(f"--ref must be one of {', '.join(REFERENCES)}, got {ref!r}")
+    Reference.parse(ref)  # a bad choice is refused before anything is read
     if baseline is not None and not Path(baseline).is_file():
         raise AlignerError(f"--baseline {baseline}: no such file")
     check_outputs(force, json=json_out)

@@ -16,6 +16,7 @@ from aligner.cli.options import (
 from aligner.core.atomic import atomic_files
 from aligner.core.collect import gc_paused
 from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.frameworks import Reference
 from aligner.core.tolerance import CALIBRATION_K, ToleranceSpec, parse_nonnegative
 from aligner.dumping.read.ranks import holds_ranks
 from aligner.pipelines import compare as pipeline  # multi-rank dumps: loaded on first use (compare/__init__.py)
@@ -33,7 +34,6 @@ Exit codes: 0 every matched record agrees (records on one side only are listed, 
 Multi-rank dumps (DUMPS_A/rank0/, rank1/, ... as aligner.dump writes under torch.distributed or
 mindspore.communication) are compared rank by rank, in parallel: a table of the ranks, which diverge first (by step,
 then execution order), and exit 1 also when a rank's folder is missing on one side; mixed world sizes exit 2."""
-REFERENCES = ("first", "second", "pytorch", "mindspore")
 
 
 @click.command("compare", epilog=_HELP_EPILOG)
@@ -85,8 +85,7 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
       align compare dumps_ms/ dumps_pt/ --calibrate dumps_pt_f64/
       align compare /shared/dumps_ms/ /shared/dumps_pt/ --engine ray --address head-node:6379
     """
-    if ref is not None and ref not in REFERENCES:
-        raise AlignerError(f"--ref must be one of {', '.join(REFERENCES)}, got {ref!r}")
+    Reference.parse(ref)  # a bad choice is refused before anything is read
     if html_out == "-":
         raise AlignerError("--html needs a file name")
     spec, n_workers = tolerance_spec(rtol, atol), positive_int("--workers", workers)

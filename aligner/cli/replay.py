@@ -12,6 +12,7 @@ from aligner.cli.options import (
     whole_number,
 )
 from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.frameworks import Reference
 from aligner.io.factory import build
 from aligner.pipelines.replay.run import replay_dumps
 from aligner.pipelines.replay.weights import load_weights
@@ -21,7 +22,6 @@ from aligner.render.replay import incomplete, print_table, summary, write_replay
 _HELP_EPILOG = """\b
 Exit codes: 0 every replayed module agrees; 1 a module makes its own error, or the error accumulates past the
 tolerance; 2 usage or input errors (dumps without inputs, a model that is not the dumped one, bad options)."""
-REFERENCES = ("first", "second", "pytorch", "mindspore")
 
 
 @click.command("replay", epilog=_HELP_EPILOG)
@@ -57,8 +57,7 @@ def command(dumps_a: str, dumps_b: str, factory: str, weights: str | None, ref: 
       align replay dumps_pt/ dumps_ms/ --factory mypkg.models:make_ms_model --weights model.ckpt
       align replay dumps_pt/ dumps_ms/ --factory port.py:build --backward --json replay.json
     """
-    if ref is not None and ref not in REFERENCES:
-        raise AlignerError(f"--ref must be one of {', '.join(REFERENCES)}, got {ref!r}")
+    Reference.parse(ref)  # a bad choice is refused before anything is read
     spec = tolerance_spec(rtol, atol)
     step_number = whole_number("--step", step)
     check_outputs(force, json=json_out)

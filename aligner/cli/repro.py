@@ -7,11 +7,10 @@ import click
 
 from aligner.cli.options import tolerance_options, tolerance_spec
 from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Reference
 from aligner.pipelines.repro import repro
 from aligner.render.console import make_console
 from aligner.render.repro import print_repro
-
-REFERENCES = ("first", "second", "pytorch", "mindspore")
 
 _HELP_EPILOG = """\b
 The directory holds repro.py, the reference side's recorded inputs of the module, each side's recorded parameters
@@ -51,8 +50,7 @@ def command(dumps_a: str, dumps_b: str, module: str, output: str, ref: str | Non
       align repro dumps_ms/ dumps_pt/ --module blocks.0.attn -o repro_attn/ \\
           --factory-a models.py:make_ms --factory-b models.py:make_torch
     """
-    if ref is not None and ref not in REFERENCES:
-        raise AlignerError(f"--ref must be one of {', '.join(REFERENCES)}, got {ref!r}")
+    Reference.parse(ref)  # a bad choice is refused before anything is read
     if not module.strip():
         raise AlignerError("--module needs a module path (e.g. blocks.0.attn)")
     spec = tolerance_spec(rtol, atol)

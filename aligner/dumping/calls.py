@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.options import Options
 from aligner.dumping.session import Frame, Session
 from aligner.dumping.signature import attributes, describe
@@ -17,8 +18,8 @@ from aligner.dumping.tensors import tensors_in
 
 # Normalisation buffers, as PyTorch and MindSpore name them, recorded after a training-mode forward under PyTorch's
 # names (BatchNorm momentum changes nothing but these).
-BUFFERS = {"running_mean": "running_mean", "running_var": "running_var",
-           "moving_mean": "running_mean", "moving_variance": "running_var"}
+BUFFERS = {"running_mean": Io.RUNNING_MEAN, "running_var": Io.RUNNING_VAR,
+           "moving_mean": Io.RUNNING_MEAN, "moving_variance": Io.RUNNING_VAR}
 
 
 class CallHooks:
@@ -43,12 +44,12 @@ class CallHooks:
         kept: list[Any] = []
         if (self.selected or (outermost and self.opts.selects_name(self.path))) and self.opts.inputs is not False:
             # the model's own inputs are always recorded: a divergence there is in the data, not in any module
-            self._guarded(frame, "input", self._inputs, frame, inputs)
+            self._guarded(frame, Io.INPUT, self._inputs, frame, inputs)
             frame.first_seq = session.seq  # what the children record starts here
         elif self.fallback:
             kept = [inputs]  # references only: recorded at exit if nothing inside was
             if self.opts.inputs is not False:
-                self._observed(frame, "input", inputs)
+                self._observed(frame, Io.INPUT, inputs)
                 frame.first_seq = session.seq
         if self.opts.forward:  # what enters a call was computed by its caller, unless known to come from elsewhere
             caller = session.parent(frame)
@@ -67,7 +68,7 @@ class CallHooks:
                                    attrs=None if self.described else attributes(self.module))
             self.described = True
         for i, t in enumerate(tensors_in(inputs)):
-            self.session.emit_input(self.path, self.type, "forward", i, t, call=frame.call, parent=parent,
+            self.session.emit_input(self.path, self.type, Kind.FORWARD, i, t, call=frame.call, parent=parent,
                                     link=self.opts.inputs is None, arg=places[i])
 
     def exit(self, module: Any, output: Any) -> None:
@@ -77,7 +78,7 @@ class CallHooks:
         frame, kept = self.frames.pop()
         session = self.session
         try:
-            self._guarded(frame, "output", self._outputs, frame, kept, module, output)
+            self._guarded(frame, Io.OUTPUT, self._outputs, frame, kept, module, output)
         finally:
             session.leave(frame)
 
@@ -89,31 +90,31 @@ class CallHooks:
                 self._inputs(frame, kept[0])
             parent = session.parent(frame)
             for i, t in enumerate(tensors_in(output)):
-                session.emit_output(self.path, self.type, "forward", i, t, call=frame.call, parent=parent)
+                session.emit_output(self.path, self.type, Kind.FORWARD, i, t, call=frame.call, parent=parent)
             if getattr(module, "training", False):
                 for name, value in self.buffers(module):
-                    session.emit(self.path, self.type, "buffer", BUFFERS[name], 0, value, call=frame.call,
+                    session.emit(self.path, self.type, Kind.BUFFER, BUFFERS[name], 0, value, call=frame.call,
                                  parent=parent)
         elif self.opts.forward:  # outputs not recorded: a later input made of them was computed by this module's code
             if self.fallback:
-                self._observed(frame, "output", output)
+                self._observed(frame, Io.OUTPUT, output)
             for t in tensors_in(output):
                 session.computed_in(t, self.path)
 
-    def _observed(self, frame: Frame, io: str, tensors: Any) -> None:
+    def _observed(self, frame: Frame, io: Io, tensors: Any) -> None:
         """A block's (a module with children, under `leaves_only`) inputs or outputs as links or statistics; an
         input with its place in the call, so the two sides' keyword arguments pair by name."""
         parent = self.session.parent(frame)
-        places = describe(tuple(tensors[0]), dict(tensors[1]))[1] if io == "input" else None
+        places = describe(tuple(tensors[0]), dict(tensors[1]))[1] if io == Io.INPUT else None
         for i, t in enumerate(tensors_in(tensors)):
             self.session.observe(self.path, self.type, io, i, t, call=frame.call, parent=parent,
                                  arg=places[i] if places is not None else None)
 
-    def _guarded(self, frame: Frame, io: str, record: Callable[..., None], *args: Any) -> None:
+    def _guarded(self, frame: Frame, io: Io, record: Callable[..., None], *args: Any) -> None:
         """Run `record(*args)`; an exception it meets becomes a skipped record of this call (`Session.failed`), never
         one raised into the user's forward."""
         try:
             record(*args)
         except Exception as exc:  # a hook never breaks the forward it records
-            self.session.failed(self.path, self.type, "forward", io, exc, call=frame.call,
+            self.session.failed(self.path, self.type, Kind.FORWARD, io, exc, call=frame.call,
                                 parent=self.session.parent(frame))

@@ -20,6 +20,7 @@ from aligner.core.frameworks import Framework
 from aligner.core.progress import SILENT, Progress
 from aligner.dumping import ranks
 from aligner.dumping.directory import DumpDir, claim
+from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.options import Options
 from aligner.dumping.randomness import pinned
 from aligner.dumping.session import Session, activate, active
@@ -44,7 +45,7 @@ def _install(framework: str, model: Any, session: Session, opts: Options, handle
     if opts.params:
         for name, type_, value in hooks.state(model):
             if opts.selects_name(name):
-                session.emit(name, type_, "param", "value", 0, value)
+                session.emit(name, type_, Kind.PARAM, Io.VALUE, 0, value)
 
 
 class DumpContext:

@@ -18,6 +18,7 @@ stored as their uint16 bit patterns (lossless) and the record's canonical `dtype
 """
 from __future__ import annotations
 
+import enum
 import io
 import json
 import os
@@ -47,9 +48,36 @@ RANK_DIR = re.compile(r"rank(\d+)")
 # inputs for replay; param: a parameter's or buffer's value at the start of a step (dump(params=True)).
 # block: what a module `leaves_only` keeps no records of (one with children) takes in and hands back, as links or
 # statistics only (no file), so a verdict can tell the block's own code from its children's.
-BLOCK = "block"
-KINDS = ("forward", "backward", "param_grad", "probe", "op", "buffer", "param", "call", BLOCK)
-_KNOWN_KINDS = frozenset(KINDS)
+class Kind(enum.StrEnum):
+    """What a record is (its value is the manifest's `kind` string)."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    PARAM_GRAD = "param_grad"
+    PROBE = "probe"
+    OP = "op"
+    BUFFER = "buffer"
+    PARAM = "param"
+    CALL = "call"
+    BLOCK = "block"
+
+
+class Io(enum.StrEnum):
+    """Which tensor of its call a record holds (its value is the manifest's `io` string; a buffer's is its name)."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+    GRAD_INPUT = "grad_input"    # a backward record: the gradient w.r.t. the module's inputs (flowing out of it)
+    GRAD_OUTPUT = "grad_output"  # a backward record: the gradient w.r.t. the module's outputs (flowing into it)
+    GRAD = "grad"                # a parameter's gradient
+    VALUE = "value"              # a parameter's or buffer's value at the start of a step
+    SIGNATURE = "signature"      # a call record
+    RUNNING_MEAN = "running_mean"
+    RUNNING_VAR = "running_var"
+    REDUCED = "reduced"          # a parameter's gradient after the all-reduce (aligner.dumping.ranks)
+
+
+INPUTS = frozenset({Io.INPUT, Io.GRAD_OUTPUT})  # what flows into a call (forward input, gradient entering backward)
 
 
 class Record(msgspec.Struct, kw_only=True, gc=False):
@@ -90,8 +118,8 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     seq: int
     module: str
     type: str = ""
-    kind: str
-    io: str = "output"
+    kind: Kind
+    io: Io = Io.OUTPUT
     index: int = 0
     dtype: str
     shape: list[Annotated[int, msgspec.Meta(ge=0)]]
@@ -143,7 +171,7 @@ def _decode(line: bytes) -> Record:
         rec = msgspec.convert(json.loads(line), Record)
     if _record_too_deep(rec):
         raise NestingError(TOO_DEEP)
-    if rec.kind == "call":
+    if rec.kind == Kind.CALL:
         rec.dtype = ""
     elif rec.skipped is None:  # a skipped record keeps the name of the dtype no reader supports
         rec.dtype = canonical(rec.dtype)  # AlignerError for a dtype no reader supports
@@ -220,8 +248,6 @@ def _share(rec: Record, strings: dict[str, str], shapes: dict[tuple[int, ...], l
     new object per field: ~300 of a stats-only record's ~1.3 KB are names, types and shapes other records repeat)."""
     rec.module = strings.setdefault(rec.module, rec.module)
     rec.type = strings.setdefault(rec.type, rec.type)
-    rec.kind = strings.setdefault(rec.kind, rec.kind)
-    rec.io = strings.setdefault(rec.io, rec.io)
     if rec.parent is not None:
         rec.parent = strings.setdefault(rec.parent, rec.parent)
     rec.shape = shapes.setdefault(tuple(rec.shape), rec.shape)
@@ -229,9 +255,10 @@ def _share(rec: Record, strings: dict[str, str], shapes: dict[tuple[int, ...], l
 
 def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, list[Record], list[str]]:
     """The manifest gathered: its header (None when line 1 is not one), its records of known kinds in file order, and
-    a problem line for each line that did not parse, nests too deep or names an unknown kind (that line left out), as
-    `iter_manifest` words them; AlignerError when line 1 nests too deep (a header no reader can take) or the manifest
-    holds more lines than `max_records()` (memory grows with each record kept: refused before it runs out).
+    a problem line for each line that did not parse (an unknown kind or io among them) or nests too deep (that line
+    left out), as `iter_manifest` words them; AlignerError when line 1 nests too deep (a header no reader can take)
+    or the manifest holds more lines than `max_records()` (memory grows with each record kept: refused before it
+    runs out).
     Records share equal strings and shapes (`_share`): treat them as read-only.
 
     Record lines are decoded a block at a time (msgspec's decode_lines: 100,000 records in ~0.25 s against ~0.35 s a
@@ -254,8 +281,6 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
             problems.append(str(entry))
         elif isinstance(entry, dict):
             header = entry
-        elif entry.kind not in _KNOWN_KINDS:
-            problems.append(f"{MANIFEST} line {lineno}: unknown kind {entry.kind!r}")
         else:
             _share(entry, strings, shapes)
             records.append(entry)
@@ -282,7 +307,7 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
                     if _record_too_deep(rec):
                         problems.append(f"{MANIFEST} line {n}: {TOO_DEEP}")
                         continue
-                    if rec.kind == "call":
+                    if rec.kind == Kind.CALL:
                         rec.dtype = ""
                     elif rec.skipped is not None:  # the name of a dtype no reader supports, kept
                         pass
@@ -294,11 +319,8 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
                         except AlignerError as exc:
                             problems.append(f"{MANIFEST} line {n}: {exc}")
                             continue
-                    if rec.kind in _KNOWN_KINDS:
-                        _share(rec, strings, shapes)
-                        records.append(rec)
-                    else:
-                        problems.append(f"{MANIFEST} line {n}: unknown kind {rec.kind!r}")
+                    _share(rec, strings, shapes)
+                    records.append(rec)
             lineno += count
             if len(records) + len(problems) > limit:
                 raise AlignerError(f"{directory}: {MANIFEST} holds more than {limit:,} records, the most read at "

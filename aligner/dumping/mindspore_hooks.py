@@ -13,6 +13,7 @@ import mindspore as ms
 
 from aligner.core.errors import AlignerError
 from aligner.dumping.calls import CallHooks
+from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session
 
@@ -49,7 +50,7 @@ class _CellHooks(CallHooks):
     def backward(self, cell: ms.nn.Cell, grad_input: tuple, grad_output: tuple) -> None:
         if not self.session.open:
             return
-        for io, grads in (("grad_output", grad_output), ("grad_input", grad_input)):
+        for io, grads in ((Io.GRAD_OUTPUT, grad_output), (Io.GRAD_INPUT, grad_input)):
             for i, g in enumerate(grads if isinstance(grads, (tuple, list)) else (grads,)):
                 if g is not None:
                     self.session.emit_grad(self.path, self.type, io, i, g)
@@ -108,4 +109,4 @@ def state(model: ms.nn.Cell) -> list[tuple[str, str, ms.Tensor]]:
 
 def _param_grad(session: Session, name: str, grad: ms.Tensor) -> None:
     if session.open:
-        session.emit(name, "Parameter", "param_grad", "grad", 0, grad)
+        session.emit(name, "Parameter", Kind.PARAM_GRAD, Io.GRAD, 0, grad)

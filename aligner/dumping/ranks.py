@@ -25,12 +25,10 @@ from typing import Any
 
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
-from aligner.dumping.manifest import MANIFEST
+from aligner.dumping.manifest import MANIFEST, Io, Kind
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session, active
 from aligner.dumping.tensors import is_tensor
-
-REDUCED = "reduced"  # io of a param_grad record holding a gradient after the all-reduce
 
 Groups = dict[str, list[list[int]]]
 
@@ -149,7 +147,7 @@ class ReducedGrads:
         for (name, param), before in zip(self.params, self.before):
             grad = param.grad
             if grad is not None and _identity(grad) != before:
-                session.emit(name, "Parameter", "param_grad", REDUCED, 0, grad)
+                session.emit(name, "Parameter", Kind.PARAM_GRAD, Io.REDUCED, 0, grad)
 
 
 def _identity(grad: Any) -> tuple[int, int] | None:
@@ -169,4 +167,4 @@ def save_grads(grads: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
         if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and is_tensor(pair[1])):
             raise AlignerError("save_grads needs (parameter name, gradient tensor) pairs or a name -> tensor mapping, "
                                f"got {type(pair).__name__}")
-        session.emit(pair[0], "Parameter", "param_grad", REDUCED, 0, pair[1])
+        session.emit(pair[0], "Parameter", Kind.PARAM_GRAD, Io.REDUCED, 0, pair[1])

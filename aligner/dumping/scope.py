@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from aligner.core.errors import AlignerError
+from aligner.dumping.manifest import Kind
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session
 from aligner.dumping.signature import describe
 from aligner.dumping.tensors import tensors_in
 
-OP_KIND = "op"
 _ALIGNER_DIR = str(Path(__file__).parents[1]) + "/"
 # In-place operator methods: the tensor they modify is the op's output.
 INPLACE_DUNDERS = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
@@ -91,7 +91,7 @@ class OpRecorder:
         if call is None:
             call = self._inputs(label, given, parent, source, (args, kwargs))
         for i, t in enumerate(outputs):
-            session.emit_output(parent, label, OP_KIND, i, t, call=call, parent=parent, source=source)
+            session.emit_output(parent, label, Kind.OP, i, t, call=call, parent=parent, source=source)
         return result
 
     def _inputs(self, label: str, tensors: list[Any], parent: str, source: str, given: tuple[tuple, dict]) -> int:
@@ -106,6 +106,6 @@ class OpRecorder:
             self.session.emit_call(parent, label, call=call, parent=parent, args=structure, attrs=None)
         if self.opts.inputs is not False:
             for i, t in enumerate(tensors):
-                self.session.emit_input(parent, label, OP_KIND, i, t, call=call, parent=parent,
+                self.session.emit_input(parent, label, Kind.OP, i, t, call=call, parent=parent,
                                         link=self.opts.inputs is None, source=source, arg=places[i])
         return call

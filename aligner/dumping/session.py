@@ -12,7 +12,7 @@ import numpy as np
 
 from aligner.core.dtypes import canonical
 from aligner.dumping.fstats import fast_stats_of, ms_cpu_target, ms_deferrable, on_host, stats_of
-from aligner.dumping.manifest import BLOCK, Record
+from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.tensors import (
     dtype_label,
     dtype_name,
@@ -176,14 +176,14 @@ class Session:
         return any(f.path == path for f in self.stack)
 
     # -- records ----------------------------------------------------------------------------------------------------
-    def emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
+    def emit(self, module: str, type_: str, kind: Kind, io: Io, index: int, tensor: Any, *,
              call: int | None = None, parent: str | None = None, source: str | None = None,
              arg: str | None = None, scope: str | None = None, stats_only: bool = False) -> int:
         """Queue `tensor`'s record with the next sequence number (returned): see `_emit`."""
         return self._emit(module, type_, kind, io, index, tensor, call=call, parent=parent, source=source, arg=arg,
                           scope=scope, stats_only=stats_only)
 
-    def _emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
+    def _emit(self, module: str, type_: str, kind: Kind, io: Io, index: int, tensor: Any, *,
               call: int | None = None, parent: str | None = None, source: str | None = None,
               arg: str | None = None, scope: str | None = None, stats_only: bool = False, grad: bool = False) -> int:
         """Queue `tensor`'s record with the next sequence number (returned): with a host copy of the tensor (full
@@ -217,7 +217,7 @@ class Session:
             self._put(record, array, held, stats_only, grad)
         return seq
 
-    def failed(self, module: str, type_: str, kind: str, io: str, exc: Exception, *, call: int | None = None,
+    def failed(self, module: str, type_: str, kind: Kind, io: Io, exc: Exception, *, call: int | None = None,
                parent: str | None = None) -> None:
         """Record that a hook of `module` met `exc` (what it would have recorded is skipped, with the reason) instead
         of raising it into the user's forward or backward."""
@@ -277,29 +277,29 @@ class Session:
             self._last_grad = (grad, key, 0, record.seq)
         return False
 
-    def observe(self, module: str, type_: str, io: str, index: int, tensor: Any, *, call: int | None,
+    def observe(self, module: str, type_: str, io: Io, index: int, tensor: Any, *, call: int | None,
                 parent: str | None, arg: str | None = None) -> None:
         """Record what a call `leaves_only` keeps no records of takes in or hands back (kind "block"): a link when it
         is an earlier record's tensor, else its statistics alone (never a file, and never a producer that later
         inputs link to: they keep their own data), so a verdict can tell a block's own code from its children's."""
         same = self.producer(tensor)
         if same is not None:
-            self._emit_link(module, type_, BLOCK, io, index, tensor, call=call, parent=parent, same=same, arg=arg)
+            self._emit_link(module, type_, Kind.BLOCK, io, index, tensor, call=call, parent=parent, same=same, arg=arg)
             return
-        scope = self.scope_of(tensor) if io == "input" else None
-        self.emit(module, type_, BLOCK, io, index, tensor, call=call, parent=parent, arg=arg,
+        scope = self.scope_of(tensor) if io == Io.INPUT else None
+        self.emit(module, type_, Kind.BLOCK, io, index, tensor, call=call, parent=parent, arg=arg,
                   scope=scope if scope != parent else None, stats_only=True)
 
-    def emit_output(self, module: str, type_: str, kind: str, index: int, tensor: Any, *, call: int | None,
+    def emit_output(self, module: str, type_: str, kind: Kind, index: int, tensor: Any, *, call: int | None,
                     parent: str | None, source: str | None = None) -> int:
         """Emit a call's output and remember the tensor, so a later call taking it as input links to this record. An
         output that is an earlier record's tensor, unchanged (a module handing back its input: `nn.Identity`), is a
         link to it (`same_as`): same numbers, no second reduction or copy."""
         same = self.producer(tensor)
         if same is None:
-            seq = self.emit(module, type_, kind, "output", index, tensor, call=call, parent=parent, source=source)
+            seq = self.emit(module, type_, kind, Io.OUTPUT, index, tensor, call=call, parent=parent, source=source)
         else:
-            seq = self._emit_link(module, type_, kind, "output", index, tensor, call=call, parent=parent, same=same,
+            seq = self._emit_link(module, type_, kind, Io.OUTPUT, index, tensor, call=call, parent=parent, same=same,
                                   source=source)
         self.remember(tensor, seq)
         return seq
@@ -369,22 +369,22 @@ class Session:
                     except TypeError:  # not weakly referenceable: stored, never linked
                         pass
 
-    def emit_grad(self, module: str, type_: str, io: str, index: int, grad: Any) -> None:
+    def emit_grad(self, module: str, type_: str, io: Io, index: int, grad: Any) -> None:
         """Record a module's gradient. One viewing the very memory of the last gradient recorded, unchanged since
         (the gradient a chain hands from one module back to the one before it; a pass-through module's grad_input,
         its grad_output) becomes a link to that record (`same_as`): same numbers, no second reduction or copy."""
         if self.by_identity:  # linked or not at the flush, where reading its address no longer waits
-            self._emit(module, type_, "backward", io, index, grad, grad=True)
+            self._emit(module, type_, Kind.BACKWARD, io, index, grad, grad=True)
             return
         if not self.link_views:
-            self.emit(module, type_, "backward", io, index, grad)
+            self.emit(module, type_, Kind.BACKWARD, io, index, grad)
             return
         last, key = self._last_grad, view_key(grad)
         version = getattr(grad, "_version", 0)
         if last is not None and key is not None and last[1] == key and last[2] == version:
-            self._emit_link(module, type_, "backward", io, index, grad, call=None, parent=None, same=last[3])
+            self._emit_link(module, type_, Kind.BACKWARD, io, index, grad, call=None, parent=None, same=last[3])
             return
-        seq = self.emit(module, type_, "backward", io, index, grad)
+        seq = self.emit(module, type_, Kind.BACKWARD, io, index, grad)
         if key is not None:
             self._last_grad = (grad, key, version, seq)
 
@@ -392,26 +392,26 @@ class Session:
                   attrs: dict[str, Any] | None) -> None:
         """Record a call's signature (no tensor): what a replay needs to call the module the same way."""
         with self._lock:
-            record = Record(seq=self.seq, module=module, type=type_, kind="call", io="signature", index=0, dtype="",
+            record = Record(seq=self.seq, module=module, type=type_, kind=Kind.CALL, io=Io.SIGNATURE, index=0, dtype="",
                             shape=[], step=self.step, call=call, parent=parent, args=args, attrs=attrs)
             self._put(record, None)
 
-    def emit_input(self, module: str, type_: str, kind: str, index: int, tensor: Any, *, call: int | None,
+    def emit_input(self, module: str, type_: str, kind: Kind, index: int, tensor: Any, *, call: int | None,
                    parent: str | None, link: bool, source: str | None = None, arg: str | None = None) -> None:
         """Record a call's input: with `link`, a record without data (`same_as`) when it is an earlier output
         unchanged; otherwise (computed by code between module calls, or `link` False) its data."""
         same = self.producer(tensor) if link else None
         if same is None:
             scope = self.scope_of(tensor)
-            seq = self.emit(module, type_, kind, "input", index, tensor, call=call, parent=parent, source=source,
+            seq = self.emit(module, type_, kind, Io.INPUT, index, tensor, call=call, parent=parent, source=source,
                             arg=arg, scope=scope if scope != parent else None)
             if parent is None:  # a model input: what every call it feeds links to
                 self.remember(tensor, seq)
             return
-        self._emit_link(module, type_, kind, "input", index, tensor, call=call, parent=parent, same=same,
+        self._emit_link(module, type_, kind, Io.INPUT, index, tensor, call=call, parent=parent, same=same,
                         source=source, arg=arg)
 
-    def _emit_link(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *, call: int | None,
+    def _emit_link(self, module: str, type_: str, kind: Kind, io: Io, index: int, tensor: Any, *, call: int | None,
                    parent: str | None, same: int, source: str | None = None, arg: str | None = None) -> int:
         """A record without data (its seq returned): `tensor` is what record `same` holds (a skipped record too when
         its dtype is one no reader supports, as the record it links to is)."""
@@ -434,7 +434,7 @@ class Session:
         with self._lock:
             index = self._probes[name]
             self._probes[name] += 1
-        self.emit(name, "probe", "probe", "output", index, tensor, parent=self.parent())
+        self.emit(name, "probe", Kind.PROBE, Io.OUTPUT, index, tensor, parent=self.parent())
 
 
 def _shape(tensor: Any) -> list[int]:

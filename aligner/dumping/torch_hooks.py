@@ -29,6 +29,7 @@ from typing import Any, Callable
 import torch
 
 from aligner.dumping.calls import CallHooks
+from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session
 from aligner.dumping.tensors import tensors_in
@@ -57,7 +58,7 @@ class _ModuleHooks(CallHooks):
         # input's node when the module was called)
         self.pending: list[list[tuple[int, torch.Tensor, int, torch.Tensor, Any]]] = []
 
-    def emit_grad(self, io: str, index: int, grad: torch.Tensor | None) -> None:
+    def emit_grad(self, io: Io, index: int, grad: torch.Tensor | None) -> None:
         if grad is not None and self.session.open:
             self.session.emit_grad(self.path, self.type, io, index, grad)
 
@@ -69,7 +70,7 @@ class _ModuleHooks(CallHooks):
             return self._aliased(args, kwargs)
         except Exception as exc:  # the module runs on its own inputs, without gradient records
             self.pending.append([])
-            self.session.failed(self.path, self.type, "backward", "grad_input", exc, call=frame.call,
+            self.session.failed(self.path, self.type, Kind.BACKWARD, Io.GRAD_INPUT, exc, call=frame.call,
                                 parent=self.session.parent(frame))
             return None
 
@@ -104,7 +105,7 @@ class _ModuleHooks(CallHooks):
                 first = {id(t) for t in handed_back.values()} if swapped is not None else set()
                 self._hook_grads(aliases, first, output)
             except Exception as exc:  # a hook never breaks the forward it records
-                self.session.failed(self.path, self.type, "backward", "grad_output", exc)
+                self.session.failed(self.path, self.type, Kind.BACKWARD, Io.GRAD_OUTPUT, exc)
         return swapped
 
     def _hook_grads(self, aliases: list[tuple[int, torch.Tensor, int, torch.Tensor, Any]],
@@ -112,7 +113,7 @@ class _ModuleHooks(CallHooks):
         """Register the gradient hooks of one call: on its inputs (`aliases`) and its outputs; those of a handed-back
         input (`first`: its ids) go first (see the module docstring), so they are registered last to first."""
         for index, a, version, original, before in reversed(aliases):
-            emit = functools.partial(self.emit_grad, "grad_input", index)
+            emit = functools.partial(self.emit_grad, Io.GRAD_INPUT, index)
             if id(original) in first:
                 _first_hook(original, emit)
             elif a._version == version:
@@ -123,7 +124,7 @@ class _ModuleHooks(CallHooks):
                 _hook_inplace(original, emit)
         for i, t in reversed(list(enumerate(tensors_in(output)))):
             if t.requires_grad:
-                emit = functools.partial(self.emit_grad, "grad_output", i)
+                emit = functools.partial(self.emit_grad, Io.GRAD_OUTPUT, i)
                 if id(t) in first:
                     _first_hook(t, emit)
                 else:
@@ -210,4 +211,4 @@ def state(model: torch.nn.Module) -> list[tuple[str, str, torch.Tensor]]:
 
 def _param_grad(session: Session, name: str, grad: torch.Tensor) -> None:
     if session.open:
-        session.emit(name, "Parameter", "param_grad", "grad", 0, grad)
+        session.emit(name, "Parameter", Kind.PARAM_GRAD, Io.GRAD, 0, grad)

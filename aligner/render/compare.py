@@ -10,6 +10,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from aligner.core.text import spreadsheet_text
+from aligner.dumping.manifest import Kind
 from aligner.pipelines.compare.evaluate import Row, RowStatus
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Verdict, error_level
@@ -299,7 +300,7 @@ def zoomed(result: CompareResult, f: Divergence) -> bool:
     """Whether the dumps already hold the op-level records of the blamed module's forward (the zoom-in was run): the
     same zoom-in again would give the same answer."""
     scope = f.blame
-    return any(r.pair.ref.record.kind == "op" and ((r.pair.ref.record.parent or "") + ".").startswith(
+    return any(r.pair.ref.record.kind == Kind.OP and ((r.pair.ref.record.parent or "") + ".").startswith(
         f"{scope}." if scope else "") for r in result.rows)
 
 

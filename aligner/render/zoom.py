@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 
 from aligner.core.frameworks import Framework
+from aligner.dumping.manifest import Kind
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Phase
 
@@ -38,7 +39,7 @@ def scopes(result: CompareResult, finding: Divergence) -> tuple[str, str]:
         return finding.blame, finding.blame
     if finding.culprit in (Culprit.PARENT_CODE, Culprit.OP):
         return a.parent or "", finding.blame
-    if a.kind == "param_grad":
+    if a.kind == Kind.PARAM_GRAD:
         return a.module.rpartition(".")[0], finding.blame
     return a.module, finding.blame
 

@@ -22,6 +22,7 @@ from aligner.core.errors import AlignerError
 from aligner.core.files import open_fd
 from aligner.core.frameworks import Framework
 from aligner.dumping import manifest
+from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.read import foreign
 from aligner.dumping.read.foreign.layout import inside
 from aligner.io.npy_header import NpyHeader, NpyHeaderError, read_header
@@ -207,8 +208,8 @@ def _plain_item(path: Path, seq: int) -> Item:
     """A record for a hand-written .npy: module = file stem without a leading order number."""
     stem = path.name[:-4]
     name = re.sub(r"^\d+[_\-.]", "", stem) or stem
-    kind = "backward" if _GRAD_TOKENS & set(re.split(r"[._\-]", stem.lower())) else "forward"
-    rec = manifest.Record(seq=seq, module=name, type="", kind=kind, io="output", index=0, dtype="", shape=[])
+    kind = Kind.BACKWARD if _GRAD_TOKENS & set(re.split(r"[._\-]", stem.lower())) else Kind.FORWARD
+    rec = manifest.Record(seq=seq, module=name, type="", kind=kind, io=Io.OUTPUT, index=0, dtype="", shape=[])
     item = Item(rec, path)
     try:
         item.header = read_npy_header(path)
@@ -225,7 +226,7 @@ def _read_plain(root: Path) -> Source:
     for i, p in enumerate(files):
         confined, why = inside(root, p.name, real)
         if confined is None:
-            items.append(Item(manifest.Record(seq=i, module=p.name[:-4], type="", kind="forward", io="output",
+            items.append(Item(manifest.Record(seq=i, module=p.name[:-4], type="", kind=Kind.FORWARD, io=Io.OUTPUT,
                                               index=0, dtype="", shape=[]), error=why))
         else:
             items.append(_plain_item(p, i))
@@ -268,7 +269,7 @@ def _read_dump(root: Path) -> Source:
     calls: dict[tuple[int, int], manifest.Record] = {}
     params: dict[tuple[int, str], Item] = {}
     for entry in records:
-        if entry.kind == "call":
+        if entry.kind == Kind.CALL:
             if entry.call is not None:
                 calls[(entry.step, entry.call)] = entry
             continue
@@ -278,7 +279,7 @@ def _read_dump(root: Path) -> Source:
         if entry.same_as is not None:
             _resolve(item, by_seq)
         by_seq[entry.seq] = item
-        if entry.kind == "param":
+        if entry.kind == Kind.PARAM:
             params[(entry.step, entry.module)] = item
         else:
             items.append(item)

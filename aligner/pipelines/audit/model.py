@@ -19,7 +19,7 @@ import numpy as np
 
 from aligner.core.errors import AlignerError
 from aligner.core.findings import Finding, Severity
-from aligner.core.frameworks import Framework
+from aligner.core.frameworks import Framework, reference_index
 from aligner.core.text import code_literal as _lit
 from aligner.io.factory import model_framework
 from aligner.pipelines.audit import initlaw
@@ -362,19 +362,6 @@ def _framework_of(model: Any, which: str) -> Framework:
     return fw
 
 
-def _reference(ref: str | Framework | None, first: Framework) -> Framework:
-    if ref is None:
-        return PT
-    text = str(ref).lower()
-    if text in ("first", "second"):
-        return first if text == "first" else first.other
-    fw = Framework.parse(text)
-    if fw not in (PT, MS):
-        raise AlignerError(f"ref must be first, second, pytorch or mindspore, got {ref!r}")
-    assert fw is not None
-    return fw
-
-
 def _inputs(example: Any) -> tuple[dict[str, np.ndarray], bool] | None:
     """(named arrays, pass positionally?) from an array, a sequence of arrays, or a mapping (keyword arguments,
     unless every name is numpy's arr_0, arr_1, ... for unnamed arrays)."""
@@ -399,7 +386,7 @@ def audit(model_a: Any, model_b: Any, example_inputs: Any = None, ref: str | Fra
     fw_a, fw_b = _framework_of(model_a, "the first model"), _framework_of(model_b, "the second model")
     if fw_a == fw_b:
         raise AlignerError(f"both models are {fw_a.value} models: give one torch.nn.Module and one mindspore.nn.Cell")
-    reference = _reference(ref, fw_a)
+    reference = (fw_a, fw_b)[reference_index(ref, (fw_a, fw_b))]
     models = {fw_a: model_a, fw_b: model_b}
     accepted_keys = load_baseline(baseline) if baseline is not None else set()
     book = load_rulebook()

@@ -25,8 +25,7 @@ import numpy as np
 
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.findings import Finding, Severity
-from aligner.dumping.manifest import Record
-from aligner.dumping.ranks import REDUCED
+from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.read.ranks import read_header, read_ranks
 from aligner.dumping.read.source import Item, Source, TensorError, load_tensor, read_source
 from aligner.pipelines.check.config import RuleConfig
@@ -269,8 +268,8 @@ def _first_nonfinite(rank: _Rank) -> Record | None:
 
 
 def _words(rec: Record) -> str:
-    what = {"param": "the value of", "param_grad": "the gradient" + (" after the all-reduce" if rec.io == REDUCED
-                                                                     else "") + " of"}.get(rec.kind)
+    reduced = " after the all-reduce" if rec.io == Io.REDUCED else ""
+    what = {Kind.PARAM: "the value of", Kind.PARAM_GRAD: f"the gradient{reduced} of"}.get(rec.kind)
     return f"{what} {rec.module}" if what else f"{rec.kind} {rec.io} of {rec.module or 'the model'}"
 
 
@@ -316,7 +315,7 @@ def check_ranks(directory: str | os.PathLike, rules: Mapping[str, Any] | None = 
             unreadable[rank] = str(exc)
             continue
         reduced = {(it.record.step, it.record.module): it for it in source.items
-                   if it.record.kind == "param_grad" and it.record.io == REDUCED}
+                   if it.record.kind == Kind.PARAM_GRAD and it.record.io == Io.REDUCED}
         weights = {key: it for key, it in source.params.items()
                    if it.record.type == "Parameter" and key[1].rsplit(".", 1)[-1] not in _RUNNING}
         ranks[rank] = _Rank(rank, source, weights, reduced)

@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 
 from aligner.core.findings import Finding, Severity
 from aligner.core.text import short_number as _g
-from aligner.dumping.manifest import Record
+from aligner.dumping.manifest import Io, Kind, Record
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.view import (
     GRAD_NORM,
@@ -69,11 +69,11 @@ def _need(ctx: _Ctx, records: Sequence[Record], key: str, what: str) -> None:
 
 
 def _kind_words(rec: Record) -> str:
-    if rec.kind == "forward":
+    if rec.kind == Kind.FORWARD:
         return f"the {'input' if rec.io == 'input' else 'output'} of {rec.module or 'the model'}"
-    if rec.kind == "backward":
+    if rec.kind == Kind.BACKWARD:
         return f"the gradient {'entering' if rec.io == 'grad_output' else 'leaving'} {rec.module or 'the model'}"
-    if rec.kind == "param_grad":
+    if rec.kind == Kind.PARAM_GRAD:
         return f"the gradient of {rec.module}"
     return f"{rec.kind} {rec.module}"
 
@@ -90,14 +90,14 @@ def rule_nonfinite(ctx: _Ctx) -> list[Finding]:
     s, rec = origins[0]
     st = ctx.view.stats(rec) or {}
     counts = f"{st.get('nan') or 0} NaN and {st.get('inf') or 0} Inf of {numel(rec)} elements"
-    if rec.kind == "forward" and rec.io == "input" and rec.parent is None:
+    if rec.kind == Kind.FORWARD and rec.io == Io.INPUT and rec.parent is None:
         why, fix = "the model's input already holds them", "check the data for missing values (checklist ds.01)"
-    elif rec.kind == "forward" and rec.io == "input":
+    elif rec.kind == Kind.FORWARD and rec.io == Io.INPUT:
         why = "code between module calls computed it (the records before it are finite)"
         fix = f"look at the code that computes the input of {rec.module} in its parent's forward"
     else:
         why = "every record before it in execution order is finite, its inputs included"
-        scope = rec.module.rsplit(".", 1)[0] if rec.kind == "param_grad" and "." in rec.module else rec.module
+        scope = rec.module.rsplit(".", 1)[0] if rec.kind == Kind.PARAM_GRAD and "." in rec.module else rec.module
         fix = (f"zoom in: aligner.dump(model, DIR, ops=True, scope={scope!r}) names the op; look for log/sqrt/"
                "division of zero or values past float16's 65504 (checklist mp.01: loss scale, float32 for that op)")
     found = [ctx.finding("nonfinite", f"first NaN/Inf at step {s}: {_kind_words(rec)} ({rec.type}) holds {counts}; "
@@ -119,11 +119,12 @@ def rule_fp16_overflow(ctx: _Ctx) -> list[Finding]:
     for s in ctx.view.order:
         big: dict[str, list[tuple[Record, float]]] = {"forward": [], "gradient": []}
         for rec in ctx.view.steps[s].records:
-            if rec.kind not in ("forward", "backward", "param_grad") or rec.io == "input" or rec.dtype == "bfloat16":
+            if rec.kind not in (Kind.FORWARD, Kind.BACKWARD, Kind.PARAM_GRAD) or rec.io == Io.INPUT \
+                    or rec.dtype == "bfloat16":
                 continue
             value = max_abs(ctx.view.stats(rec))
             if value is not None and value >= limit:
-                big["forward" if rec.kind == "forward" else "gradient"].append((rec, value))
+                big["forward" if rec.kind == Kind.FORWARD else "gradient"].append((rec, value))
         found = []
         for group in big.values():
             if group:

@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from aligner.dumping.manifest import Record
+from aligner.dumping.manifest import Io, Kind, Record
 
 ArrayLoader = Callable[[Record], "np.ndarray | None"]
 # the probe names users save with aligner.save (docs/check.md)
@@ -55,23 +55,23 @@ class DumpView:
         self.steps: dict[int, Step] = {}
         first_forward: dict[str, int] = {}
         for rec in sorted(records, key=lambda r: (r.step, r.seq)):
-            if rec.kind == "call":
+            if rec.kind == Kind.CALL:
                 continue
             stats = rec.stats
             if stats is None and rec.same_as is not None and rec.same_as in by_seq:
                 stats = by_seq[rec.same_as].stats
             self._stats[id(rec)] = stats
             step = self.steps.setdefault(rec.step, Step())
-            if rec.kind == "param":
+            if rec.kind == Kind.PARAM:
                 step.params[rec.module] = rec
                 continue
             step.records.append(rec)
-            if rec.kind == "forward" and rec.io == "output":
+            if rec.kind == Kind.FORWARD and rec.io == Io.OUTPUT:
                 step.outputs.append(rec)
                 first_forward.setdefault(rec.module, len(first_forward))
-            elif rec.kind == "param_grad":
+            elif rec.kind == Kind.PARAM_GRAD:
                 step.grads.setdefault(rec.module, rec)
-            elif rec.kind == "probe" and rec.module not in step.probes and stats and numel(rec) >= 1:
+            elif rec.kind == Kind.PROBE and rec.module not in step.probes and stats and numel(rec) >= 1:
                 value = stats.get("mean") if numel(rec) == 1 else stats.get("l2")
                 inf = stats.get("inf") or 0
                 if value is None or nonfinite(stats):

@@ -32,7 +32,7 @@ from aligner.core.errors import AlignerError
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
 from aligner.dumping.fstats import stats_of, torch_watch_stats
-from aligner.dumping.manifest import Record
+from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session, activate
 from aligner.dumping.tensors import model_framework, shape_of
@@ -46,27 +46,27 @@ log = logging.getLogger("aligner")
 
 # What each rule reads: "forward" module outputs, "backward" module gradients, "param_grad" parameter gradients,
 # "param" parameter values, "probe" aligner.save values. A rule not listed here gets everything.
-NEEDS: dict[str, frozenset[str]] = {
-    "nonfinite": frozenset({"forward", "backward", "param_grad"}),
-    "fp16-overflow": frozenset({"forward", "backward", "param_grad"}),
-    "fp16-underflow": frozenset({"param_grad"}),
-    "vanishing-gradients": frozenset({"param_grad"}),
-    "exploding-gradients": frozenset({"param_grad"}),
-    "frozen-weights": frozenset({"param", "param_grad"}),
-    "update-ratio": frozenset({"param", "param_grad"}),
-    "dead-relu": frozenset({"forward"}),
-    "saturated-activations": frozenset({"forward"}),
-    "constant-activations": frozenset({"forward"}),
-    "loss-scale-overflow": frozenset({"param_grad", "probe"}),
-    "clip-before-unscale": frozenset({"param_grad", "probe"}),
-    "grads-not-unscaled": frozenset({"param_grad", "probe"}),
-    "loss-trend": frozenset({"probe"}),
-    "gradient-trend": frozenset({"param_grad"}),
+NEEDS: dict[str, frozenset[Kind]] = {
+    "nonfinite": frozenset({Kind.FORWARD, Kind.BACKWARD, Kind.PARAM_GRAD}),
+    "fp16-overflow": frozenset({Kind.FORWARD, Kind.BACKWARD, Kind.PARAM_GRAD}),
+    "fp16-underflow": frozenset({Kind.PARAM_GRAD}),
+    "vanishing-gradients": frozenset({Kind.PARAM_GRAD}),
+    "exploding-gradients": frozenset({Kind.PARAM_GRAD}),
+    "frozen-weights": frozenset({Kind.PARAM, Kind.PARAM_GRAD}),
+    "update-ratio": frozenset({Kind.PARAM, Kind.PARAM_GRAD}),
+    "dead-relu": frozenset({Kind.FORWARD}),
+    "saturated-activations": frozenset({Kind.FORWARD}),
+    "constant-activations": frozenset({Kind.FORWARD}),
+    "loss-scale-overflow": frozenset({Kind.PARAM_GRAD, Kind.PROBE}),
+    "clip-before-unscale": frozenset({Kind.PARAM_GRAD, Kind.PROBE}),
+    "grads-not-unscaled": frozenset({Kind.PARAM_GRAD, Kind.PROBE}),
+    "loss-trend": frozenset({Kind.PROBE}),
+    "gradient-trend": frozenset({Kind.PARAM_GRAD}),
 }
-_EVERYTHING = frozenset({"forward", "backward", "param_grad", "param", "probe"})
+_EVERYTHING = frozenset({Kind.FORWARD, Kind.BACKWARD, Kind.PARAM_GRAD, Kind.PARAM, Kind.PROBE})
 # Rules that compare steps (thresholds min_steps/growth_steps) run over the kept history, on its parameter gradients
 # and probes only; every other rule reads one step (and the parameter values where the next one starts).
-_TREND_KINDS = frozenset({"param_grad", "probe"})
+_TREND_KINDS = frozenset({Kind.PARAM_GRAD, Kind.PROBE})
 ON_FINDING = ("log", "raise")
 GRADS = ("hooks", "step")  # where parameter gradients come from: a hook on each parameter, or w.step(grads)
 
@@ -96,7 +96,7 @@ class _Records:
         self.records: list[Record] = []
 
     def put(self, record: Record, array: Any) -> None:
-        if record.stats is not None and record.kind != "buffer":
+        if record.stats is not None and record.kind != Kind.BUFFER:
             self.records.append(record)
 
     def close(self) -> None:
@@ -119,12 +119,12 @@ class _Deferred(Session):
         self.pending: list[tuple[Record, Any]] = []
         self._ms_cpu: bool | None = None
 
-    def emit(self, module: str, type_: str, kind: str, io: str, index: int, tensor: Any, *,
+    def emit(self, module: str, type_: str, kind: Kind, io: Io, index: int, tensor: Any, *,
              call: int | None = None, parent: str | None = None, source: str | None = None,
              arg: str | None = None, scope: str | None = None, stats_only: bool = False) -> int:
         """Number the record; keep the tensor for `flush` (or compute its statistics now; the watch keeps no
         `scope`: its rules read each record alone)."""
-        if kind == "buffer":
+        if kind == Kind.BUFFER:
             with self._lock:
                 self.seq += 1
                 return self.seq - 1
@@ -152,16 +152,16 @@ class _Deferred(Session):
         return torch is not None and isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu" and \
             tensor.layout == torch.strided and dtype in (torch.float32, torch.float64)
 
-    def _hold(self, tensor: Any, kind: str, dtype: Any) -> Any:
+    def _hold(self, tensor: Any, kind: Kind, dtype: Any) -> Any:
         """What `flush` reads for this tensor, or None to compute its statistics now."""
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(tensor, torch.Tensor):
             if tensor.device.type != "cpu" or tensor.layout != torch.strided or \
                     dtype not in (torch.float32, torch.float64):
                 return None
-            if kind in ("backward", "param_grad") and tensor._base is None and not tensor.requires_grad:
+            if kind in (Kind.BACKWARD, Kind.PARAM_GRAD) and tensor._base is None and not tensor.requires_grad:
                 return tensor  # held: autograd's use count check then copies instead of stealing it
-            return tensor.detach() if kind == "param" else tensor.detach().clone()  # params: flushed at once
+            return tensor.detach() if kind == Kind.PARAM else tensor.detach().clone()  # params: flushed at once
         ms = sys.modules.get("mindspore")
         if ms is not None and isinstance(tensor, ms.Tensor) and dtype in (ms.float32, ms.float64):
             if self._ms_cpu is None:  # the context's target, not tensor.device (which waits for every queued op)
@@ -169,7 +169,7 @@ class _Deferred(Session):
             return tensor if self._ms_cpu else None  # MindSpore ops return new tensors: a reference is enough
         return None
 
-    def observe(self, module: str, type_: str, io: str, index: int, tensor: Any, *, call: int | None,
+    def observe(self, module: str, type_: str, io: Io, index: int, tensor: Any, *, call: int | None,
                 parent: str | None, arg: str | None = None) -> None:
         """Nothing: the watch's rules read leaf records, and a block's statistics would only slow each step."""
 
@@ -191,10 +191,10 @@ class _Deferred(Session):
     def _light(self, record: Record) -> bool:
         return self._light_kind(record.kind, record.type)
 
-    def _light_kind(self, kind: str, type_: str) -> bool:
+    def _light_kind(self, kind: Kind, type_: str) -> bool:
         """Whether the rules read only a record's extrema and NaN/Inf counts: module gradients (nonfinite,
         fp16-overflow) and forward outputs but those of the activations dead-relu/saturated-activations judge."""
-        return kind == "backward" or (kind == "forward" and type_ not in self.counted)
+        return kind == Kind.BACKWARD or (kind == Kind.FORWARD and type_ not in self.counted)
 
 
 def _nonfinite(records: list[Record], step: int) -> bool:
@@ -231,15 +231,15 @@ class Watch:
         self.framework = model_framework(model)
         self.model, self.every, self.on_finding = model, every, on_finding
         enabled = [name for name in self.config.names if self.config.enabled(name)]
-        self.needs: frozenset[str] = frozenset().union(*(NEEDS.get(n, _EVERYTHING) for n in enabled))
+        self.needs: frozenset[Kind] = frozenset().union(*(NEEDS.get(n, _EVERYTHING) for n in enabled))
         # Module gradients (every module's grad_input/grad_output: as many tensors as the forward, and in MindSpore a
         # cell backward hook each, measured 1.78x of a resnet18 step against 0.85-1.0x without them) feed only the
         # backward half of nonfinite/fp16-overflow: they are recorded from the step after the first non-finite value
         # (an escalation: the watch then names the module that first produced it in backward).
-        self.options = Options(leaves_only=True, forward="forward" in self.needs,
-                               backward=bool({"backward", "param_grad"} & self.needs), inputs=False,
+        self.options = Options(leaves_only=True, forward=Kind.FORWARD in self.needs,
+                               backward=bool({Kind.BACKWARD, Kind.PARAM_GRAD} & self.needs), inputs=False,
                                module_backward=False, param_grads=not self.given)
-        self._detailed = dataclasses.replace(self.options, module_backward=True) if "backward" in self.needs \
+        self._detailed = dataclasses.replace(self.options, module_backward=True) if Kind.BACKWARD in self.needs \
             else None
         # the steps a trend rule compares, plus the one being judged
         trend = {rule for rule in self.config.names if {"min_steps", "growth_steps"} & set(self.config.rules[rule])}
@@ -314,7 +314,7 @@ class Watch:
                                "around the training loop and call w.step() at the end of each step")
         current, following = self.step_number, self.step_number + 1
         checked = self.watched(current)
-        wanted = self.given and checked and "param_grad" in self.needs
+        wanted = self.given and checked and Kind.PARAM_GRAD in self.needs
         if grads is not None and not self.given:
             raise AlignerError("w.step(grads) needs aligner.watch(model, grads='step') (a watch with grads='hooks' "
                                "records the gradients itself)")
@@ -346,7 +346,7 @@ class Watch:
         if records and records[0].step < oldest:
             self._sink.records = records = [r for r in records if r.step >= oldest]
         framework = self.framework.value
-        now = [r for r in records if r.step == step or (r.step == step + 1 and r.kind == "param")]
+        now = [r for r in records if r.step == step or (r.step == step + 1 and r.kind == Kind.PARAM)]
         history = [r for r in records if r.kind in _TREND_KINDS]
         parts = (evaluate(now, self._split[0], framework=framework),
                  evaluate(history, self._split[1], framework=framework))
@@ -417,16 +417,16 @@ class Watch:
             pairs = [(n, g) for n, g in zip(trainable, given) if n in selected]
         for name, grad in reversed(pairs):
             if grad is not None and session is not None:
-                session.emit(name, "Parameter", "param_grad", "grad", 0, grad)
+                session.emit(name, "Parameter", Kind.PARAM_GRAD, Io.GRAD, 0, grad)
 
     def _params(self, step: int) -> None:
         """Record every trainable parameter's value as `step` starts (what update ratios and frozen weights read)."""
         session = self._session
-        if "param" not in self.needs or session is None:
+        if Kind.PARAM not in self.needs or session is None:
             return
         for name, type_, value in self._hooks().state(self.model):
             if type_ == "Parameter" and getattr(value, "requires_grad", True) and self.options.selects_name(name):
-                session.emit(name, type_, "param", "value", 0, value)
+                session.emit(name, type_, Kind.PARAM, Io.VALUE, 0, value)
 
 
 def watch(model: Any, rules: Mapping[str, Any] | None = None, every: int = 1, on_finding: str = "log",

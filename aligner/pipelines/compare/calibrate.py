@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Hashable, Sequence
 from aligner.core.dtypes import FLOATING
 from aligner.core.errors import AlignerError
 from aligner.core.tolerance import CALIBRATION_K, Tolerance, ToleranceSpec
+from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.read.source import Item, Source, TensorError, open_tensor, read_source
 from aligner.metrics.measure import Metrics, compare_streams
 from aligner.pipelines import compare as package  # the cluster's part loaded on first use: see compare/__init__.py
@@ -207,7 +208,7 @@ def calibrate(path: str, pairs: Sequence[Pair], reference: Source, compared: Sou
             missing[i] = got
             continue
         rec = item.record
-        if rec.kind == "forward" and rec.io == "input" and rec.call is not None and rec.parent is None \
+        if rec.kind == Kind.FORWARD and rec.io == Io.INPUT and rec.call is not None and rec.parent is None \
                 and got.rel_l2 > _MAX_INPUT_ERROR:
             raise AlignerError(f"--calibrate {path}: recorded on another input (the model's input {rec.index} differs "
                                f"from the reference's by a relative error of {got.rel_l2:.1e}, more than "

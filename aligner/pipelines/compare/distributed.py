@@ -104,7 +104,7 @@ def _seen(engine: Engine, host: str, unseen: str | None) -> None:
 
 def measure_on(engine: Engine, pairs: list[tuple[Item, Item]]) -> list[Noise | str]:
     """measure(reference, twin) of every pair as tasks of `engine`, in order."""
-    _, work = _shipped([Pair(ref, twin, "calibration") for ref, twin in pairs], engine.workers)
+    _, work = _shipped([Pair(ref, twin) for ref, twin in pairs], engine.workers)
     out: list[Noise | str] = []
     for host, results in engine.map(measure_batch, work):
         for got, unseen in results:

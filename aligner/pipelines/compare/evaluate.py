@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from aligner.core.tolerance import ToleranceSpec
 from aligner.dumping.read.source import Item, TensorError, open_tensor
 from aligner.metrics.measure import Metrics, compare_stats, compare_streams, same_rows
-from aligner.pipelines.compare.matching import Pair
+from aligner.pipelines.compare.matching import MatchedBy, Pair
 
 if TYPE_CHECKING:  # only --calibrate makes one (calibrate.py is loaded on that path only)
     from aligner.pipelines.compare.calibrate import Noise
@@ -55,7 +55,7 @@ class Row:
     @property
     def status(self) -> RowStatus:
         if self.pair.a is None or self.pair.b is None:
-            return RowStatus.FOLDED if self.pair.matched_by == "folded" else RowStatus.UNMATCHED
+            return RowStatus.FOLDED if self.pair.matched_by == MatchedBy.FOLDED else RowStatus.UNMATCHED
         if self.error:
             return RowStatus.ERROR
         if self.metrics is None and self.skipped:

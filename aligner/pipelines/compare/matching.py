@@ -13,6 +13,7 @@ no twin is reported as "only in X" and does not shift the later pairs.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import re
 from collections import defaultdict
@@ -21,18 +22,25 @@ from typing import Callable, Hashable, Sequence
 from aligner import io, mapping  # the name planner, loaded only for PyTorch/MindSpore parameter gradients
 from aligner.core.frameworks import Framework
 from aligner.core.sequences import longest_increasing
-from aligner.dumping.manifest import BLOCK, Record
+from aligner.dumping.manifest import INPUTS, Io, Kind, Record
 from aligner.dumping.read.source import Item, stats_identity
 from aligner.pipelines.compare import ops as op_records  # aligner.dump(ops=True) records: see compare/ops.py
 
 Namer = Callable[[Record], "str | None"]  # the name a record is matched under (None: match by order only)
 _MAX_DP_CELLS = 250_000
 _BAND = 64  # a long gap is aligned within this distance of its diagonal
-_INPUTS = ("input", "grad_output")  # records that repeat what flows into a call
 # Module types that are the same layer under another name in the other framework.
 _TYPE_ALIASES = {"dense": "linear", "sequentialcell": "sequential", "celllist": "modulelist", "dropout2d": "dropout",
                  "gelu": "gelu", "softmax": "softmax", "embedding": "embedding", "batchnorm1d": "batchnorm",
                  "batchnorm2d": "batchnorm", "batchnorm3d": "batchnorm", "conv2d": "conv2d", "conv1d": "conv1d"}
+
+
+class MatchedBy(enum.StrEnum):
+    """How a row's two records were paired."""
+
+    NAME = "name"        # by module path (after renames), kind, io, place and occurrence
+    CONTENT = "content"  # by the sequence alignment of content and shapes (op records, renamed modules)
+    FOLDED = "folded"    # a call that only passes a tensor through, with no twin: not paired
 
 
 @dataclasses.dataclass
@@ -41,7 +49,7 @@ class Pair:
 
     a: Item | None
     b: Item | None
-    matched_by: str | None = None  # "name" | "content" | "folded" (a pass-through call, not paired) | None
+    matched_by: MatchedBy | None = None  # None: a record on one side only
 
     @property
     def ref(self) -> Item:
@@ -77,7 +85,7 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
     if {framework_first, framework_second} == {Framework.PYTORCH, Framework.MINDSPORE}:
         ms_items = first if ms_first else second
         infos = {it.record.module: io.TensorInfo(tuple(it.record.shape), it.record.dtype or "float32")
-                 for it in ms_items if it.record.kind == "param_grad"}
+                 for it in ms_items if it.record.kind == Kind.PARAM_GRAD}
         for entry in mapping.build_plan(infos, Framework.MINDSPORE, Framework.PYTORCH).entries if infos else []:
             if entry.target and len(entry.sources) == 1:
                 params[entry.sources[0]] = entry.target
@@ -110,7 +118,7 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
                 return mine[module]
             if module in kept:
                 return module
-            return grads.get(module, module) if record.kind == "param_grad" else module
+            return grads.get(module, module) if record.kind == Kind.PARAM_GRAD else module
         return name
 
     return namer(0, ms_first), namer(1, framework_second == Framework.MINDSPORE)
@@ -159,7 +167,7 @@ def _unwrapped(names: list[str | None], prefix: str) -> list[str | None]:
 def _named_inputs(items: Sequence[Item]) -> bool:
     """Whether a side's call inputs carry the argument they were passed as (`arg`: aligner dumps from version 2,
     msprobe dumps)."""
-    return any(it.record.arg is not None for it in items if it.record.io == "input")
+    return any(it.record.arg is not None for it in items if it.record.io == Io.INPUT)
 
 
 def _keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[str, str],
@@ -173,13 +181,13 @@ def _keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[str,
     append = keys.append
     for item, module in zip(items, names):
         r = item.record
-        if module is None or r.kind == op_records.OP_KIND:  # op records never pair by name (compare/ops.py)
+        if module is None or r.kind == Kind.OP:  # op records never pair by name (compare/ops.py)
             append(None)
             continue
         spelling = spelled.get(module)
         if spelling is None:
             spelling = spelled[module] = _spelling(module)
-        place = r.arg if by_arg and r.io == "input" and r.arg is not None else r.index
+        place = r.arg if by_arg and r.io == Io.INPUT and r.arg is not None else r.index
         base = (r.kind, spelling, r.io, place, r.step)
         n = seen.get(base, 0)
         seen[base] = n + 1
@@ -187,7 +195,7 @@ def _keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[str,
     return keys
 
 
-_MODULE_KINDS = ("forward", "backward")
+_MODULE_KINDS = (Kind.FORWARD, Kind.BACKWARD)
 
 
 def _inside_leaves(items: Sequence[Item], names: Sequence[str | None], other: Sequence[Item],
@@ -327,22 +335,22 @@ def passthrough(items: Sequence[Item]) -> dict[int, int]:
         j = i
         while j + 1 < n and modules[j + 1] == modules[i] and kinds[j + 1] == kinds[i]:
             j += 1
-        if rec.kind in ("forward", "backward") and i > 0 and i == j:  # one record: an output equal to the one before
+        if rec.kind in _MODULE_KINDS and i > 0 and i == j:  # one record: an output equal to the one before
             before = records[i - 1].stats
-            if rec.io not in _INPUTS and not (rec.stats and before and rec.stats.get("l2") != before.get("l2")):
+            if rec.io not in INPUTS and not (rec.stats and before and rec.stats.get("l2") != before.get("l2")):
                 for k in (i - 1, i):  # (a different L2 norm already tells most records from the one before)
                     if same[k] is None:
                         same[k] = _same(items[k])
                 if same[i] is not None and same[i] == same[i - 1]:
                     folded[i] = i - 1
-        elif rec.kind in ("forward", "backward") and i > 0:
+        elif rec.kind in _MODULE_KINDS and i > 0:
             for k in range(i - 1, j + 1):
                 if same[k] is None:
                     same[k] = _same(items[k])
-            sources = {same[k]: k for k in range(i, j + 1) if records[k].io in _INPUTS}
+            sources = {same[k]: k for k in range(i, j + 1) if records[k].io in INPUTS}
             if same[i - 1] is not None:
                 sources.setdefault(same[i - 1], i - 1)
-            outputs = [k for k in range(i, j + 1) if records[k].io not in _INPUTS]
+            outputs = [k for k in range(i, j + 1) if records[k].io not in INPUTS]
             if outputs and all(same[k] is not None and same[k] in sources for k in outputs):
                 for k in range(i, j + 1):
                     folded[k] = sources[same[k]] if k in outputs else i - 1
@@ -359,8 +367,8 @@ def _returns_input(items: Sequence[Item], k: int, calls: dict[tuple[int, str, in
     ks = calls.get((r.step, r.module, r.call)) if r.call is not None else None
     if not ks:
         return None
-    ins = [items[j] for j in ks if items[j].record.io in _INPUTS]
-    outs = [items[j] for j in ks if items[j].record.io not in _INPUTS]
+    ins = [items[j] for j in ks if items[j].record.io in INPUTS]
+    outs = [items[j] for j in ks if items[j].record.io not in INPUTS]
     if not ins or not outs:
         return None
     tensors = {it.record.seq for it in ins} | {it.record.same_as for it in ins if it.record.same_as is not None}
@@ -373,7 +381,7 @@ def _by_call(items: Sequence[Item], wanted: set[str]) -> dict[tuple[int, str, in
     out: dict[tuple[int, str, int], list[int]] = defaultdict(list)
     for k, it in enumerate(items):
         r = it.record
-        if r.module in wanted and r.call is not None and r.kind in ("forward", "backward"):
+        if r.module in wanted and r.call is not None and r.kind in _MODULE_KINDS:
             out[(r.step, r.module, r.call)].append(k)
     return out
 
@@ -413,9 +421,9 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     # records kept out of the pairing by content: the internals of a composite the other side records as one leaf,
     # and blocks' statistics (every block of a stack hands back the same shape: only a name tells them apart)
     inner_a = _inside_leaves(items_a, names_a, items_b, names_b, spelled) | \
-        {i for i, it in enumerate(items_a) if it.record.kind == BLOCK}
+        {i for i, it in enumerate(items_a) if it.record.kind == Kind.BLOCK}
     inner_b = _inside_leaves(items_b, names_b, items_a, names_a, spelled) | \
-        {i for i, it in enumerate(items_b) if it.record.kind == BLOCK}
+        {i for i, it in enumerate(items_b) if it.record.kind == Kind.BLOCK}
     by_content: set[int] = set()  # the records of `a` paired by content (the others by name)
     used_b = set(partner.values())
 
@@ -427,8 +435,8 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     # cell's grad_output and grad_input together; PyTorch: grad_output, parameter gradients, grad_input), so a
     # parameter-gradient anchor would put a module's grad_output in different gaps on the two sides.
     for stream in (True, False):
-        in_a = [(it.record.kind == "param_grad") == stream for it in items_a]
-        in_b = [(it.record.kind == "param_grad") == stream for it in items_b]
+        in_a = [(it.record.kind == Kind.PARAM_GRAD) == stream for it in items_a]
+        in_b = [(it.record.kind == Kind.PARAM_GRAD) == stream for it in items_b]
         if not (any(in_a) and any(in_b)):  # one side has none of this stream: nothing to align
             continue
         anchors = [(-1, -1)] + longest_increasing([(ia, ib) for ia, ib in named if in_a[ia]]) + \
@@ -451,15 +459,15 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
         if ia in partner:
             last = partner[ia]
         else:
-            after[last].append(Pair(item, None, "folded" if ia in fold_a else None))
+            after[last].append(Pair(item, None, MatchedBy.FOLDED if ia in fold_a else None))
     by_b = dict(zip(partner.values(), partner))  # record of `b` -> its twin in `a`
     rows = after.pop(-1, [])
     for ib, item in enumerate(items_b):
         twin = by_b.get(ib)
         if twin is not None:
-            rows.append(Pair(items_a[twin], item, "content" if twin in by_content else "name"))
+            rows.append(Pair(items_a[twin], item, MatchedBy.CONTENT if twin in by_content else MatchedBy.NAME))
         else:
-            rows.append(Pair(None, item, "folded" if ib in fold_b else None))
+            rows.append(Pair(None, item, MatchedBy.FOLDED if ib in fold_b else None))
         if ib in after:
             rows += after[ib]
     return rows

@@ -10,14 +10,12 @@ content/shape sequence alignment of `matching`, where agreeing content weighs mo
 from __future__ import annotations
 
 from aligner import mapping  # the op table, loaded when the first op record is looked up
-from aligner.dumping.manifest import Record
-
-OP_KIND = "op"
+from aligner.dumping.manifest import Kind, Record
 
 
 def is_op(record: Record) -> bool:
     """Whether a record is one op call's input or output (kind "op")."""
-    return record.kind == OP_KIND
+    return record.kind == Kind.OP
 
 
 def op_type(record: Record) -> str:

@@ -10,6 +10,7 @@ from aligner.core.errors import ExitCode
 from aligner.core.tolerance import ToleranceSpec
 from aligner.pipelines import compare as package  # compare/saved.py, loaded only to read a saved result
 from aligner.pipelines.compare.evaluate import Row
+from aligner.pipelines.compare.matching import MatchedBy
 from aligner.pipelines.compare.verdict import Divergence, Verdict
 
 if TYPE_CHECKING:  # only --calibrate makes one (calibrate.py is loaded on that path only)
@@ -43,14 +44,14 @@ class CompareResult:
         folded away on either side."""
         out = {"name": 0, "content": 0, "unmatched_a": 0, "unmatched_b": 0, "folded_a": 0, "folded_b": 0}
         for r in self.rows:
-            if r.pair.matched_by == "folded":
+            if r.pair.matched_by == MatchedBy.FOLDED:
                 out["folded_b" if r.pair.a is None else "folded_a"] += 1
             elif r.pair.a is None:
                 out["unmatched_b"] += 1
             elif r.pair.b is None:
                 out["unmatched_a"] += 1
             else:
-                out[r.pair.matched_by or "name"] += 1
+                out[r.pair.matched_by or MatchedBy.NAME] += 1
         return out
 
     @functools.cached_property  # rows never change once compared; reports ask several times
@@ -63,7 +64,7 @@ class CompareResult:
     def unmatched(self) -> list[int]:
         """Rows with a record on one side only (status UNMATCHED)."""
         return [i for i, r in enumerate(self.rows)
-                if (r.pair.a is None or r.pair.b is None) and r.pair.matched_by != "folded"]
+                if (r.pair.a is None or r.pair.b is None) and r.pair.matched_by != MatchedBy.FOLDED]
 
     @functools.cached_property
     def skipped(self) -> list[int]:

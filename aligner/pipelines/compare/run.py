@@ -9,15 +9,16 @@ from typing import TYPE_CHECKING, Callable
 from aligner import mapping  # --map: the user map's parser is loaded only when one is given
 from aligner.core.collect import gc_paused
 from aligner.core.errors import AlignerError
-from aligner.core.frameworks import Framework
+from aligner.core.frameworks import Framework, reference_index
 from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import CALIBRATION_K, Tolerance, ToleranceSpec
+from aligner.dumping.manifest import Kind
 from aligner.dumping.read.foreign.layout import Tool, detect, msprobe_maps
 from aligner.dumping.read.source import Source, read_source
 from aligner.pipelines import compare as package  # the parts loaded on first use: see compare/__init__.py
 from aligner.pipelines.compare.engine import Engine, LocalEngine
 from aligner.pipelines.compare.evaluate import Row, evaluate
-from aligner.pipelines.compare.matching import Pair, match, namers, same_layer
+from aligner.pipelines.compare.matching import MatchedBy, Pair, match, namers, same_layer
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.verdict import bisect as bisect_rows
 from aligner.pipelines.compare.verdict import judge
@@ -33,19 +34,6 @@ if TYPE_CHECKING:
 # against 5.9e-5), and stays 5x under the smallest real bug measured here (tanh-GELU: 4.7e-4 in one layer).
 TRAINING_FLOOR = Tolerance(1e-4, 1e-4)
 _TRAINING_REASON = "the reference dump ran BatchNorm in training mode: batch statistics amplify rounding"
-
-
-def choose_reference(ref: str | None, frameworks: tuple[str, str]) -> int:
-    """Index (0 or 1) of the reference side: --ref first|second|pytorch|mindspore; default PyTorch, else second."""
-    if ref is None:
-        return 0 if frameworks[0] == Framework.PYTORCH and frameworks[1] != Framework.PYTORCH else 1
-    if ref in ("first", "second"):
-        return 0 if ref == "first" else 1
-    sides = [i for i, fw in enumerate(frameworks) if fw == ref]
-    if len(sides) != 1:
-        raise AlignerError(f"--ref {ref}: {'neither' if not sides else 'both'} side(s) were dumped by {ref} "
-                           f"(manifests say {frameworks[0]} and {frameworks[1]}); use --ref first|second")
-    return sides[0]
 
 
 def _label(source: Source) -> str:
@@ -121,7 +109,7 @@ def check_same_model(pairs: list, side_a: Source, side_b: Source) -> None:
     """Refuse to compare dumps of two different models: almost nothing pairs up, so any verdict would be noise."""
     records = [0, 0]  # of each side, pass-through calls left out
     for p in pairs:
-        if p.matched_by != "folded":
+        if p.matched_by != MatchedBy.FOLDED:
             records[0] += p.a is not None
             records[1] += p.b is not None
     smaller = min(records)
@@ -168,9 +156,9 @@ def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = Non
     maps: list[MsprobeMap] = []
     if map_file is None:
         rename, maps = _msprobe_rename(sources)
-    r = choose_reference(ref, (sources[0].framework, sources[1].framework))
+    r = reference_index(ref, (sources[0].framework, sources[1].framework))
     other, reference = sources[1 - r], sources[r]
-    if any(it.record.kind == "buffer" for it in reference.items) and tolerance.floor is None:
+    if any(it.record.kind == Kind.BUFFER for it in reference.items) and tolerance.floor is None:
         tolerance = dataclasses.replace(tolerance, floor=TRAINING_FLOOR, floor_reason=_TRAINING_REASON)
     first, second = sources
     name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
@@ -188,7 +176,7 @@ def _msprobe_rename(sources: tuple[Source, Source]) -> tuple[Callable[[str], str
         return None, []
     left = next((s for s in sources if s.framework == Framework.MINDSPORE), sources[0])
     classes = {it.record.module: it.record.type for it in left.items
-               if it.record.kind in ("forward", "backward") and it.record.type}
+               if it.record.kind in (Kind.FORWARD, Kind.BACKWARD) and it.record.type}
     umap, maps = mapping.load_msprobe_maps(paths, classes)
     return umap.rename_path, maps
 

@@ -20,7 +20,7 @@ from aligner.dumping.read.source import Item
 from aligner.mapping.msprobe_maps import MsprobeMap
 from aligner.metrics.measure import Method, Metrics
 from aligner.pipelines.compare.evaluate import Row
-from aligner.pipelines.compare.matching import Pair
+from aligner.pipelines.compare.matching import MatchedBy, Pair
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.settings import SettingDiff
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Label, NanFinding, OneSided, Phase, Verdict
@@ -95,7 +95,7 @@ def _row(i: int, d: Mapping[str, Any], parent_a: str | None) -> Row:
                           **{k: typed(d[k], int, k) for k in _COUNTS},  # type: ignore[arg-type]
                           norm_b=_norm_b(floats, d["numel"]), **floats)  # type: ignore[arg-type]
     matched_by = d["matched_by"]
-    return Row(Pair(a, b, None if matched_by is None else typed(matched_by, str, "matched_by")), metrics,
+    return Row(Pair(a, b, None if matched_by is None else MatchedBy(typed(matched_by, str, "matched_by"))), metrics,
                _optional_str(d["error"]), read=d["status"] != "unread", skipped=_optional_str(d.get("skipped")))
 
 

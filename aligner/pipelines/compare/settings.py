@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
-from aligner.dumping.manifest import Record
+from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.read.source import Source
 from aligner.dumping.signature import restore
 from aligner.pipelines.audit.layers import Layer
@@ -70,7 +70,7 @@ def _described(source: Source, rec: Record) -> tuple[dict[str, Any], tuple[int, 
     if attrs is None:
         return None
     shape = next((tuple(it.record.shape) for it in source.items if it.record.step == rec.step
-                  and it.record.call == rec.call and it.record.io == "input"), None) if rec.call is not None else None
+                  and it.record.call == rec.call and it.record.io == Io.INPUT), None) if rec.call is not None else None
     return _decoded(attrs), shape
 
 
@@ -152,6 +152,6 @@ def with_settings(verdict: Verdict, rows: Sequence[Row], side_a: Source, side_b:
             continue
         if f.culprit is Culprit.MODULE:
             f.settings = differences(pair.a.record, pair.b.record, side_a, side_b)
-        elif f.culprit is Culprit.OP and f.op is None and pair.a.record.kind == pair.b.record.kind == "op":
+        elif f.culprit is Culprit.OP and f.op is None and pair.a.record.kind == pair.b.record.kind == Kind.OP:
             f.settings = op_differences(pair.a.record, pair.b.record, side_a, side_b)
     return verdict

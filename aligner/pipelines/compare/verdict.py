@@ -16,15 +16,16 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Hashable, NamedTuple, Sequence
 
-from aligner.dumping.manifest import BLOCK, Record
+from aligner.dumping.manifest import INPUTS, Io, Kind, Record
 from aligner.pipelines.compare.evaluate import Row
+from aligner.pipelines.compare.matching import MatchedBy
 
 if TYPE_CHECKING:  # compare/settings.py loads the audit's rules: only for a finding with call records
     from aligner.pipelines.compare.settings import SettingDiff
 
 AMPLIFICATION = 10.0  # an error this many times its inputs' error is new here, not carried from upstream
-FORWARD = ("forward", "probe", "op", "buffer", BLOCK)
-BACKWARD = ("backward", "param_grad")
+FORWARD = (Kind.FORWARD, Kind.PROBE, Kind.OP, Kind.BUFFER, Kind.BLOCK)
+BACKWARD = (Kind.BACKWARD, Kind.PARAM_GRAD)
 
 
 class Phase(str, enum.Enum):
@@ -138,10 +139,10 @@ class Flow(dict):
         self.untwinned: dict[int, int] = {}  # input row -> the producer row that has no twin on the other side
 
 
-_CALL_KINDS = ("forward", "op", "buffer", BLOCK)
-_CONSUMERS = {("forward", "input"), ("backward", "grad_output")}  # records whose producer dataflow() looks up
-_INPUT_IOS = ("input", "grad_output")  # what flows into a call
-_MODULE_RECORDS = ("forward", BLOCK)  # a module call's own inputs and outputs (a leaf's, or a block's statistics)
+_CALL_KINDS = (Kind.FORWARD, Kind.OP, Kind.BUFFER, Kind.BLOCK)
+_CONSUMERS = {(Kind.FORWARD, Io.INPUT), (Kind.BACKWARD, Io.GRAD_OUTPUT)}  # records whose producer dataflow() looks up
+# a module call's own inputs and outputs (a leaf's, or a block's statistics)
+_MODULE_RECORDS = (Kind.FORWARD, Kind.BLOCK)
 
 
 def _call_flow(rows: Sequence[Row]) -> Flow:
@@ -156,10 +157,10 @@ def _call_flow(rows: Sequence[Row]) -> Flow:
             continue
         rec = b.record
         by_seq[(rec.step, rec.seq)] = i
-        if rec.io == "input":
+        if rec.io == Io.INPUT:
             call_inputs[(rec.step, call)].append(i)
             producer = by_seq.get((rec.step, rec.same_as)) if rec.same_as is not None else None
-            while producer is not None and rows[producer].pair.matched_by == "folded":
+            while producer is not None and rows[producer].pair.matched_by == MatchedBy.FOLDED:
                 # a pass-through call with no twin (an Identity): look through it to what it was given
                 folded_call = rows[producer].pair.ref.record.call
                 given = call_inputs.get((rec.step, folded_call if folded_call is not None else -1))
@@ -197,14 +198,14 @@ def dataflow(rows: Sequence[Row]) -> Flow:
         phase = Phase.FORWARD if rec.kind in FORWARD else Phase.BACKWARD
         link = item.link if linked else None
         if i in inputs:  # known from call ids and links
-            if link is not None and rec.io not in ("input", "grad_output"):
+            if link is not None and rec.io not in INPUTS:
                 producers[(phase, link)] = i
             prev_in_phase[phase] = i
             prev = rec
             continue
         ups: list[int] | None = None
-        if rec.kind == "forward" and rec.io == "input":
-            same_call = prev is not None and prev.kind == "forward" and prev.io == "input" and \
+        if rec.kind == Kind.FORWARD and rec.io == Io.INPUT:
+            same_call = prev is not None and prev.kind == Kind.FORWARD and prev.io == Io.INPUT and \
                 prev.module == rec.module and rec.index > 0 and bool(open_calls[rec.module])
             if same_call:  # (not when the input before it was linked by call ids: a row one side holds alone)
                 open_calls[rec.module][-1].append(i)
@@ -212,27 +213,27 @@ def dataflow(rows: Sequence[Row]) -> Flow:
                 open_calls[rec.module].append([i])
             produced = producers.get((phase, link)) if link is not None else None  # the row that made this input
             ups = [] if produced is None else [produced]
-        elif rec.kind == "forward":
+        elif rec.kind == Kind.FORWARD:
             stack = open_calls.get(rec.module)
             if rec.index == 0 and stack:
                 closed[rec.module] = stack.pop()
             ups = closed.get(rec.module)
-        elif rec.kind == "backward" and rec.io == "grad_output":
-            if prev is None or prev.kind != "backward" or prev.module != rec.module:
+        elif rec.kind == Kind.BACKWARD and rec.io == Io.GRAD_OUTPUT:
+            if prev is None or prev.kind != Kind.BACKWARD or prev.module != rec.module:
                 last_bwd[rec.module] = []
             last_bwd[rec.module].append(i)
             produced = producers.get((phase, link)) if link is not None else None
             ups = [] if produced is None else [produced]
-        elif rec.kind == "backward":
+        elif rec.kind == Kind.BACKWARD:
             ups = last_bwd.get(rec.module)
-        elif rec.kind == "param_grad":
+        elif rec.kind == Kind.PARAM_GRAD:
             ups = last_bwd.get(rec.module.rpartition(".")[0], [])
         if ups is None:  # no call structure known: assume a sequential model
             inputs[i] = [prev_in_phase[phase]] if phase in prev_in_phase else []
             inputs.inferred.add(i)
         else:
             inputs[i] = list(ups)
-        if link is not None and rec.io not in ("input", "grad_output"):
+        if link is not None and rec.io not in INPUTS:
             producers[(phase, link)] = i
         prev_in_phase[phase] = i
         prev = rec
@@ -247,7 +248,7 @@ def evident(i: int, rows: Sequence[Row], inputs: Flow) -> bool:
     row = rows[i]
     if row.metrics is None or row.metrics.method != "none":
         return True
-    if row.pair.ref.record.io in _INPUT_IOS:
+    if row.pair.ref.record.io in INPUTS:
         return False
     return all(_comparable(rows[j]) for j in inputs.get(i, []))
 
@@ -278,7 +279,7 @@ def classify(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Label, str]:
         x, rec = rows[inputs.untwinned[i]].pair.ref.record, rows[i].pair.ref.record
         other = rows[i].pair.a
         where = other.record.parent if other is not None else None
-        name = f"the op {x.type}" + (f" at {x.source}" if x.source else "") if x.kind == "op" else \
+        name = f"the op {x.type}" + (f" at {x.source}" if x.source else "") if x.kind == Kind.OP else \
             (x.module or "(root)")
         return Label.INTRODUCED, (f"input {rec.index} of {rec.module or '(root)'} (error {e_out:.1e}) is what "
                                   f"{name} returned, and {name} has no twin on the other side"
@@ -327,7 +328,7 @@ def _between(before: Row, row: Row, e_in: float, e_out: float) -> str:
 def _computed(row: Row, e_out: float) -> str:
     """Why an input computed between calls is where the numbers part."""
     rec = row.pair.ref.record
-    if rec.kind == "op":
+    if rec.kind == Kind.OP:
         at = f" at {rec.source}" if rec.source else ""
         return (f"input {rec.index} of the op {rec.type}{at} (error {e_out:.1e}) was returned by no recorded op: a "
                 f"parameter, buffer or constant it reads, or code between the ops; every record before it matched")
@@ -392,8 +393,8 @@ def _handed_other(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[str, str |
     callee's."""
     rec = rows[i].pair.ref.record
     ups = inputs.get(i, [])
-    if rec.kind not in ("forward", "op", BLOCK) or rec.io != "input" or rec.same_as is None or len(ups) != 1 or \
-            i in inputs.computed:
+    if rec.kind not in (Kind.FORWARD, Kind.OP, Kind.BLOCK) or rec.io != Io.INPUT or rec.same_as is None or \
+            len(ups) != 1 or i in inputs.computed:
         return None
     producer, other_side = rows[ups[0]], rows[i].pair.a
     if producer.metrics is None or producer.diverged or not rows[i].diverged or other_side is None:
@@ -426,7 +427,7 @@ def _extra_op(rows: Sequence[Row], i: int) -> Record | None:
         return None
     linked = _row_of_a(rows, a.record.step, a.record.same_as)
     return linked.pair.a.record if linked is not None and linked.pair.a is not None and linked.pair.b is None and \
-        linked.pair.a.record.kind == "op" else None
+        linked.pair.a.record.kind == Kind.OP else None
 
 
 def _row_of_a(rows: Sequence[Row], step: int, seq: int) -> Row | None:
@@ -442,7 +443,7 @@ def _same_numbers(rows: Sequence[Row], i: int) -> str | None:
     if a is None or a.path is None:
         return None
     return next((r.pair.ref.record.module or "(root)" for r in rows if r.pair.a is not None and
-                 r.pair.a.record.io == "output" and r.pair.a.path == a.path), None)
+                 r.pair.a.record.io == Io.OUTPUT and r.pair.a.path == a.path), None)
 
 
 class Fault(NamedTuple):
@@ -462,7 +463,7 @@ def one_sided(rows: Sequence[Row], i: int, callee: str) -> OneSided | None:
     step = rows[i].pair.ref.record.step
     paired = next((r for r in reversed(rows[:i + 1]) if r.pair.a is not None and r.pair.b is not None and
                    r.pair.b.record.module == callee and r.pair.b.record.step == step and
-                   r.pair.b.record.io == "input" and r.pair.b.record.kind in _MODULE_RECORDS), None)
+                   r.pair.b.record.io == Io.INPUT and r.pair.b.record.kind in _MODULE_RECORDS), None)
     if paired is None or paired.pair.a is None or paired.pair.b is None:
         return None
     a, b = paired.pair.a.record, paired.pair.b.record
@@ -471,7 +472,7 @@ def one_sided(rows: Sequence[Row], i: int, callee: str) -> OneSided | None:
         if only is None:
             continue
         side, rec, twin = ("b", only.record, b) if r.pair.a is None else ("a", only.record, a)
-        if rec.io == "input" and rec.kind in _MODULE_RECORDS and \
+        if rec.io == Io.INPUT and rec.kind in _MODULE_RECORDS and \
                 (rec.module, rec.call, rec.step) == (twin.module, twin.call, twin.step):
             return OneSided(callee, rec.arg if rec.arg is not None else str(rec.index), side)
     return None
@@ -495,11 +496,11 @@ def blame(i: int, rows: Sequence[Row], inputs: Flow) -> Fault:
     rec = rows[i].pair.ref.record
     if i in inputs.untwinned:
         producer = rows[inputs.untwinned[i]].pair.ref.record
-        if producer.kind == "op":  # an op the other side does not run (a missing residual add)
+        if producer.kind == Kind.OP:  # an op the other side does not run (a missing residual add)
             return Fault(Culprit.OP, producer.parent or "", producer.source, op=producer.type)
         return Fault(Culprit.MODULE, producer.module)
     if i in inputs.computed:
-        if rec.kind == "op":
+        if rec.kind == Kind.OP:
             return Fault(Culprit.OP, rec.parent or "", rec.source)
         if rec.parent is None:
             return Fault(Culprit.MODEL_INPUT, "")
@@ -509,17 +510,17 @@ def blame(i: int, rows: Sequence[Row], inputs: Flow) -> Fault:
             return Fault(Culprit.OP, scope, op.source, op.parent, op.type)
         return _caller_passes(rows, i, scope) or Fault(Culprit.PARENT_CODE, scope, rec.source, there)
     handed = _handed_other(i, rows, inputs)
-    if handed is not None and rec.kind == "op":  # the op called on another op's output: its call is the code
+    if handed is not None and rec.kind == Kind.OP:  # the op called on another op's output: its call is the code
         return Fault(Culprit.OP, rec.parent or "", rec.source)
     if handed is not None:
         return Fault(Culprit.WIRING if handed[3] else Culprit.PARENT_CODE, handed[0], blame_other=handed[1])
-    if rec.kind == "op":
+    if rec.kind == Kind.OP:
         return Fault(Culprit.OP, rec.parent or "", rec.source)
-    if rec.kind == "probe" and rec.parent is None and _before_model(i, rows):
+    if rec.kind == Kind.PROBE and rec.parent is None and _before_model(i, rows):
         return Fault(Culprit.MODEL_INPUT, rec.module)  # aligner.save("batch", x) before the model ran: the data
-    if rec.kind == "param_grad":
+    if rec.kind == Kind.PARAM_GRAD:
         return Fault(Culprit.MODULE, rec.module.rpartition(".")[0])
-    if rec.kind in _MODULE_RECORDS and rec.io == "output":
+    if rec.kind in _MODULE_RECORDS and rec.io == Io.OUTPUT:
         return _caller_passes(rows, i, rec.module) or Fault(Culprit.MODULE, rec.module)
     return Fault(Culprit.MODULE, rec.module)
 
@@ -527,7 +528,7 @@ def blame(i: int, rows: Sequence[Row], inputs: Flow) -> Fault:
 def _before_model(i: int, rows: Sequence[Row]) -> bool:
     """Whether row i was recorded before any module of its step ran (a probe of the data: aligner.save("batch", x))."""
     step = rows[i].pair.ref.record.step
-    return not any(r.pair.ref.record.kind == "forward" and r.pair.ref.record.step == step for r in rows[:i])
+    return not any(r.pair.ref.record.kind == Kind.FORWARD and r.pair.ref.record.step == step for r in rows[:i])
 
 
 def trace_origin(first: int, rows: Sequence[Row], inputs: dict[int, list[int]],
@@ -579,7 +580,7 @@ def nan_origin(rows: Sequence[Row], inputs: dict[int, list[int]]) -> NanFinding 
         m = row.metrics
         if m is None or not (m.nan_a or m.inf_a or m.nan_b or m.inf_b):  # finite on both sides
             continue
-        if row.pair.ref.record.io in ("input", "grad_output") and inputs.get(i):
+        if row.pair.ref.record.io in INPUTS and inputs.get(i):
             continue  # an input record with a producer repeats that producer's output
         for side in ("b", "a"):
             count = bad(i, side)
@@ -593,7 +594,7 @@ def call_outputs(rows: Sequence[Row]) -> dict[tuple[int, int], list[int]]:
     made: dict[tuple[int, int], list[int]] = defaultdict(list)
     for k, row in enumerate(rows):
         rec = row.pair.ref.record
-        if rec.kind in _MODULE_RECORDS and rec.io == "output" and rec.call is not None:
+        if rec.kind in _MODULE_RECORDS and rec.io == Io.OUTPUT and rec.call is not None:
             made[(rec.step, rec.call)].append(k)
     return made
 
@@ -608,7 +609,7 @@ def immaterial(rows: Sequence[Row], candidates: Sequence[int],
     out = set()
     for i in candidates:
         rec = rows[i].pair.ref.record
-        made = outputs.get((rec.step, rec.call)) if rec.kind in _MODULE_RECORDS and rec.io == "input" and \
+        made = outputs.get((rec.step, rec.call)) if rec.kind in _MODULE_RECORDS and rec.io == Io.INPUT and \
             rec.call is not None else None
         if made and all(rows[k].metrics is not None and not rows[k].diverged for k in made):
             out.add(i)
@@ -623,7 +624,7 @@ def _boundary(rows: Sequence[Row], i: int) -> bool:
     its end), so its outputs are different tensors, not different numbers for one tensor."""
     row = rows[i]
     rec = row.pair.ref.record
-    if row.metrics is None or row.metrics.method != "none" or rec.kind not in _MODULE_RECORDS or rec.io != "output":
+    if row.metrics is None or row.metrics.method != "none" or rec.kind not in _MODULE_RECORDS or rec.io != Io.OUTPUT:
         return False
     inside = [r for r in rows if r.pair.ref.record.step == rec.step and r.metrics is not None and
               r.pair.ref.record.kind in _MODULE_RECORDS and r.pair.ref.record.module.startswith(rec.module + ".")]
@@ -651,7 +652,7 @@ def _evidence(row: Row) -> bool:
     """Whether agreement at this row says anything about the rows before it: a paired tensor, not a probe or a
     reduced scalar (a loss within tolerance does not prove every layer before it agrees)."""
     rec = row.pair.ref.record
-    return row.pair.a is not None and row.pair.b is not None and rec.kind != "probe" and math.prod(rec.shape) > 1
+    return row.pair.a is not None and row.pair.b is not None and rec.kind != Kind.PROBE and math.prod(rec.shape) > 1
 
 
 def _search(cand: list[int], diverged: Callable[[int], bool]) -> int | None:
@@ -726,7 +727,7 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
         if not evaluated(i).diverged:
             return False
         rec = rows[i].pair.ref.record
-        if rec.kind not in _MODULE_RECORDS or rec.io != "input":
+        if rec.kind not in _MODULE_RECORDS or rec.io != Io.INPUT:
             return True
         for k in made.get((rec.step, rec.call or -1), []):  # an input whose call's outputs all agree: immaterial
             evaluated(k)
@@ -738,7 +739,7 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
     for phase in Phase:
         cand = [i for i, r in enumerate(rows) if phase_of(r) == phase and _evidence(r)]
         found = _search(cand, diverged)
-        buffers = [k for k, i in enumerate(cand) if rows[i].pair.ref.record.kind == "buffer" and diverged(i)]
+        buffers = [k for k, i in enumerate(cand) if rows[i].pair.ref.record.kind == Kind.BUFFER and diverged(i)]
         if buffers and (found is None or buffers[0] < found):
             found = buffers[0]
         if found is None:

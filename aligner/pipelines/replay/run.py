@@ -17,16 +17,17 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from aligner.core.errors import AlignerError
-from aligner.core.frameworks import Framework
+from aligner.core.frameworks import Framework, Reference, reference_index
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.dumping.context import dump
+from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.options import compile_pattern
 from aligner.dumping.read.source import Item, Source, TensorError, load_tensor
 from aligner.dumping.signature import MalformedCallError, restore
 from aligner.dumping.tensors import model_framework, tensors_in, to_host
 from aligner.metrics.measure import Metrics, compare_arrays
-from aligner.pipelines.compare.run import choose_reference, read_pair
 from aligner.pipelines.compare.run import compare as compare_dumps
+from aligner.pipelines.compare.run import read_pair
 from aligner.pipelines.compare.verdict import Culprit, Phase
 from aligner.pipelines.replay.result import ReplayResult, ReplayRow, ReplayVerdict
 from aligner.pipelines.replay.runner import Runner, put_back, runner
@@ -51,14 +52,14 @@ def _calls(source: Source) -> dict[tuple[int, int], _Call]:
     out: dict[tuple[int, int], _Call] = {}
     for item in source.items:
         rec = item.record
-        if rec.kind not in ("forward", "buffer") or rec.call is None:
+        if rec.kind not in (Kind.FORWARD, Kind.BUFFER) or rec.call is None:
             continue
         call = out.setdefault((rec.step, rec.call), _Call(rec.module, rec.type, rec.step, rec.call,
                                                            source.calls.get((rec.step, rec.call))))
-        if rec.kind == "buffer":
+        if rec.kind == Kind.BUFFER:
             call.buffers[rec.io] = item
         else:
-            (call.inputs if rec.io == "input" else call.outputs)[rec.index] = item
+            (call.inputs if rec.io == Io.INPUT else call.outputs)[rec.index] = item
     return out
 
 
@@ -68,7 +69,7 @@ def _backward(source: Source) -> dict[tuple[int, str], dict[str, dict[int, Item]
         lambda: collections.defaultdict(dict))
     for item in source.items:
         rec = item.record
-        if rec.kind == "backward":
+        if rec.kind == Kind.BACKWARD:
             out[(rec.step, rec.module)][rec.io].setdefault(rec.index, item)
     return out
 
@@ -78,7 +79,7 @@ def _check_inputs(source: Source) -> None:
     if source.mode == "stats":
         raise AlignerError(f"{source.root} is a statistics-only dump: a replay feeds modules the reference's tensors; "
                            "record it with aligner.dump(model, dir) without stats_only=True")
-    if not any(it.record.kind == "forward" and it.record.io == "input" and it.record.call is not None
+    if not any(it.record.kind == Kind.FORWARD and it.record.io == Io.INPUT and it.record.call is not None
                for it in source.items):
         raise AlignerError(f"{source.root} holds no module inputs: a replay feeds each module the reference's "
                            "inputs; record it with aligner.dump(model, dir, inputs=True) (the default records them "
@@ -211,7 +212,7 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
     ref_calls = {k: c for k, c in ref_calls.items() if c.step == step}
     twins: dict[tuple[int, int], tuple[int, int]] = {}
     for p in pairs:
-        if p.a is not None and p.b is not None and p.b.record.kind == "forward" and p.b.record.io == "output" \
+        if p.a is not None and p.b is not None and p.b.record.kind == Kind.FORWARD and p.b.record.io == Io.OUTPUT \
                 and p.a.record.call is not None and p.b.record.call is not None:
             twins.setdefault((p.b.record.step, p.b.record.call), (p.a.record.step, p.a.record.call))
     run = runner(other.framework)
@@ -327,7 +328,7 @@ def _backward_rows(run: Runner, model_modules: dict[str, Any], reference: Source
         if pattern is not None and not (pattern.search(ref_call.module) or pattern.search(other_call.module)):
             continue
         grads = ref_grads.get((ref_call.step, ref_call.module))
-        if not grads or not grads.get("grad_input"):
+        if not grads or not grads.get(Io.GRAD_INPUT):
             continue
         row = ReplayRow(ref_call.module, other_call.module, ref_call.type, other_call.type, ref_call.step,
                         ref_call.call, phase="backward")
@@ -335,12 +336,12 @@ def _backward_rows(run: Runner, model_modules: dict[str, Any], reference: Source
         if per_module[(ref_call.step, ref_call.module)] > 1:
             row.reason = "called more than once in the step: its gradients cannot be told apart by call"
             continue
-        row.tolerance = tol = _tolerance(spec, ref_call.module, grads["grad_input"].values())
+        row.tolerance = tol = _tolerance(spec, ref_call.module, grads[Io.GRAD_INPUT].values())
         own = other_grads.get((other_call.step, other_call.module), {})
-        g_out = {i: _array(it) for i, it in grads.get("grad_output", {}).items()}
-        g_in = {i: _array(it) for i, it in grads["grad_input"].items()}
-        row.inherited = _compare({i: _array(it) for i, it in own.get("grad_output", {}).items()}, g_out, tol)
-        row.total = _compare({i: _array(it) for i, it in own.get("grad_input", {}).items()}, g_in, tol)
+        g_out = {i: _array(it) for i, it in grads.get(Io.GRAD_OUTPUT, {}).items()}
+        g_in = {i: _array(it) for i, it in grads[Io.GRAD_INPUT].items()}
+        row.inherited = _compare({i: _array(it) for i, it in own.get(Io.GRAD_OUTPUT, {}).items()}, g_out, tol)
+        row.total = _compare({i: _array(it) for i, it in own.get(Io.GRAD_INPUT, {}).items()}, g_in, tol)
         call = _arguments(run, ref_call, other_call, {i: _array(it) for i, it in ref_call.inputs.items()})
         if isinstance(call, str):
             row.reason, row.damaged = call, isinstance(call, _Damaged)
@@ -428,12 +429,12 @@ def replay(model_a: Any, model_b: Any, inputs: Any, *, modules: str | None = Non
     is replayed on the reference's grad_outputs."""
     args, kwargs = _as_arrays(inputs)
     frameworks = (model_framework(model_a), model_framework(model_b))
-    r = choose_reference(ref, frameworks)
+    r = reference_index(ref, frameworks)
     with tempfile.TemporaryDirectory(prefix="aligner-replay-") as tmp:
         dirs = (Path(tmp) / "a", Path(tmp) / "b")
         for model, directory in zip((model_a, model_b), dirs):
             _run_live(model, directory, args, kwargs, backward)
-        result = replay_dumps(dirs[0], dirs[1], (model_a, model_b)[1 - r], ref=("first", "second")[r],
+        result = replay_dumps(dirs[0], dirs[1], (model_a, model_b)[1 - r], ref=(Reference.FIRST, Reference.SECOND)[r],
                               modules=modules, backward=backward, tolerance=tolerance)
     names = [f"{type(m).__name__} ({fw.value})" for m, fw in zip((model_a, model_b), frameworks)]
     result.reference, result.replayed = names[r], f"{names[1 - r]}, re-run live"

@@ -23,7 +23,7 @@ from aligner.core.frameworks import Framework
 from aligner.core.nesting import json_loads
 from aligner.core.result import check_schema, number, typed
 from aligner.core.tolerance import Tolerance, ToleranceSpec
-from aligner.dumping.manifest import Record
+from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.read.source import Item, Source, TensorError, load_tensor
 from aligner.pipelines.compare.evaluate import RowStatus, evaluate
 from aligner.pipelines.compare.matching import Pair
@@ -158,7 +158,7 @@ def _pick(pairs: list[Pair], module: str, tolerance: ToleranceSpec) -> tuple[Ite
         calls: dict[tuple[int, int | None], tuple[Item, Item, bool]] = {}
         for pair in pairs:
             a, b = pair.a, pair.b
-            if a is None or b is None or not all(it.record.kind == "forward" and it.record.io == "output"
+            if a is None or b is None or not all(it.record.kind == Kind.FORWARD and it.record.io == Io.OUTPUT
                                                  for it in (a, b)):
                 continue
             if getattr(pair, side).record.module != module:
@@ -173,7 +173,7 @@ def _pick(pairs: list[Pair], module: str, tolerance: ToleranceSpec) -> tuple[Ite
 
 
 def _unknown(module: str, sources: tuple[Source, Source]) -> AlignerError:
-    names = sorted({it.record.module for s in sources for it in s.items if it.record.kind == "forward"})
+    names = sorted({it.record.module for s in sources for it in s.items if it.record.kind == Kind.FORWARD})
     if module in names:
         return AlignerError(f"{module!r} was recorded, but compare paired none of its forward outputs with the other "
                             "dump: there is no twin to repro it against")
@@ -232,7 +232,7 @@ def _attrs(side: _Side, call: Record) -> tuple[dict[str, Any], dict[str, dict[st
 
 
 def _tensors(side: _Side, call: Record, io: str) -> list[Item]:
-    items = [it for it in side.source.items if it.record.kind == "forward" and it.record.io == io
+    items = [it for it in side.source.items if it.record.kind == Kind.FORWARD and it.record.io == io
              and it.record.module == call.module and it.record.step == call.step and it.record.call == call.call]
     return sorted(items, key=lambda it: it.record.index)
 
@@ -256,7 +256,7 @@ def _state(side: _Side, call: Record) -> dict[str, np.ndarray] | None:
 
 def _inputs(side: _Side, call: Record) -> list[Item] | None:
     """The call's recorded input records in order, None unless the dump holds every tensor its structure names."""
-    items = _tensors(side, call, "input")
+    items = _tensors(side, call, Io.INPUT)
     if len(items) != _count(call.args or {}) or any(it.record.index != i for i, it in enumerate(items)):
         return None
     return items
@@ -267,7 +267,7 @@ def _recorded(side: _Side, factory: str | None) -> tuple[Recorded, Record]:
     attrs, children = _attrs(side, call)
     inputs = _inputs(side, call)
     own = None if inputs is None else [(_array(it), it.record.dtype) for it in inputs]
-    outputs = [_array(it) for it in _tensors(side, call, "output")]
+    outputs = [_array(it) for it in _tensors(side, call, Io.OUTPUT)]
     return Recorded(side.framework, call.module, side.option, str(side.source.root), attrs, children,
                     call.args or {}, _state(side, call), own, outputs, factory), call
 
@@ -344,7 +344,7 @@ def repro(dump_a: str | os.PathLike, dump_b: str | os.PathLike, module: str, out
     inputs_ref = _inputs(sides["ref"], call_ref)
     n_ref, n_other = _count(recorded_ref.structure), _count(recorded_other.structure)
     if inputs_ref is None or recorded_ref.inputs is None:
-        held = len(_tensors(sides["ref"], call_ref, "input"))
+        held = len(_tensors(sides["ref"], call_ref, Io.INPUT))
         raise AlignerError(f"{sides['ref'].source.root} holds {held} of the {n_ref} input(s) of "
                            f"{call_ref.module!r}: record them with aligner.dump(model, DIR, params=True)")
     if n_other != n_ref:
@@ -354,7 +354,7 @@ def repro(dump_a: str | os.PathLike, dump_b: str | os.PathLike, module: str, out
     inputs = [array for array, _ in recorded_ref.inputs]
     casts = {i: "bfloat16" for i, it in enumerate(inputs_ref) if it.record.dtype == "bfloat16"}
     dtypes = [it.record.dtype for s, c in ((sides["ref"], call_ref), (sides["other"], call_other))
-              for it in _tensors(s, c, "output")]
+              for it in _tensors(s, c, Io.OUTPUT)]
     spec = tolerance or ToleranceSpec()
     tol = spec.resolve(call_ref.module, *dtypes)
     planned: dict[Framework, Planned] = {rec.framework: plan(rec, casts, tol)

@@ -11,6 +11,7 @@ import numpy as np
 from aligner.core.buffers import is_buffer
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.findings import Finding, Severity
+from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.read.source import Item, TensorError, load_tensor, read_source
 from aligner.io import TensorSource, open_checkpoint
 from aligner.mapping.plan import EntryStatus
@@ -61,9 +62,9 @@ def read_dump(path: str) -> DumpedSteps:
     values: dict[str, dict[int, Any]] = {}
     for item in [*source.items, *source.params.values()]:  # per-step values: Source.params (dump(params=True))
         rec = item.record
-        if rec.kind == "param_grad":
+        if rec.kind == Kind.PARAM_GRAD:
             target = grads
-        elif rec.kind == "param" and rec.io == "value":
+        elif rec.kind == Kind.PARAM and rec.io == Io.VALUE:
             target = values
         else:
             continue

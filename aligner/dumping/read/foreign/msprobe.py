@@ -35,7 +35,7 @@ from aligner.core.dtypes import canonical, torch_to_numpy
 from aligner.core.errors import AlignerError
 from aligner.core.files import INDEX, check_legacy_torch, check_zip, open_input, read_text
 from aligner.core.nesting import NestingError, json_loads
-from aligner.dumping.manifest import Record
+from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.read.foreign.base import Entry, ForeignDump
 from aligner.dumping.read.foreign.layout import DUMP_JSON, STEP, inside, run_dirs
 
@@ -211,20 +211,20 @@ class _Reader:
             for param, value in call.items():
                 for _, spec in _tensors(value):
                     self.tensor(run, name, spec, base | {"module": f"{grad['path']}.{param}", "type": grad["cls"],
-                                                         "kind": "param_grad", "io": "grad", "index": 0})
+                                                         "kind": Kind.PARAM_GRAD, "io": Io.GRAD, "index": 0})
         elif module is not None and module["dir"] == "forward":
-            self._io(run, name, call, base | {"module": module["path"], "type": module["cls"], "kind": "forward"})
+            self._io(run, name, call, base | {"module": module["path"], "type": module["cls"], "kind": Kind.FORWARD})
         elif module is not None:
-            for key, io in (("input", "grad_output"), ("output", "grad_input")):
+            for key, io in (("input", Io.GRAD_OUTPUT), ("output", Io.GRAD_INPUT)):
                 for index, (_, spec) in enumerate(_tensors(call.get(key))):
                     self.tensor(run, name, spec, base | {"module": module["path"], "type": module["cls"],
-                                                         "kind": "backward", "io": io, "index": index})
+                                                         "kind": Kind.BACKWARD, "io": io, "index": index})
         elif api is not None and api["dir"] == "forward":
             parent = parents.get(name)
             owner = _MODULE.fullmatch(parent) if isinstance(parent, str) else None
             path = owner["path"] if owner is not None else ""
             self._io(run, name, call, base | {"module": path, "type": _op_type(framework, api["prefix"], api["api"]),
-                                              "kind": "op", "parent": path})
+                                              "kind": Kind.OP, "parent": path})
         elif api is None:
             self.problems.append(f"{DUMP_JSON} {name!r}: not an msprobe module or API call name")
 
@@ -235,9 +235,9 @@ class _Reader:
         if isinstance(kwargs, dict):
             inputs += [item for key, value in kwargs.items() for item in _tensors(value, str(key))]
         for index, (arg, spec) in enumerate(inputs):
-            self.tensor(run, name, spec, fields | {"io": "input", "index": index, "arg": arg})
+            self.tensor(run, name, spec, fields | {"io": Io.INPUT, "index": index, "arg": arg})
         for index, (_, spec) in enumerate(_tensors(call.get("output"))):
-            self.tensor(run, name, spec, fields | {"io": "output", "index": index})
+            self.tensor(run, name, spec, fields | {"io": Io.OUTPUT, "index": index})
 
 
 def _op_type(framework: str, prefix: str, api: str) -> str:

@@ -48,7 +48,7 @@ from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
 from aligner.core.files import INDEX, TEXT, open_input, open_text, read_text
 from aligner.core.nesting import json_loads
-from aligner.dumping.manifest import Record
+from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.read.foreign.base import Entry, ForeignDump, npy_layout
 from aligner.dumping.read.foreign.layout import (
     EXECUTION_ORDER,
@@ -183,7 +183,7 @@ def _bounded(text: str, most: int = 300) -> str:
 
 
 def _tensor_entry(path: Path, rank: Path, real: Path, step: int, found: re.Match[str]) -> Entry:
-    record = Record(seq=0, module="", type=f"ops.{found['type']}", kind="op", io="output",
+    record = Record(seq=0, module="", type=f"ops.{found['type']}", kind=Kind.OP, io=Io.OUTPUT,
                     index=int(found["slot"]), dtype="", shape=[], step=step, file=str(path.relative_to(rank)))
     _, why = _confined(rank, real, path)
     if why:
@@ -249,7 +249,7 @@ def _statistics(path: Path, rank: Path, graph: int, step: int, ops: dict[tuple[i
                 op = ops.setdefault((graph, name), _Op(graph, name, row["Op Type"], (int(row["Timestamp"]), 0)))
                 entry = op.outputs.get(slot)
                 if entry is None:
-                    record = Record(seq=0, module="", type=f"ops.{row['Op Type']}", kind="op", io="output",
+                    record = Record(seq=0, module="", type=f"ops.{row['Op Type']}", kind=Kind.OP, io=Io.OUTPUT,
                                     index=slot, dtype=canonical(row["Data Type"]), shape=_shape(row["Shape"]),
                                     step=step)
                     op.outputs[slot] = entry = Entry(record)
@@ -336,7 +336,7 @@ def _module_entries(ops: list[_Op], scopes: list[list[_Cell]]) -> dict[int, list
             continue
         rec = result.record
         shape = _cell_shape(rec.shape, ops[first[path]])
-        entry = Entry(Record(seq=0, module=path, type=kinds[path], kind="forward", io="output", index=0,
+        entry = Entry(Record(seq=0, module=path, type=kinds[path], kind=Kind.FORWARD, io=Io.OUTPUT, index=0,
                              dtype=rec.dtype, shape=shape, step=rec.step, stats=rec.stats, file=rec.file),
                       result.path, result.error, result.load)
         if shape != rec.shape and result.path is not None:
