@@ -254,6 +254,7 @@ ZOO_BUGS = ["cnn-conv-pad-same", "vit-glue-scale", "vit-attn-scale", "vit-gelu-t
 # the families whose bugs replay blames on the same module by hand (tests/zoo/test_replay_zoo.py); replay re-runs
 # each module alone, so an MoE block's routing shows there as its expert's input (parent code of the expert)
 REPLAYED = ("cnn", "vit", "encoder_lm", "decoder_lm", "mha", "upsample")
+SETTING = {"vit-gelu-tanh": "approximate", "vit-layernorm-eps": "eps"}  # the module's setting that differs
 ZOO_CLEAN = ["cnn", "vit", "encoder_lm", "decoder_lm", "mha", "moe_lm", "gqa_lm", "encdec", "swin"]
 
 
@@ -319,5 +320,7 @@ def test_zoo_bug_named_as_the_hand_run_workflow_names_it(zoo: Callable[[str], An
     forward = result.stage("forward").outcome
     if b.kind is CulpritKind.PARENT_CODE:  # code in a forward: the zoom-in names the op and its line
         assert b.op is not None and b.source is not None, forward.zoom_error
+    if bug.id in SETTING:  # the setting, where the hand-run compare names one (its own settings rule)
+        assert SETTING[bug.id] in [x.name for x in b.settings], b.settings
     if bug.family in REPLAYED and b.kind in (CulpritKind.MODULE, CulpritKind.PARENT_CODE):
         assert b.replay_blame == bug.expected, (b.replay, b.replay_blame)  # replay agrees, as by hand
