@@ -15,9 +15,9 @@ writer thread), in the same run.
 hook, a backward hook on each leaf, a hook on each parameter) doing nothing, interleaved with the other modes; the
 stats-only dump with MindSpore's statistics taken at once (`session.DEFER` off: each hook waits for its op), as it
 was before; and the cost of writing a full dump's bytes per step to the same disk (`DirectWriter`, O_DIRECT). It
-prints stats-only / floor, at once / floor, and full / (floor + disk); for MindSpore, also each way around its hook
-machinery tried (MS_VARIANTS: forward hooks only, tensor hooks instead of cell backward hooks, its TensorDump op)
-against the floor and against no dump.
+prints stats-only / floor, at once / floor, and full / (floor + disk); with --variants, for MindSpore, also each way
+around its hook machinery tried (MS_VARIANTS: forward hooks only, tensor hooks instead of cell backward hooks, its
+TensorDump op) against the floor and against no dump.
 """
 from __future__ import annotations
 
@@ -223,7 +223,9 @@ def main() -> None:
                         help="twin CNN or transformer block, or resnet18 (timm / mindcv; use --batch 8)")
     parser.add_argument("--frameworks", default="torch,mindspore")
     parser.add_argument("--quick", action="store_true", help="time only no dump, full and stats-only (the goals)")
-    parser.add_argument("--floor", action="store_true", help="also the floor: the same hooks doing nothing")
+    parser.add_argument("--floor", action="store_true", help="against the floor: the same hooks doing nothing")
+    parser.add_argument("--variants", action="store_true",
+                        help="with --floor: also MindSpore's ways around its hook machinery (MS_VARIANTS)")
     args = parser.parse_args()
     if args.floor:
         floor(args)
@@ -278,7 +280,7 @@ def floor(args: argparse.Namespace) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             (root / "tensordump").mkdir()
-            variants = tuple(MS_VARIANTS)[1:] if name == "mindspore" else ()
+            variants = tuple(MS_VARIANTS)[1:] if name == "mindspore" and args.variants else ()
             t = samples(step, model, args.steps, root, FLOOR_MODES + variants)
             # full dumps apart (their write-back would slow the next step: see main), against their own floor
             f = samples(step, model, args.steps, root, ("floor", "full"))
