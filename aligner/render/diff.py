@@ -7,14 +7,11 @@ from rich.console import Console
 from rich.table import Table
 
 from aligner.core.findings import Finding
+from aligner.core.text import short_number as _fmt
 from aligner.pipelines.diff import DiffResult, DiffStatus, ParamDiff, SideCounts
 from aligner.render.jsonout import write_json
 
 _NUMERIC = ("max |A-B|", "rel L2", "cosine")
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
 
 
 def _updated(flag: bool | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from aligner.core.text import short_number
 from aligner.metrics.measure import Metrics
 from aligner.pipelines.replay.result import ReplayResult, ReplayStatus, ReplayVerdict
 from aligner.render.jsonout import write_json
@@ -14,7 +15,7 @@ _CONTEXT = 2  # OK rows shown before a non-OK one without --all
 
 
 def _err(m: Metrics | None) -> str:
-    return "-" if m is None or m.max_abs_err is None else f"{m.max_abs_err:.3g}"
+    return short_number(None if m is None else m.max_abs_err)
 
 
 def _shown(result: ReplayResult, full: bool) -> list[int]:
