@@ -105,15 +105,15 @@ class Session:
         self.stack: list[Frame] = []
         self._calls = 0
         self._probes: collections.Counter[str] = collections.Counter()
-        self._outputs: dict[int, tuple[weakref.ref, int, int]] = {}  # id(tensor) -> (ref, seq, version)
+        self._outputs: dict[int, tuple[weakref.ref, int, int | None]] = {}  # id(tensor) -> (ref, seq, version)
         # id(tensor) -> (ref, version, scope) for tensors no recorded call returned: the module whose code computed it
         # (a call whose output is not recorded returned it, or a caller handed it into a call), which a later input
         # record of the very tensor names (`scope`) when it is not that record's parent
-        self._scopes: dict[int, tuple[weakref.ref, int, str]] = {}
+        self._scopes: dict[int, tuple[weakref.ref, int | None, str]] = {}
         # view_key(tensor) -> (tensor, seq, version) of the last RECENT_VIEWS outputs, held so that their memory
         # cannot be reused: MindSpore hands a cell's output (with a backward hook) to the next cell as a new Python
         # object viewing the same memory, and the object the forward hook saw is gone by then
-        self._views: collections.OrderedDict[Hashable, tuple[Any, int, int]] = collections.OrderedDict()
+        self._views: collections.OrderedDict[Hashable, tuple[Any, int, int | None]] = collections.OrderedDict()
         # the last gradient recorded with data: (tensor, its view key, version, seq); the tensor is held so that its
         # memory cannot be reused while a later gradient is compared with it
         self._last_grad: tuple[Any, Hashable, int, int] | None = None
@@ -344,16 +344,22 @@ class Session:
         still alive, unchanged since (None: computed elsewhere)."""
         known = self._outputs.get(id(tensor))
         if known is not None and known[0]() is tensor:
-            return known[1] if known[2] == self._version(tensor) else None
+            return known[1] if known[2] is not None and known[2] == self._version(tensor) else None
         held = self._views.get(view_key(tensor)) if self.link_views else None
-        if held is None or held[2] != getattr(held[0], "_version", 0):
+        if held is None or held[2] is None or held[2] != self._version(held[0]):
             return None
         return held[1]
 
-    def _version(self, tensor: Any) -> int:
+    def _version(self, tensor: Any) -> int | None:
         """How often `tensor` was changed in place (torch); 0 when links go by identity alone (a MindSpore tensor's
-        version waits for its op; its ops return new tensors)."""
-        return 0 if self.by_identity else getattr(tensor, "_version", 0)
+        version waits for its op; its ops return new tensors); None when nothing counts the changes (a tensor made
+        under torch.inference_mode, which an in-place ReLU may change unseen): such a tensor is never linked."""
+        if self.by_identity:
+            return 0
+        try:
+            return getattr(tensor, "_version", 0)
+        except RuntimeError:  # "Inference tensors do not track version counter"
+            return None
 
     def same_tensors(self, before: Any, after: Any) -> None:
         """`after` holds the tensors of `before`, in order, handed on as new objects (a MindSpore cell's backward hook
