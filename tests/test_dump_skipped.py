@@ -144,7 +144,7 @@ def test_compare_lists_the_skipped_records_with_their_reason(tmp_path: Path, cap
     assert proc.returncode == 0, proc.stdout
     report = json.loads((tmp_path / "r.json").read_text())
     reasons = {(r["kind"], r["module"]): r["skipped"] for r in report["rows"] if r["status"] == "skipped"}
-    both = f"the first dump did not store it ({COMPLEX}); the reference dump did not store it ({COMPLEX})"
+    both = f"the migrated dump did not store it ({COMPLEX}); the reference dump did not store it ({COMPLEX})"
     assert reasons == {("forward", "rotary"): both, ("backward", "rotary"): both}, reasons
     assert report["counts"]["skipped"] == 2 and report["counts"]["compared"] > 0
     assert {r["status"] for r in report["rows"]} <= {"ok", "skipped", "folded"}
@@ -156,7 +156,7 @@ def test_compare_lists_the_skipped_records_with_their_reason(tmp_path: Path, cap
 
 def test_one_side_skipped_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Only the MindSpore side returns complex64 (the PyTorch port keeps cos/sin as a real pair): the row says that
-    the first dump did not store it, and which dtype it was."""
+    the migrated dump did not store it, and which dtype it was."""
 
     class RealPair(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -178,7 +178,7 @@ def test_one_side_skipped_is_named(tmp_path: Path, capsys: pytest.CaptureFixture
     align_in_process(capsys, "compare", tmp_path / "ms", tmp_path / "pt", "--json", tmp_path / "r.json")
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     row = next(r for r in rows if r["module"] == "rotary" and r["kind"] == "forward" and r["io"] == "output")
-    assert row["status"] == "skipped" and row["skipped"] == f"the first dump did not store it ({COMPLEX})"
+    assert row["status"] == "skipped" and row["skipped"] == f"the migrated dump did not store it ({COMPLEX})"
 
 
 class Sparse(torch.nn.Module):

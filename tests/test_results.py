@@ -241,8 +241,11 @@ def test_report_writes_the_html_page(dumps, tmp_path, capsys) -> None:
 
 def _variant(base: dict, how: str) -> object:
     data = json.loads(json.dumps(base))
-    if how == "schema 2":
-        data["schema"] = 2
+    if how == "schema 3":
+        data["schema"] = 3
+    elif how == "schema 1":  # what aligner wrote before the sides were renamed: no "schema", "side_a"
+        del data["schema"]
+        data["side_a"] = data.pop("migrated")
     elif how == "shape is text":
         data["rows"][0]["shape_b"] = "[1, 2]"
     elif how == "row is a number":
@@ -261,7 +264,8 @@ def _variant(base: dict, how: str) -> object:
 BAD = [("not json", b"{'rows': ", "not a JSON result"), ("a list", b"[1, 2]", "not a saved result"),
        ("other tool", b'{"task": "tensor", "data": {}}', "not a saved result aligner can show again"),
        ("deep", b"[" * 100_000 + b"]" * 100_000, "not a JSON result"), ("binary", b"\x00\xff\xfe", "cannot read"),
-       ("schema 2", None, "schema 2"), ("shape is text", None, "damaged saved compare"),
+       ("schema 3", None, "schema 3"), ("schema 1", None, "compare result of schema 1; this aligner reads schema 2"),
+       ("shape is text", None, "damaged saved compare"),
        ("row is a number", None, "row 0"), ("finding names no row", None, "names row 1000000"),
        ("unknown culprit", None, "gremlins"), ("calibrated", None, "--calibrate"),
        ("no rows", None, "not a saved result aligner can show again")]

@@ -2,8 +2,9 @@
 and back in (`from_dict`), so a saved result re-renders without running its pipeline again (`align report`).
 
 A result's dict is what its `--json` writes, before render/ turns non-finite floats into the strings "nan", "inf"
-and "-inf" (`number` turns them back). A saved result may carry `"schema"`: results without one are schema 1, the
-only one there is; another is refused by `check_schema`, as a dict that is no result of the kind asked is.
+and "-inf" (`number` turns them back). A saved result may carry `"schema"`: results without one are schema 1; each
+kind reads its own version (`SCHEMAS`) and refuses any other in `check_schema`, as a dict that is no result of the
+kind asked is.
 """
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ from typing import Any, Mapping, Protocol, TypeVar, runtime_checkable
 
 from aligner.core.errors import ExitCode
 
-SCHEMA = 1  # the version of every result's dict; bump it where a field changes meaning or goes away
+SCHEMA = 1  # the version of a result's dict unless SCHEMAS says otherwise
+# The kinds whose dict changed since schema 1 (bump one where a field changes meaning or goes away), as check_schema
+# names them. 2: a comparison's sides are "migrated" and "reference" (were "side_a" and "reference"); rank by rank,
+# "first" and "second" (the arguments, were "side_a" and "side_b").
+SCHEMAS = {"compare": 2, "multi-rank compare": 2}
 
 T = TypeVar("T")
 
@@ -44,16 +49,17 @@ class NotAResultError(ValueError):
 
 
 def check_schema(data: Any, what: str, keys: tuple[str, ...]) -> Mapping[str, Any]:
-    """`data` as a saved `what` result: a JSON object holding `keys`, of schema 1 (or none); NotAResultError else."""
+    """`data` as a saved `what` result: a JSON object holding `keys`, of the schema `what` is written in (none: 1);
+    NotAResultError else."""
     if not isinstance(data, Mapping):
         raise NotAResultError(f"not a saved {what} result (a JSON {type(data).__name__}, not an object)")
     missing = [k for k in keys if k not in data]
     if missing:
         raise NotAResultError(f"not a saved {what} result (no {', '.join(map(repr, missing[:3]))})")
-    schema = data.get("schema", SCHEMA)
-    if schema != SCHEMA or isinstance(schema, bool):
+    schema, current = data.get("schema", SCHEMA), SCHEMAS.get(what, SCHEMA)
+    if schema != current or isinstance(schema, bool):
         raise NotAResultError(f"saved {what} result of schema {json.dumps(schema)[:20]}; this aligner reads schema "
-                              f"{SCHEMA}")
+                              f"{current} (run the command again to write it)")
     return data
 
 

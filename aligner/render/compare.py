@@ -189,7 +189,7 @@ def summary(result: CompareResult) -> str:
     """The result in plain words, one paragraph."""
     c = result.matched
     rows = result.rows
-    parts = [f"Compared {result.side_a} against the reference {result.side_b}: {c['name'] + c['content']} records "
+    parts = [f"Compared {result.migrated} against the reference {result.reference}: {c['name'] + c['content']} records "
              f"matched ({c['name']} by name, {c['content']} by content, type and shape)"]
     if c["unmatched_a"] or c["unmatched_b"]:
         parts[-1] += (f", {c['unmatched_a']} only in the first and {c['unmatched_b']} only in the reference ("
@@ -235,7 +235,7 @@ def summary(result: CompareResult) -> str:
                      f"divergence.")
     if v.nan_origin is not None:
         n = v.nan_origin
-        side = result.side_a if n.side == "a" else result.side_b
+        side = result.migrated if n.side == "a" else result.reference
         parts.append(f"First NaN/Inf: {_where(rows[n.row])} produces {n.count} non-finite value(s) on {side} "
                      f"from finite inputs.")
     if result.errors:

@@ -164,7 +164,7 @@ def next_step(result: CompareResult) -> tuple[str, str]:
     if finding is not None and finding.culprit not in NO_ZOOM and not zoomed(result, finding):
         return zoom_hint(result, finding), zoom_code(result, finding) + " --html zoom.html"
     if finding is not None:
-        a, b = _path(result.side_a), _path(result.side_b)
+        a, b = _path(result.migrated), _path(result.reference)
         fix = ("Fix the op named above (its source line is in the headline), then compare again."
                if finding.culprit is Culprit.OP else
                "Give both models the same input, then compare again." if finding.culprit is Culprit.MODEL_INPUT else
@@ -173,7 +173,7 @@ def next_step(result: CompareResult) -> tuple[str, str]:
                f"Pass the same arguments in the forward of {finding.blame or 'the model'} (see the headline), then "
                f"compare again." if finding.culprit is Culprit.ARGUMENT else zoomed_text(result, finding))
         return fix, f"align compare {a} {b}"
-    a, b = _path(result.side_a), _path(result.side_b)
+    a, b = _path(result.migrated), _path(result.reference)
     if result.strict and result.unmatched:
         return ("Pair the records: write a name map (rename/regex rules from the first side's module paths to the "
                 "reference's) and compare again.",
@@ -250,7 +250,7 @@ def _headline(result: CompareResult) -> str:
                   f"agrees within tolerance.")
     elif v.nan_origin is not None:
         cls, label, origin = "warn", "no divergence, but NaN/Inf", v.nan_origin.row
-        side = result.side_a if v.nan_origin.side == "a" else result.side_b
+        side = result.migrated if v.nan_origin.side == "a" else result.reference
         reason = (f"Both sides agree, NaN/Inf included; this is the first record producing non-finite values from "
                   f"finite inputs: {v.nan_origin.count} on {side}.")
     elif result.errors and result.compared:

@@ -33,7 +33,7 @@ def _first_record(result: CompareResult) -> str:
 
 def _detail(o: RankOutcome, result: RankedCompareResult) -> str:
     if o.status is RankStatus.MISSING:
-        sides = [result.side_a if s == "first" else result.side_b for s in o.missing]
+        sides = [result.first if s == "first" else result.second for s in o.missing]
         return f"no rank{o.rank}/ in {' nor '.join(sides)}: the rank did not dump (a failed run)"
     if o.status is RankStatus.ERROR and o.result is None:
         return f"not compared: {o.error}"
@@ -76,10 +76,10 @@ def summary(result: RankedCompareResult) -> str:
                                                  ", from the rank folders: no header names it")
     engine = f"{result.engine} engine" + (f", {result.processes} processes side by side"
                                           if result.processes > 1 else "")
-    parts = [f"Compared {result.side_a} and {result.side_b} rank by rank ({world}, {engine}): "
+    parts = [f"Compared {result.first} and {result.second} rank by rank ({world}, {engine}): "
              f"{counts[RankStatus.MATCH]} rank(s) match, {counts[RankStatus.DIVERGED]} diverge, "
              f"{counts[RankStatus.MISSING]} missing, {counts[RankStatus.ERROR]} not compared."]
-    for side, shown in (("first", result.side_a), ("second", result.side_b)):
+    for side, shown in (("first", result.first), ("second", result.second)):
         gone = result.missing(side)
         if gone:
             parts.append(f"No folder for rank(s) {', '.join(map(str, gone))} in {shown}: a rank that did not dump "

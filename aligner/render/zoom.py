@@ -53,7 +53,7 @@ def scoped_zoom(result: CompareResult, scope_a: str, scope_b: str, backward: boo
     """Code for an op-level dump of `scope_a` on side A and `scope_b` on the reference side (for a side of plain .npy
     files, a comment on what to save there), then the compare."""
     run = "    loss = loss_fn(model(batch), target)\n    loss.backward()" if backward else "    model(batch)"
-    frameworks = (_framework(result.side_a), _framework(result.side_b))
+    frameworks = (_framework(result.migrated), _framework(result.reference))
     names = [f"zoom_{_SHORT[fw] if fw is not None else side}/" for fw, side in zip(frameworks, ("a", "ref"))]
     if names[0] == names[1]:  # both sides of one framework
         names = [f"zoom_{_SHORT[fw]}_{side}/" for fw, side in zip(frameworks, ("a", "ref")) if fw is not None]
@@ -68,7 +68,7 @@ def scoped_zoom(result: CompareResult, scope_a: str, scope_b: str, backward: boo
 def zoom_hint(result: CompareResult, finding: Divergence) -> str:
     """One sentence: what the zoom-in finds, for the module the finding blames."""
     scope = finding.blame or "the whole model"
-    if Framework.NUMPY in (_framework(result.side_a), _framework(result.side_b)):
+    if Framework.NUMPY in (_framework(result.migrated), _framework(result.reference)):
         return (f"Zoom in: record the tensors computed inside {scope} on both sides and compare again (a side of plain "
                 f".npy files has no model to dump: save them as numbered .npy files from the code that wrote it); "
                 f"the first tensor that diverges is the one to look at.")

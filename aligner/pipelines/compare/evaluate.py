@@ -87,7 +87,7 @@ def uncomparable(pair: Pair) -> str | None:
     if a is None or b is None:
         return None
     skipped = [f"the {side} dump did not store it ({item.record.skipped})"
-               for side, item in (("first", a), ("reference", b)) if item.record.skipped is not None]
+               for side, item in (("migrated", a), ("reference", b)) if item.record.skipped is not None]
     if skipped:
         return "; ".join(skipped)
     if not (_stats_only(a) or _stats_only(b)) or (a.record.stats and b.record.stats):

@@ -45,7 +45,8 @@ class MatchedBy(enum.StrEnum):
 
 @dataclasses.dataclass
 class Pair:
-    """A record of the compared side `a` and its counterpart on the reference side `b` (either may be missing)."""
+    """A record of the migrated side `a` and its counterpart on the reference side `b` (either may be missing; the
+    JSON's `_a`/`_b` row fields are theirs)."""
 
     a: Item | None
     b: Item | None
@@ -53,7 +54,7 @@ class Pair:
 
     @property
     def ref(self) -> Item:
-        """The item that names the row (the reference side's when there is one)."""
+        """The item that names the row: the reference side's `b`, else the migrated side's `a`."""
         return self.b if self.b is not None else self.a  # type: ignore[return-value]
 
     @property

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.progress import SILENT, Progress
-from aligner.core.result import check_schema, typed
+from aligner.core.result import SCHEMAS, check_schema, typed
 from aligner.core.tolerance import ToleranceSpec
 from aligner.dumping.read.ranks import folder_size, holds_ranks, read_ranks
 from aligner.pipelines.compare.engine import Engine, open_engine
@@ -87,10 +87,11 @@ class RankOutcome:
 
 @dataclasses.dataclass(frozen=True)
 class RankedCompareResult:
-    """Two multi-rank dumps compared rank by rank; `bool(result)` is `passed`; a `Result` (aligner.core.result)."""
+    """Two multi-rank dumps compared rank by rank; `bool(result)` is `passed`; a `Result` (aligner.core.result).
+    `first`/`second`: the dumps in argument order (each rank's own result names its compared and reference sides)."""
 
-    side_a: str
-    side_b: str
+    first: str
+    second: str
     world_size: int
     world_known: bool          # False: no header named the world size; it is the highest rank folder + 1
     ranks: tuple[RankOutcome, ...]   # rank 0, 1, ... world_size - 1
@@ -137,8 +138,9 @@ class RankedCompareResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Everything as plain data: the rank table, and each compared rank's own compare result."""
-        return {"side_a": self.side_a, "side_b": self.side_b, "world_size": self.world_size,
-                "world_known": self.world_known, "engine": self.engine, "processes": self.processes,
+        return {"schema": SCHEMAS["multi-rank compare"], "first": self.first, "second": self.second,
+                "world_size": self.world_size, "world_known": self.world_known, "engine": self.engine,
+                "processes": self.processes,
                 "passed": self.passed, "exit_code": int(self.exit_code), "first_divergent": self.first_divergent,
                 "diverged": self.diverged, "missing_first": self.missing("first"),
                 "missing_second": self.missing("second"), "ranks": [o.to_dict() for o in self.ranks]}
@@ -147,8 +149,8 @@ class RankedCompareResult:
     def from_dict(cls, data: Mapping[str, Any]) -> RankedCompareResult:
         """A saved rank-by-rank comparison read back; NotAResultError, ValueError, KeyError or TypeError when `data`
         is not one."""
-        data = check_schema(data, "multi-rank compare", ("side_a", "side_b", "world_size", "ranks"))
-        return cls(typed(data["side_a"], str, "side_a"), typed(data["side_b"], str, "side_b"),
+        data = check_schema(data, "multi-rank compare", ("first", "second", "world_size", "ranks"))
+        return cls(typed(data["first"], str, "first"), typed(data["second"], str, "second"),
                    typed(data["world_size"], int, "world_size"), typed(data["world_known"], bool, "world_known"),
                    tuple(RankOutcome.from_dict(typed(o, dict, "rank")) for o in typed(data["ranks"], list, "ranks")),
                    typed(data["engine"], str, "engine"), typed(data["processes"], int, "processes"))

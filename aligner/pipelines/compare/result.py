@@ -7,6 +7,7 @@ import operator
 from typing import TYPE_CHECKING, Any, Mapping
 
 from aligner.core.errors import ExitCode
+from aligner.core.result import SCHEMAS
 from aligner.core.tolerance import ToleranceSpec
 from aligner.pipelines import compare as package  # compare/saved.py, loaded only to read a saved result
 from aligner.pipelines.compare.evaluate import Row
@@ -25,11 +26,12 @@ _ROW_VALUES = operator.attrgetter(*_ROW_METRICS)  # what Metrics.to_dict gives f
 
 @dataclasses.dataclass(frozen=True)
 class CompareResult:
-    """The comparison of side A against the reference side B, computed once; `bool(result)` is `passed`; a `Result`
-    (aligner.core.result): `from_dict` reads a saved one back (compare/saved.py)."""
+    """The comparison of the migrated side against the reference side, computed once (each row's Pair.a is the
+    migrated side's record, Pair.b the reference's; a row's `_a`/`_b` fields follow them); `bool(result)` is
+    `passed`; a `Result` (aligner.core.result): `from_dict` reads a saved one back (compare/saved.py)."""
 
-    side_a: str                # "dumps_ms/ (mindspore)"
-    side_b: str                # the reference side
+    migrated: str              # "dumps_ms/ (mindspore)": the side checked against the reference
+    reference: str             # "dumps_pt/ (pytorch)"
     rows: tuple[Row, ...]
     verdict: Verdict
     problems: tuple[str, ...]  # manifest lines that did not parse, per side
@@ -135,7 +137,8 @@ class CompareResult:
         `rows`, all but the rows (a report that streams them: `row_dict`)."""
         v = self.verdict
         return {
-            "side_a": self.side_a, "reference": self.side_b, "passed": self.passed, "exit_code": int(self.exit_code),
+            "schema": SCHEMAS["compare"], "migrated": self.migrated, "reference": self.reference,
+            "passed": self.passed, "exit_code": int(self.exit_code),
             "counts": self.matched | {"compared": self.compared, "skipped": len(self.skipped)},
             "tolerance": self.tolerance.to_dict(), "strict": self.strict,
             "findings": [self.finding_dict(f) for f in v.findings],

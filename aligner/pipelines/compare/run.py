@@ -105,7 +105,7 @@ _SAME_MODEL_MIN_RECORDS = 8  # below this many records per side, too little to t
 _SAME_MODEL_MIN_PAIRED = 0.2
 
 
-def check_same_model(pairs: list, side_a: Source, side_b: Source) -> None:
+def check_same_model(pairs: list, migrated: Source, reference: Source) -> None:
     """Refuse to compare dumps of two different models: almost nothing pairs up, so any verdict would be noise."""
     records = [0, 0]  # of each side, pass-through calls left out
     for p in pairs:
@@ -123,7 +123,7 @@ def check_same_model(pairs: list, side_a: Source, side_b: Source) -> None:
             if alike >= needed:
                 return
     raise AlignerError(
-        f"{side_a.root} and {side_b.root} look like dumps of different models: only {alike} of {smaller} "
+        f"{migrated.root} and {reference.root} look like dumps of different models: only {alike} of {smaller} "
         f"records pair with a record of the same layer type or shape (at least {_SAME_MODEL_MIN_PAIRED:.0%} "
         f"needed); dump the same model in both frameworks, or pass --map with the renames between them")
 
@@ -133,10 +133,10 @@ class Paired:
     """Two dump directories read, the reference side chosen and their records matched (what compare and replay
     start from)."""
 
-    other: Source             # the compared side
+    migrated: Source          # the side checked against the reference
     reference: Source
     reference_index: int      # 0: the reference is the first argument, 1: the second
-    pairs: list[Pair]         # records of `other` (Pair.a) matched with the reference's (Pair.b)
+    pairs: list[Pair]         # records of `migrated` (Pair.a) matched with the reference's (Pair.b)
     tolerance: ToleranceSpec  # the caller's, with the training-mode floor when the reference ran BatchNorm training
     maps: list[MsprobeMap] = dataclasses.field(default_factory=list)  # msprobe's mapping files read as the --map
 
@@ -157,13 +157,14 @@ def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = Non
     if map_file is None:
         rename, maps = _msprobe_rename(sources)
     r = reference_index(ref, (sources[0].framework, sources[1].framework))
-    other, reference = sources[1 - r], sources[r]
+    migrated, reference = sources[1 - r], sources[r]
     if any(it.record.kind == Kind.BUFFER for it in reference.items) and tolerance.floor is None:
         tolerance = dataclasses.replace(tolerance, floor=TRAINING_FLOOR, floor_reason=_TRAINING_REASON)
     first, second = sources
     name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
-    pairs = match(other.items, reference.items, *((name_first, name_second) if r == 1 else (name_second, name_first)))
-    return Paired(other, reference, r, pairs, tolerance, maps)
+    names = (name_first, name_second) if r == 1 else (name_second, name_first)
+    pairs = match(migrated.items, reference.items, *names)
+    return Paired(migrated, reference, r, pairs, tolerance, maps)
 
 
 def _msprobe_rename(sources: tuple[Source, Source]) -> tuple[Callable[[str], str | None] | None, list[MsprobeMap]]:
@@ -199,12 +200,12 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
         raise AlignerError(f"--bisect reads a few pairs one after another: nothing for --engine {engine.name} to "
                            f"distribute")
     paired = read_pair(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance, trust_pickle=trust_pickle)
-    side_a, side_b, pairs, tolerance = paired.other, paired.reference, paired.pairs, paired.tolerance
-    check_same_model(pairs, side_a, side_b)
+    migrated, reference, pairs, tolerance = paired.migrated, paired.reference, paired.pairs, paired.tolerance
+    check_same_model(pairs, migrated, reference)
     calibration: Calibration | None = None
     if calibrate is not None:
         cluster = engine if engine is not None and engine.name != LocalEngine.name else None
-        calibration = package.calibrate_pairs(calibrate, pairs, side_b, side_a, tolerance, calibrate_k, workers,
+        calibration = package.calibrate_pairs(calibrate, pairs, reference, migrated, tolerance, calibrate_k, workers,
                                               cluster)
         tolerance = dataclasses.replace(tolerance, calibrated=calibration.tolerances,
                                         calibrated_from=calibration.source, calibration_k=calibration.k)
@@ -221,7 +222,8 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
             rows = _evaluate(pairs, tolerance, workers, task.advance, engine)
         rows = [noted(i, row) for i, row in enumerate(rows)] if noise else rows  # (the others' noise stays None)
         verdict = judge(rows)
-    if verdict.findings and side_a.calls and side_b.calls:  # the blamed module's settings, from its call records
-        verdict = package.with_settings(verdict, rows, side_a, side_b)
-    return CompareResult(_label(side_a), _label(side_b), tuple(rows), verdict,
-                         tuple(side_a.problems + side_b.problems), tolerance, strict, calibration, tuple(paired.maps))
+    if verdict.findings and migrated.calls and reference.calls:  # the blamed module's settings, from its calls
+        verdict = package.with_settings(verdict, rows, migrated, reference)
+    return CompareResult(_label(migrated), _label(reference), tuple(rows), verdict,
+                         tuple(migrated.problems + reference.problems), tolerance, strict, calibration,
+                         tuple(paired.maps))

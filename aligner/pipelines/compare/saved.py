@@ -25,7 +25,7 @@ from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.settings import SettingDiff
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Label, NanFinding, OneSided, Phase, Verdict
 
-KEYS = ("side_a", "reference", "tolerance", "strict", "findings", "nan_origin", "calibration", "rows")
+KEYS = ("migrated", "reference", "tolerance", "strict", "findings", "nan_origin", "calibration", "rows")
 _FLOATS = ("max_abs_err", "max_rel_err", "mean_abs_err", "rmse", "cosine", "sqnr_db", "rel_l2_err")
 _COUNTS = ("numel", "mismatched", "nan_a", "nan_b", "inf_a", "inf_b")
 
@@ -56,7 +56,7 @@ def load(data: Any) -> CompareResult:
             ([nan["row"]] if nan is not None else []):
         if not 0 <= index < len(rows):
             raise ValueError(f"a finding names row {index} of {len(rows)}")
-    return CompareResult(typed(data["side_a"], str, "side_a"), typed(data["reference"], str, "reference"), rows,
+    return CompareResult(typed(data["migrated"], str, "migrated"), typed(data["reference"], str, "reference"), rows,
                          verdict, tuple(typed(p, str, "manifest problem") for p in data.get("manifest_problems", [])),
                          ToleranceSpec.from_dict(typed(data["tolerance"], dict, "tolerance")),
                          typed(data["strict"], bool, "strict"),

@@ -32,7 +32,7 @@ _OWN = ("class",)  # attributes every call record carries that are no setting
 @dataclasses.dataclass(frozen=True)
 class SettingDiff:
     """One setting of the blamed module that differs: its name (PyTorch's across frameworks) and each side's value as
-    that side's constructor takes it (`value_a` the compared side's, `value_b` the reference's)."""
+    that side's constructor takes it (`value_a` the migrated side's, `value_b` the reference's)."""
 
     name: str
     value_a: Any
@@ -86,13 +86,13 @@ def _layer(framework: Framework, rec: Record, attrs: dict[str, Any], shape: tupl
     return Layer(rec.module, kind, base, types.SimpleNamespace(**attrs), input_shape=shape)
 
 
-def differences(rec_a: Record, rec_b: Record, side_a: Source, side_b: Source) -> tuple[SettingDiff, ...]:
-    """The settings in which the module of `rec_a` (compared side) and of `rec_b` (reference) differ."""
-    found_a, found_b = _described(side_a, rec_a), _described(side_b, rec_b)
+def differences(rec_a: Record, rec_b: Record, migrated: Source, reference: Source) -> tuple[SettingDiff, ...]:
+    """The settings in which the module of `rec_a` (migrated side) and of `rec_b` (reference) differ."""
+    found_a, found_b = _described(migrated, rec_a), _described(reference, rec_b)
     if found_a is None or found_b is None:
         return ()
     (attrs_a, shape_a), (attrs_b, shape_b) = found_a, found_b
-    frameworks = (side_a.framework, side_b.framework)
+    frameworks = (migrated.framework, reference.framework)
     if set(frameworks) != {PT.value, MS.value}:
         if frameworks[0] != frameworks[1]:
             return ()
@@ -130,19 +130,19 @@ def _plain_arguments(call: Record | None) -> dict[str, Any]:
     return _decoded({k: v for k, v in given.items() if not (isinstance(v, dict) and "tensor" in v)})
 
 
-def op_differences(rec_a: Record, rec_b: Record, side_a: Source, side_b: Source) -> tuple[SettingDiff, ...]:
-    """The plain arguments in which the op call of `rec_a` (compared side) and of `rec_b` (reference) differ: by
+def op_differences(rec_a: Record, rec_b: Record, migrated: Source, reference: Source) -> tuple[SettingDiff, ...]:
+    """The plain arguments in which the op call of `rec_a` (migrated side) and of `rec_b` (reference) differ: by
     keyword across frameworks (their positions differ: MindSpore passes the operator first), by place within one."""
     if rec_a.call is None or rec_b.call is None:
         return ()
-    given_a = _plain_arguments(side_a.calls.get((rec_a.step, rec_a.call)))
-    given_b = _plain_arguments(side_b.calls.get((rec_b.step, rec_b.call)))
-    same_framework = side_a.framework == side_b.framework
+    given_a = _plain_arguments(migrated.calls.get((rec_a.step, rec_a.call)))
+    given_b = _plain_arguments(reference.calls.get((rec_b.step, rec_b.call)))
+    same_framework = migrated.framework == reference.framework
     return tuple(SettingDiff(k, given_a[k], given_b[k]) for k in given_b
                  if k in given_a and (same_framework or not k.isdigit()) and given_a[k] != given_b[k])
 
 
-def with_settings(verdict: Verdict, rows: Sequence[Row], side_a: Source, side_b: Source) -> Verdict:
+def with_settings(verdict: Verdict, rows: Sequence[Row], migrated: Source, reference: Source) -> Verdict:
     """`verdict` with each finding that blames a module's own computation told the settings in which that module
     differs between the sides, and each that blames an op the arguments its two calls differ in
     (`Divergence.settings`)."""
@@ -151,7 +151,7 @@ def with_settings(verdict: Verdict, rows: Sequence[Row], side_a: Source, side_b:
         if pair.a is None or pair.b is None:
             continue
         if f.culprit is Culprit.MODULE:
-            f.settings = differences(pair.a.record, pair.b.record, side_a, side_b)
+            f.settings = differences(pair.a.record, pair.b.record, migrated, reference)
         elif f.culprit is Culprit.OP and f.op is None and pair.a.record.kind == pair.b.record.kind == Kind.OP:
-            f.settings = op_differences(pair.a.record, pair.b.record, side_a, side_b)
+            f.settings = op_differences(pair.a.record, pair.b.record, migrated, reference)
     return verdict

@@ -196,7 +196,7 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
     not the one the other dump recorded."""
     pattern = compile_pattern(modules, "modules")
     paired = read_pair(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance)
-    reference, other, pairs, tolerance = paired.reference, paired.other, paired.pairs, paired.tolerance
+    reference, other, pairs, tolerance = paired.reference, paired.migrated, paired.pairs, paired.tolerance
     framework = model_framework(model)
     if framework != other.framework:
         raise AlignerError(f"the model to re-run is a {framework.value} model, but the side to re-run "

@@ -314,7 +314,7 @@ def repro(dump_a: str | os.PathLike, dump_b: str | os.PathLike, module: str, out
     _check_target(out, force)
     paired = read_pair(Path(dump_a), Path(dump_b), ref=ref, tolerance=tolerance)
     ref_index = paired.reference_index
-    sources = (paired.reference, paired.other) if ref_index == 0 else (paired.other, paired.reference)
+    sources = (paired.reference, paired.migrated) if ref_index == 0 else (paired.migrated, paired.reference)
     frameworks = tuple(Framework.parse(s.framework) for s in sources)
     if set(frameworks) != {Framework.PYTORCH, Framework.MINDSPORE}:
         raise AlignerError(f"align repro needs one PyTorch and one MindSpore dump (manifests say "
@@ -323,7 +323,7 @@ def repro(dump_a: str | os.PathLike, dump_b: str | os.PathLike, module: str, out
         if s.mode != "full":
             raise AlignerError(f"{s.root} is a statistics-only dump: record tensors with "
                                "aligner.dump(model, DIR, params=True) (without stats_only=True)")
-    check_same_model(paired.pairs, paired.other, paired.reference)
+    check_same_model(paired.pairs, paired.migrated, paired.reference)
     picked = _pick(paired.pairs, module, paired.tolerance)
     if picked is None:
         raise _unknown(module, sources)
