@@ -5,6 +5,7 @@ MindSpore side; compare must blame that parent exactly, in both argument orders,
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import mindspore as ms
 import numpy as np
@@ -109,14 +110,26 @@ def _pair(bug_layer: int, bug: str) -> tuple[TorchNet, MsNet]:
     return tnet, mnet
 
 
+def _dump_both(tnet: torch.nn.Module, mnet: mnn.Cell, x: np.ndarray, root: Path, **options: Any) -> tuple[Path, Path]:
+    """Both models dumped on the same input with the same options: (MindSpore dump, torch dump)."""
+    with aligner.dump(tnet, root / "pt", **options), torch.no_grad():
+        tnet(torch.from_numpy(x))
+    with aligner.dump(mnet, root / "ms", **options):
+        mnet(ms.Tensor(x))
+    return root / "ms", root / "pt"
+
+
+def _copy_dense(pairs: list[tuple[torch.nn.Module, mnn.Cell]]) -> None:
+    """Each torch layer's weight and bias into its MindSpore twin."""
+    for t, m in pairs:
+        m.weight.set_data(ms.Tensor(t.weight.detach().numpy()))
+        m.bias.set_data(ms.Tensor(t.bias.detach().numpy()))
+
+
 def _dumps(root: Path, bug_layer: int, bug: str, leaves_only: bool) -> tuple[Path, Path]:
     tnet, mnet = _pair(bug_layer, bug)
     x = np.random.default_rng(0).standard_normal((2, 3, D)).astype(np.float32)
-    with aligner.dump(tnet, root / "pt", leaves_only=leaves_only), torch.no_grad():
-        tnet(torch.from_numpy(x))
-    with aligner.dump(mnet, root / "ms", leaves_only=leaves_only):
-        mnet(ms.Tensor(x))
-    return root / "ms", root / "pt"
+    return _dump_both(tnet, mnet, x, root, leaves_only=leaves_only)
 
 
 # bug, layer, expected blame (torch path == MindSpore path here), what the old verdict named instead
@@ -227,15 +240,10 @@ def test_a_composite_with_no_twin_children_is_not_paired_with_a_fused_layer(tmp_
     torch.manual_seed(0)
     tnet, mnet = _TorchSiLUNet().eval(), _MsSwishNet()
     mnet.set_train(False)
-    for name in ("conv1", "conv2"):
-        getattr(mnet, name).weight.set_data(ms.Tensor(getattr(tnet, name).weight.detach().numpy()))
-        getattr(mnet, name).bias.set_data(ms.Tensor(getattr(tnet, name).bias.detach().numpy()))
+    _copy_dense([(tnet.conv1, mnet.conv1), (tnet.conv2, mnet.conv2)])
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    with aligner.dump(tnet, tmp_path / "pt", leaves_only=leaves_only), torch.no_grad():
-        tnet(torch.from_numpy(x))
-    with aligner.dump(mnet, tmp_path / "ms", leaves_only=leaves_only):
-        mnet(ms.Tensor(x))
-    for a, b in ((tmp_path / "ms", tmp_path / "pt"), (tmp_path / "pt", tmp_path / "ms")):
+    ms_dir, pt_dir = _dump_both(tnet, mnet, x, tmp_path, leaves_only=leaves_only)
+    for a, b in ((ms_dir, pt_dir), (pt_dir, ms_dir)):
         result = aligner.compare(a, b)
         assert result.exit_code == 0 and not result.verdict.findings, summary(result)
         paired = {(r.pair.a.record.module, r.pair.b.record.module) for r in result.rows if r.pair.a and r.pair.b}
@@ -323,11 +331,7 @@ def _masked_dumps(root: Path, bug: str, leaves_only: bool) -> tuple[Path, Path]:
         params[name.replace("norm.weight", "norm.gamma").replace("norm.bias", "norm.beta")].set_data(
             ms.Tensor(param.detach().numpy()))
     x = np.random.default_rng(0).standard_normal((2, 3, D)).astype(np.float32)
-    with aligner.dump(tnet, root / "pt", leaves_only=leaves_only), torch.no_grad():
-        tnet(torch.from_numpy(x))
-    with aligner.dump(mnet, root / "ms", leaves_only=leaves_only):
-        mnet(ms.Tensor(x))
-    return root / "ms", root / "pt"
+    return _dump_both(tnet, mnet, x, root, leaves_only=leaves_only)
 
 
 @pytest.mark.parametrize("leaves_only", [True, False], ids=["leaves", "all-modules"])
@@ -401,16 +405,12 @@ def test_stages_that_end_at_another_point_are_not_a_divergence(tmp_path, leaves_
     torch.manual_seed(0)
     tnet, mnet = _TorchStages().eval(), _MsStages()
     mnet.set_train(False)
-    for (t, m) in (("stages.0.fc", mnet.stages[0].fc), ("stages.1.down", mnet.stages[0].down),
-                   ("stages.1.fc", mnet.stages[1].fc)):
-        m.weight.set_data(ms.Tensor(tnet.get_submodule(t).weight.detach().numpy()))
-        m.bias.set_data(ms.Tensor(tnet.get_submodule(t).bias.detach().numpy()))
+    _copy_dense([(tnet.get_submodule(t), m) for t, m in (("stages.0.fc", mnet.stages[0].fc),
+                                                         ("stages.1.down", mnet.stages[0].down),
+                                                         ("stages.1.fc", mnet.stages[1].fc))])
     x = np.random.default_rng(0).standard_normal((2, D)).astype(np.float32)
-    with aligner.dump(tnet, tmp_path / "pt", leaves_only=leaves_only), torch.no_grad():
-        tnet(torch.from_numpy(x))
-    with aligner.dump(mnet, tmp_path / "ms", leaves_only=leaves_only):
-        mnet(ms.Tensor(x))
-    for a, b in ((tmp_path / "ms", tmp_path / "pt"), (tmp_path / "pt", tmp_path / "ms")):
+    ms_dir, pt_dir = _dump_both(tnet, mnet, x, tmp_path, leaves_only=leaves_only)
+    for a, b in ((ms_dir, pt_dir), (pt_dir, ms_dir)):
         result = aligner.compare(a, b)
         assert result.exit_code == 0 and not result.verdict.findings, summary(result)
         assert result.compared > 0
