@@ -8,16 +8,22 @@ import click
 from aligner import render  # the HTML page and the rank table: loaded on first use (render/__init__.py)
 from aligner.cli.options import check_outputs
 from aligner.core.atomic import atomic_files
-from aligner.core.errors import AlignerError
+from aligner.core.errors import AlignerError, ExitCode
 from aligner.pipelines.audit.report import AuditReport
 from aligner.pipelines.audit.source import SourceAuditReport
+from aligner.pipelines.check.ranks import RankedCheckReport
+from aligner.pipelines.check.report import CheckReport
 from aligner.pipelines.compare.ranks import RankedCompareResult
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.data.result import DataCheckResult, DataCompareResult
 from aligner.pipelines.diff import DiffResult
 from aligner.pipelines.inspect import InspectResult
+from aligner.pipelines.replay.result import ReplayResult
 from aligner.pipelines.report import load_report
+from aligner.render import replay
 from aligner.render.audit import print_audit, print_source
+from aligner.render.check import print_check, write_check_html
+from aligner.render.check_ranks import print_check_ranks
 from aligner.render.compare import print_table, summary, zoom
 from aligner.render.console import make_console
 from aligner.render.data import print_data_check, print_data_compare, write_data_html
@@ -28,16 +34,16 @@ from aligner.render.inspect import print_inspect
 @click.command("report")
 @click.argument("result_json", metavar="RESULT.json", type=click.Path(dir_okay=False))
 @click.option("--html", "html_out", metavar="FILE", help="Also write the HTML page (a single-process compare, "
-              "align data).")
+              "align data, a one-dump align check).")
 @click.option("--all", "full", is_flag=True, help="Show every row of the table, not only the context of findings "
               "(a diff: every parameter, as diff --verbose).")
 @click.option("--force", is_flag=True, help="Overwrite an existing --html file.")
 def command(result_json: str, html_out: str | None, full: bool, force: bool) -> int:
-    """Show RESULT.json, a result `align compare --json` saved (one dump pair, or rank by rank), `align audit
-    --json` saved (models, or --source), `align inspect`, `align diff` or `align data --json` saved, again as the
-    command printed it, without the dumps, models or checkpoints: for a compare the table, the paragraph, the
-    zoom-in and with --html its page. What the JSON never held (the dumps' statistics, the norms of exactly equal
-    tensors) is not shown.
+    """Show RESULT.json, a result `align compare --json` or `align check --json` saved (one dump, or rank by rank),
+    `align audit --json` saved (models, or --source), `align inspect`, `align diff`, `align replay` or `align data
+    --json` saved, again as the command printed it, without the dumps, models or checkpoints: for a compare the
+    table, the paragraph, the zoom-in and with --html its page. What the JSON never held (the dumps' statistics, the
+    norms of exactly equal tensors) is not shown.
 
     \b
     Examples:
@@ -52,9 +58,24 @@ def command(result_json: str, html_out: str | None, full: bool, force: bool) -> 
         raise AlignerError(f"--html {html_out} is RESULT.json itself: name another file")
     result = load_report(result_json)
     console = make_console()
-    if html_out and not isinstance(result, (CompareResult, DataCompareResult, DataCheckResult)):
-        raise AlignerError("--html: only a single-process compare result and align data's have a page (for rank "
-                           "by rank, save one rank's comparison: align compare A/rank0 B/rank0 --json r.json)")
+    if html_out and not isinstance(result, (CompareResult, DataCompareResult, DataCheckResult, CheckReport)):
+        raise AlignerError("--html: only a single-process compare result, a one-dump check and align data's have a "
+                           "page (for rank by rank, save one rank's: align compare A/rank0 B/rank0 --json r.json)")
+    if isinstance(result, CheckReport):
+        if html_out:
+            with atomic_files([html_out], "w") as (fh,):
+                write_check_html(result, fh)
+        print_check(result, console)
+        return int(result.exit_code)
+    if isinstance(result, RankedCheckReport):
+        print_check_ranks(result, console)
+        return int(result.exit_code)
+    if isinstance(result, ReplayResult):
+        replay.print_table(result, console, full)
+        console.print(replay.summary(result), markup=False)
+        if result.exit_code is ExitCode.USAGE:  # as align replay: the report is out, the reason one line on stderr
+            raise AlignerError(f"replay incomplete: {replay.incomplete(result)}")
+        return int(result.exit_code)
     if isinstance(result, (DataCompareResult, DataCheckResult)):
         if html_out:
             with atomic_files([html_out], "w") as (fh,):

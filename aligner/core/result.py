@@ -44,6 +44,25 @@ class Result(Protocol):
         """The result `to_dict` gave, back (ValueError, KeyError or TypeError for data that is not one)."""
 
 
+class PassedByExitCode:
+    """Mixin for a result whose `passed` and truth are its exit code 0, as the `Result` protocol says (a result whose
+    `passed` means something else defines its own and says what)."""
+
+    __slots__ = ()
+
+    @property
+    def exit_code(self) -> ExitCode:
+        raise NotImplementedError
+
+    @property
+    def passed(self) -> bool:
+        """Nothing was found and everything could be read (exit code 0)."""
+        return self.exit_code is ExitCode.OK
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
 class NotAResultError(ValueError):
     """Data that is not a saved result of the kind asked for (the message says what is wrong, without a path)."""
 

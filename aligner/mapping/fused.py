@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from aligner.mapping.rules import split_name
 from aligner.mapping.structural import neutral_leaf
@@ -34,6 +35,10 @@ class FusedSplit:
 
     def to_dict(self) -> dict[str, object]:
         return {"source": self.source, "targets": list(self.targets), "axis": self.axis, "why": self.why}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FusedSplit:
+        return cls(str(data["source"]), tuple(map(str, data["targets"])), int(data["axis"]), str(data["why"]))
 
 
 def _tokens(component: str) -> list[str]:

@@ -14,7 +14,7 @@ from aligner.io.base import TensorInfo, TensorSource
 from aligner.mapping import fused, structural
 from aligner.mapping.fused import FusedSplit
 from aligner.mapping.rules import LayerRule, group_names, infer_rule, split_name
-from aligner.mapping.transforms import Cast, Op, Reshape, Split, apply_ops, shape_after
+from aligner.mapping.transforms import Cast, Op, Reshape, Split, apply_ops, op_from_dict, shape_after
 from aligner.mapping.usermap import UserMap
 
 
@@ -65,6 +65,15 @@ class Entry:
                 "ops": [op.to_dict() for op in self.ops], "shape": list(self.info.shape) if self.info else None,
                 "dtype": self.info.dtype if self.info else None, "guessed": self.guessed}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Entry:
+        """The row `to_dict` gave, back."""
+        shape, dtype = data["shape"], data["dtype"]
+        return cls(data["target"], [str(s) for s in data["sources"]], EntryStatus(data["status"]), str(data["reason"]),
+                   [op_from_dict(op) for op in data["ops"]],
+                   None if shape is None else TensorInfo(tuple(int(n) for n in shape), str(dtype)),
+                   bool(data["guessed"]))
+
 
 @dataclasses.dataclass(frozen=True)
 class Guess:
@@ -77,6 +86,10 @@ class Guess:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"alternatives": list(self.alternatives)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Guess:
+        return cls(str(data["module"]), str(data["chosen"]), tuple(map(str, data["alternatives"])), str(data["why"]))
 
 
 @dataclasses.dataclass

@@ -158,6 +158,17 @@ class Cast(Op):
 AxisOp = Unsqueeze | Squeeze
 
 
+def op_from_dict(data: dict[str, Any]) -> Op:
+    """The op `Op.to_dict` gave, back (ValueError for an unknown op, TypeError for wrong fields)."""
+    kind = OpKind(data["op"])
+    cls = next(c for c in (Concat, Create, Split, Reshape, Transpose, Unsqueeze, Squeeze, Cast) if c.kind is kind)
+    fields = {f.name: f.type for f in dataclasses.fields(cls)}
+    if set(data) - {"op"} != set(fields):
+        raise TypeError(f"{kind.value}: fields {sorted(set(data) - {'op'})}, expected {sorted(fields)}")
+    values: dict[str, Any] = {k: tuple(data[k]) if "tuple" in str(t) else data[k] for k, t in fields.items()}
+    return cls(**values)
+
+
 def parse_axis_op(spec: str) -> AxisOp:
     """A rules-file `unsqueeze:N` / `squeeze:N` as an op."""
     kind, _, axis = spec.partition(":")

@@ -8,7 +8,7 @@ which layer types were guessed from names.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -16,19 +16,21 @@ from aligner.core.atomic import check_output
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.frameworks import Framework
 from aligner.core.progress import SILENT, Progress, Task
+from aligner.core.result import PassedByExitCode, typed
 from aligner.io import TensorSource, detect_format, open_checkpoint, write_checkpoint
 from aligner.io.base import ArraySource
 from aligner.mapping import Plan, build_plan, load_user_map
 from aligner.mapping.detect import source_framework
 from aligner.mapping.fused import FusedSplit
-from aligner.mapping.plan import Entry, EntryStatus
+from aligner.mapping.plan import Entry, EntryStatus, Guess
 from aligner.mapping.savemap import write_map
 
 FORMAT_FRAMEWORK = {"pytorch": Framework.PYTORCH, "mindspore": Framework.MINDSPORE}  # output format -> names
 
-@dataclasses.dataclass
-class ConvertResult:
-    """What `align convert` did: the plan, whether the output was written, and the keys grouped by what happened."""
+@dataclasses.dataclass(frozen=True)
+class ConvertResult(PassedByExitCode):
+    """What `align convert` did: the plan, whether the output was written, and the keys grouped by what happened (a
+    `Result`: `passed` when the output was written)."""
 
     source: str
     output: str
@@ -40,9 +42,6 @@ class ConvertResult:
     def exit_code(self) -> ExitCode:
         """FOUND when target keys stayed unfilled or mismatched and nothing was written."""
         return ExitCode.OK if self.written else ExitCode.FOUND
-
-    def __bool__(self) -> bool:
-        return self.written
 
     # the plan's rows, failures and notes, so a result reads like the plan it wraps
     @property
@@ -91,6 +90,18 @@ class ConvertResult:
                 "by_position": [{"source": s, "target": t} for s, t in self.plan.by_position],
                 "notes": list(self.plan.notes),
                 "entries": [e.to_dict() for e in self.plan.entries]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ConvertResult:
+        """The result `to_dict` gave (as --json saved it), back: the plan whole, its tensors not (none were read)."""
+        plan = Plan(typed(data["src_framework"], str, "src_framework"), typed(data["dst_framework"], str,
+                                                                                "dst_framework"),
+                    [Entry.from_dict(e) for e in data["entries"]], [str(n) for n in data["notes"]],
+                    [Guess.from_dict(g) for g in data["guesses"]], [FusedSplit.from_dict(s) for s in data["splits"]],
+                    [(str(p["source"]), str(p["target"])) for p in data["by_position"]])
+        like = data["like"]
+        return cls(typed(data["source"], str, "source"), typed(data["output"], str, "output"), plan,
+                   typed(data["written"], bool, "written"), like if like is None else typed(like, str, "like"))
 
 
 def plan_conversion(source: TensorSource, dst: str | None = None, src: str | None = None,

@@ -19,7 +19,7 @@ from aligner.core.buffers import is_buffer
 from aligner.core.dtypes import FLOATING, canonical, to_numpy
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.frameworks import Framework
-from aligner.core.result import check_schema, typed
+from aligner.core.result import PassedByExitCode, check_schema, typed
 from aligner.dumping.tensors import to_host
 from aligner.io import TensorSource, open_checkpoint
 from aligner.metrics.stats import tensor_stats
@@ -96,7 +96,7 @@ class Counts:
 
 
 @dataclasses.dataclass(frozen=True)
-class InspectResult:
+class InspectResult(PassedByExitCode):
     """Everything `align inspect` / `aligner.inspect_model` reports: the rows (after --filter) and their totals."""
 
     path: str                      # the file, or the model's class name
@@ -111,13 +111,6 @@ class InspectResult:
     def exit_code(self) -> ExitCode:
         """0: the file (or model) was read; a file that cannot be is an AlignerError instead."""
         return ExitCode.OK
-
-    @property
-    def passed(self) -> bool:
-        return self.exit_code is ExitCode.OK
-
-    def __bool__(self) -> bool:
-        return self.passed
 
     def to_dict(self) -> dict[str, Any]:
         summary = {"path": self.path, "format": self.format,

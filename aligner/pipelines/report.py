@@ -16,16 +16,22 @@ from aligner.core.nesting import json_loads
 from aligner.core.result import NotAResultError, Result, check_schema
 from aligner.pipelines.audit.report import AuditReport
 from aligner.pipelines.audit.source import SourceAuditReport
+from aligner.pipelines.check.ranks import RankedCheckReport
+from aligner.pipelines.check.report import CheckReport
 from aligner.pipelines.compare.ranks import RankedCompareResult
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.data.result import DataCheckResult, DataCompareResult
 from aligner.pipelines.diff import DiffResult
 from aligner.pipelines.inspect import InspectResult
+from aligner.pipelines.replay.result import ReplayResult
 
 # (what the keys say, keys every saved one holds, its loader): the results whose renderers can show them again
 SAVED: tuple[tuple[str, tuple[str, ...], Callable[[Mapping[str, Any]], Result]], ...] = (
     ("multi-rank compare", ("world_size", "ranks", "first_divergent"), RankedCompareResult.from_dict),
     ("compare", ("reference", "rows", "findings", "counts"), CompareResult.from_dict),
+    ("replay", ("reference", "replayed", "verdict", "rows"), ReplayResult.from_dict),
+    ("multi-rank check", ("world_size", "dp_groups", "ranks", "findings"), RankedCheckReport.from_dict),
+    ("check", ("directory", "framework", "mode", "records", "series"), CheckReport.from_dict),
     ("audit", ("torch_model", "ms_model", "pairs", "findings"), AuditReport.from_dict),
     ("source audit", ("path", "files", "findings", "skipped"), SourceAuditReport.from_dict),
     ("inspect", ("summary", "tensors"), InspectResult.from_dict),
@@ -38,8 +44,9 @@ SAVED: tuple[tuple[str, tuple[str, ...], Callable[[Mapping[str, Any]], Result]],
 
 
 def load_report(path: str | os.PathLike[str]) -> Result:
-    """The result saved in `path` (`align compare --json`, single or multi-rank; `align audit --json`, with or
-    without --source; `align inspect`, `align diff` or `align data --json`); AlignerError (one line) for a file that
+    """The result saved in `path` (`align compare --json` or `align check --json`, single or multi-rank; `align
+    audit --json`, with or without --source; `align inspect`, `align diff`, `align replay` or `align data --json`);
+    AlignerError (one line) for a file that
     cannot be read, is not JSON, or holds no result of a kind aligner can show again."""
     try:
         data = json_loads(read_text(path, INDEX))

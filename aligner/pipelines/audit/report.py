@@ -12,6 +12,7 @@ from aligner.core.files import TEXT, read_text
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
 from aligner.core.nesting import NestingError, yaml_loads
+from aligner.core.result import PassedByExitCode
 from aligner.pipelines.audit.optimizers import OptimizerAudit
 
 
@@ -82,7 +83,7 @@ def finding_key(f: Finding) -> tuple[str, str | None, str | None, str | None]:
 
 
 @dataclasses.dataclass(frozen=True)
-class AuditReport:
+class AuditReport(PassedByExitCode):
     """Everything `align audit` found. `findings` are the new ones; `accepted` the ones a baseline lists."""
 
     torch_model: str
@@ -110,14 +111,6 @@ class AuditReport:
     def exit_code(self) -> ExitCode:
         """1 on an error finding, or when a layer of a covered kind was not audited (never a silent pass)."""
         return ExitCode.FOUND if self.errors or self.not_audited else ExitCode.OK
-
-    @property
-    def passed(self) -> bool:
-        """No error finding, and every covered layer audited."""
-        return self.exit_code is ExitCode.OK
-
-    def __bool__(self) -> bool:
-        return self.passed
 
     def to_dict(self) -> dict[str, Any]:
         return {"torch_model": self.torch_model, "ms_model": self.ms_model, "reference": self.reference.value,

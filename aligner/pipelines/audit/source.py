@@ -25,6 +25,7 @@ from typing import Any, Iterator, Mapping
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.files import SOURCE, read_bytes
 from aligner.core.findings import Finding, Severity
+from aligner.core.result import PassedByExitCode
 from aligner.core.rules import ANY, ListOf, MapOf, OneOf, Opt, load_rules
 
 DEFAULTS_FILE = "defaults_mindspore_torch.yaml"   # in the top-level mappings/, shipped as aligner.mappings
@@ -125,7 +126,7 @@ def load_defaults(name: str = DEFAULTS_FILE) -> DefaultsTable:
 
 
 @dataclasses.dataclass(frozen=True)
-class SourceAuditReport:
+class SourceAuditReport(PassedByExitCode):
     """What `align audit --source` found: findings (file:line, call, default, fix) and the files it could not parse."""
 
     path: str
@@ -139,14 +140,6 @@ class SourceAuditReport:
     def exit_code(self) -> ExitCode:
         """1 when any finding is an error (the call's forward numbers differ from torch), else 0."""
         return ExitCode.FOUND if any(f.severity is Severity.ERROR for f in self.findings) else ExitCode.OK
-
-    @property
-    def passed(self) -> bool:
-        """No error finding in any file read."""
-        return self.exit_code is ExitCode.OK
-
-    def __bool__(self) -> bool:
-        return self.passed
 
     def counts(self) -> dict[str, int]:
         """Findings per severity, every severity present."""

@@ -25,6 +25,7 @@ import numpy as np
 
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.findings import Finding, Severity
+from aligner.core.result import PassedByExitCode, typed
 from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.read.ranks import read_header, read_ranks
 from aligner.dumping.read.source import Item, Source, TensorError, load_tensor, read_source
@@ -41,9 +42,10 @@ _COUNTS = ("nan", "inf")
 _RUNNING = frozenset({"running_mean", "running_var", "num_batches_tracked", "moving_mean", "moving_variance"})
 
 
-@dataclasses.dataclass
-class RankedCheckReport:
-    """A multi-rank dump's check: per-rank reports, the cross-rank findings, and what could not be read."""
+@dataclasses.dataclass(frozen=True)
+class RankedCheckReport(PassedByExitCode):
+    """A multi-rank dump's check: per-rank reports, the cross-rank findings, and what could not be read (a `Result`:
+    `passed` is exit code 0)."""
 
     directory: str
     world_size: int
@@ -80,6 +82,20 @@ class RankedCheckReport:
                 "unreadable": self.unreadable, "findings": [f.to_dict() for f in self.findings],
                 "checked": ev.checked, "skipped": ev.skipped, "notes": ev.notes,
                 "ranks": {str(r): report.to_dict() for r, report in self.ranks.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankedCheckReport:
+        """The report `to_dict` gave (as --json saved it, its verdict line ignored), back. The cross-rank rules'
+        steps are not saved: they read back empty."""
+        evaluation = Evaluation([Finding.from_dict(f) for f in data["findings"]],
+                                {str(k): str(v) for k, v in data["skipped"].items()},
+                                [str(c) for c in data["checked"]], [str(n) for n in data["notes"]])
+        groups = [[typed(r, int, "dp_groups") for r in group] for group in data["dp_groups"]]
+        return cls(typed(data["directory"], str, "directory"), typed(data["world_size"], int, "world_size"), groups,
+                   typed(data["dp_named"], bool, "dp_named"),
+                   {int(r): CheckReport.from_dict(report) for r, report in data["ranks"].items()}, evaluation,
+                   [typed(r, int, "missing") for r in data["missing"]],
+                   {int(r): str(why) for r, why in data["unreadable"].items()})
 
 
 @dataclasses.dataclass

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import Any, Mapping
 
 from aligner.core.errors import ExitCode
 from aligner.core.findings import Finding, Severity
+from aligner.core.result import PassedByExitCode, number, typed
 from aligner.pipelines.check.rules import Evaluation
 
 
@@ -19,9 +20,9 @@ class Verdict(enum.Enum):
     CLEAN = "clean"
 
 
-@dataclasses.dataclass
-class CheckReport:
-    """One dump's health check."""
+@dataclasses.dataclass(frozen=True)
+class CheckReport(PassedByExitCode):
+    """One dump's health check (a `Result`: `passed` when no finding is an error)."""
 
     directory: str
     framework: str
@@ -61,3 +62,31 @@ class CheckReport:
                 "notes": ev.notes, "problems": self.problems, "thresholds": self.thresholds,
                 "series": {"grad_norms": ev.grad_norms, "update_ratios": ev.update_ratios, "loss": ev.loss,
                            "update_ratios_exact": ev.exact_updates}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckReport:
+        """The report `to_dict` gave (as --json saved it), back; `verdict` and `exit_code` are derived again."""
+        series = data["series"]
+        evaluation = Evaluation(
+            [Finding.from_dict(f) for f in data["findings"]], {str(k): str(v) for k, v in data["skipped"].items()},
+            [str(c) for c in data["checked"]], [str(n) for n in data["notes"]],
+            [typed(s, int, "steps") for s in data["steps"]], _series(series["grad_norms"]),
+            _series(series["update_ratios"]), _steps(series["loss"]),
+            typed(series["update_ratios_exact"], bool, "update_ratios_exact"))
+        return cls(typed(data["directory"], str, "directory"), typed(data["framework"], str, "framework"),
+                   typed(data["mode"], str, "mode"), typed(data["records"], int, "records"), evaluation,
+                   {str(rule): dict(values) for rule, values in data["thresholds"].items()},
+                   [str(p) for p in data["problems"]])
+
+
+def _steps(values: Mapping[str, Any]) -> dict[int, float]:
+    """{step: value} read back from JSON (whose keys are strings; a value may be "nan")."""
+    out = {int(step): number(value) for step, value in values.items()}
+    if any(v is None for v in out.values()):
+        raise ValueError("a series holds null")
+    return out  # type: ignore[return-value]
+
+
+def _series(data: Mapping[str, Any]) -> dict[str, dict[int, float]]:
+    """A saved {name: {step: value}} series, back with its integer steps."""
+    return {str(name): _steps(values) for name, values in data.items()}

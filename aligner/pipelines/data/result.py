@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from aligner.core.errors import ExitCode
 from aligner.core.findings import Severity
+from aligner.core.result import PassedByExitCode
 from aligner.pipelines.data.rules import DataRule, RuleText, Section, rule
 
 
@@ -108,7 +109,7 @@ def _exit(findings: tuple[DataFinding, ...]) -> ExitCode:
 
 
 @dataclasses.dataclass(frozen=True)
-class DataCompareResult:
+class DataCompareResult(PassedByExitCode):
     """Two data dumps compared (for multi-rank dumps: the ranks' results in `ranks`, sharding in `findings`)."""
 
     a: str
@@ -131,13 +132,6 @@ class DataCompareResult:
     @property
     def exit_code(self) -> ExitCode:
         return _exit(self.all_findings)
-
-    @property
-    def passed(self) -> bool:
-        return self.exit_code == ExitCode.OK
-
-    def __bool__(self) -> bool:
-        return self.passed
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "framework_a": self.framework_a, "framework_b": self.framework_b,
@@ -176,7 +170,7 @@ class FieldSummary:
 
 
 @dataclasses.dataclass(frozen=True)
-class DataCheckResult:
+class DataCheckResult(PassedByExitCode):
     """One data dump checked."""
 
     directory: str
@@ -193,13 +187,6 @@ class DataCheckResult:
     @property
     def exit_code(self) -> ExitCode:
         return _exit(self.all_findings)
-
-    @property
-    def passed(self) -> bool:
-        return self.exit_code == ExitCode.OK
-
-    def __bool__(self) -> bool:
-        return self.passed
 
     def to_dict(self) -> dict[str, Any]:
         return {"directory": self.directory, "framework": self.framework, "samples": self.samples,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aligner.core.errors import ExitCode
+from aligner.core.result import PassedByExitCode
 from aligner.dumping.determinism import DeterminismReport
 from aligner.pipelines.audit import AuditReport
 from aligner.pipelines.compare.result import CompareResult
@@ -249,7 +250,7 @@ class InputSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class DoctorResult:
+class DoctorResult(PassedByExitCode):
     """The chain of stages and the verdict; `bool(result)` is `passed`, exit codes as every command."""
 
     out: Path
@@ -281,13 +282,6 @@ class DoctorResult:
             return ExitCode.FOUND
         ran = [s for s in self.stages if s.stage is not Stage.BUILD and s.status is Status.PASSED]
         return ExitCode.OK if ran else ExitCode.FOUND
-
-    @property
-    def passed(self) -> bool:
-        return self.exit_code is ExitCode.OK
-
-    def __bool__(self) -> bool:
-        return self.passed
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "exit_code": int(self.exit_code), "out": str(self.out),

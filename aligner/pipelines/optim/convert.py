@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from aligner.core.buffers import is_buffer
 from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.frameworks import Framework
+from aligner.core.result import PassedByExitCode, typed
 from aligner.io import detect_format, open_checkpoint, write_checkpoint
 from aligner.io.base import ArraySource, TensorInfo, TensorSource
 from aligner.io.pytorch_pth import OPTIMIZER_KEYS, TorchSource, write_training_pth
@@ -72,10 +73,20 @@ class OptimizerConversion:
                 "parameters": dict(self.params), "keys": list(self.keys), "missing": list(self.missing),
                 "unexpected": list(self.unexpected), "notes": list(self.notes)}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OptimizerConversion:
+        """The conversion `to_dict` gave, back, without the state arrays (never saved)."""
+        return cls(OptimizerKind(data["source_optimizer"]), OptimizerKind(data["target_optimizer"]),
+                   Exactness(data["exactness"]), typed(data["step"], int, "step"),
+                   Hyper.from_dict(data["hyperparameters"]), {str(k): str(v) for k, v in data["parameters"].items()},
+                   [str(k) for k in data["keys"]], [str(k) for k in data["missing"]],
+                   [str(k) for k in data["unexpected"]], [str(n) for n in data["notes"]])
 
-@dataclasses.dataclass
-class TrainingConvertResult:
-    """`align convert --optimizer`: the model's conversion (its plan) and the optimizer's, and whether written."""
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConvertResult(PassedByExitCode):
+    """`align convert --optimizer`: the model's conversion (its plan) and the optimizer's, and whether written (a
+    `Result`: `passed` when it was)."""
 
     model: ConvertResult
     optimizer: OptimizerConversion
@@ -98,11 +109,14 @@ class TrainingConvertResult:
         """FOUND when a target key stayed unfilled and nothing was written."""
         return ExitCode.OK if self.written else ExitCode.FOUND
 
-    def __bool__(self) -> bool:
-        return self.written
-
     def to_dict(self) -> dict[str, Any]:
         return {**self.model.to_dict(), "written": self.written, "optimizer": self.optimizer.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainingConvertResult:
+        """The result `to_dict` gave (as --json saved it), back."""
+        return cls(ConvertResult.from_dict(data), OptimizerConversion.from_dict(data["optimizer"]),
+                   typed(data["written"], bool, "written"))
 
 
 @dataclasses.dataclass
@@ -430,10 +444,12 @@ def convert_training_state(src_path: str, out_path: str, *, optimizer: Optimizer
             like_handle, like = _read_side(like_path, trust_pickle, None, None, None, need_state=False)
         target = _check_kind(target, like, dst)
         plan, conv, items = _convert(side, like, target, hyper or Hyper(), step, map_path, dst)
-        model = ConvertResult(src_path, out_path, plan, written=False, like=like_path)
-        result = TrainingConvertResult(model, conv, written=False)
+
+        def result(written: bool) -> TrainingConvertResult:
+            return TrainingConvertResult(ConvertResult(src_path, out_path, plan, written, like_path), conv, written)
+
         if (plan.failures or conv.missing) and not allow_incomplete:
-            return result
+            return result(written=False)
         if target.is_torch:
             extras = {"step": conv.step}
             try:
@@ -444,8 +460,7 @@ def convert_training_state(src_path: str, out_path: str, *, optimizer: Optimizer
         else:
             infos = plan.output_infos() | {k: TensorInfo(tuple(v.shape), canonical(v.dtype)) for k, v in items}
             write_checkpoint(out_path, "mindspore", itertools.chain(plan.tensors(side.model), items), infos, dst)
-        model.written = result.written = True
-        return result
+        return result(written=True)
     finally:
         handle.close()
         if like_handle is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Mapping
 
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
@@ -75,6 +75,12 @@ class Hyper:
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()
                 if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Hyper:
+        """The values `to_dict` gave, back (the ones it left out are None)."""
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**values)
 
 
 def check_pair(src: OptimizerKind, dst: OptimizerKind, hyper: Hyper) -> list[str]:

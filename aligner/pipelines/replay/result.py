@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import Any, Mapping
 
 from aligner.core.errors import ExitCode
+from aligner.core.result import PassedByExitCode, typed
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.metrics.measure import Metrics
 
@@ -74,10 +75,28 @@ class ReplayRow:
                 "tolerance": self.tolerance.to_dict() if self.tolerance else None, "local": metrics(self.local),
                 "inherited": metrics(self.inherited), "total": metrics(self.total), "reason": self.reason}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReplayRow:
+        """The row `to_dict` gave, back (a row whose status says "error" was not replayed for a damaged dump)."""
+        def metrics(m: Mapping[str, Any] | None) -> Metrics | None:
+            return None if m is None else Metrics.from_dict(m)
 
-@dataclasses.dataclass
-class ReplayResult:
-    """Every replayed call in execution order; `culprit` is the first whose own error exceeds its tolerance."""
+        tolerance = data["tolerance"]
+        return cls(typed(data["module"], str, "module"), typed(data["module_b"], str, "module_b"),
+                   typed(data["type"], str, "type"), typed(data["type_b"], str, "type_b"),
+                   typed(data["step"], int, "step"), typed(data["call"], int, "call"),
+                   typed(data["phase"], str, "phase"),
+                   data["parent"] if data["parent"] is None else typed(data["parent"], str, "parent"),
+                   None if tolerance is None else Tolerance(**tolerance), metrics(data["local"]),
+                   metrics(data["inherited"]), metrics(data["total"]),
+                   data["reason"] if data["reason"] is None else typed(data["reason"], str, "reason"),
+                   ReplayStatus(data["status"]) is ReplayStatus.ERROR)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayResult(PassedByExitCode):
+    """Every replayed call in execution order; `culprit` is the first whose own error exceeds its tolerance (a
+    `Result`: `passed` when every module agrees and every call could be replayed)."""
 
     reference: str              # "dumps_pt/ (pytorch)"
     replayed: str               # "dumps_ms/ (mindspore), re-run from make_ms"
@@ -153,17 +172,10 @@ class ReplayResult:
         return [i for i, r in enumerate(self.rows) if r.status is ReplayStatus.ERROR]
 
     @property
-    def passed(self) -> bool:
-        return self.verdict is ReplayVerdict.MATCH
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-    @property
     def exit_code(self) -> ExitCode:
         """1 a module differs (or the error accumulates); else 2 when the dump was damaged (rows that could not be
         replayed, manifest lines that did not parse): what was not checked is not reported as agreeing; else 0."""
-        if not self.passed:
+        if self.verdict is not ReplayVerdict.MATCH:
             return ExitCode.FOUND
         return ExitCode.USAGE if self.errors or self.problems else ExitCode.OK
 
@@ -173,3 +185,12 @@ class ReplayResult:
                 "parent_code": self.parent_code, "blame": self.blame, "step": self.step, "steps": self.steps,
                 "first_total": self.first_total, "tolerance": self.tolerance.to_dict(), "problems": self.problems,
                 "scope": self.scope, "rows": [r.to_dict() for r in self.rows]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReplayResult:
+        """The result `to_dict` gave (as --json saved it), back; the verdict and the indices are derived again."""
+        scope = data["scope"]
+        return cls(typed(data["reference"], str, "reference"), typed(data["replayed"], str, "replayed"),
+                   [ReplayRow.from_dict(r) for r in data["rows"]], ToleranceSpec.from_dict(data["tolerance"]),
+                   typed(data["step"], int, "step"), [typed(s, int, "steps") for s in data["steps"]],
+                   [str(p) for p in data["problems"]], scope if scope is None else typed(scope, str, "scope"))

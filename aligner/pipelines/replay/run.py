@@ -246,7 +246,8 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
                           label or f"{other.root} ({other.framework}), re-run live", rows, tolerance, step, steps,
                           reference.problems + other.problems)
     if result.verdict is ReplayVerdict.PARENT_CODE and result.parent_code is not None:
-        result.scope = _computing_scope(dumps_a, dumps_b, rows, ref=ref, map_file=map_file, tolerance=tolerance)
+        scope = _computing_scope(dumps_a, dumps_b, rows, ref=ref, map_file=map_file, tolerance=tolerance)
+        result = dataclasses.replace(result, scope=scope)
     return result
 
 
@@ -437,5 +438,4 @@ def replay(model_a: Any, model_b: Any, inputs: Any, *, modules: str | None = Non
         result = replay_dumps(dirs[0], dirs[1], (model_a, model_b)[1 - r], ref=(Reference.FIRST, Reference.SECOND)[r],
                               modules=modules, backward=backward, tolerance=tolerance)
     names = [f"{type(m).__name__} ({fw.value})" for m, fw in zip((model_a, model_b), frameworks)]
-    result.reference, result.replayed = names[r], f"{names[1 - r]}, re-run live"
-    return result
+    return dataclasses.replace(result, reference=names[r], replayed=f"{names[1 - r]}, re-run live")

@@ -21,7 +21,7 @@ from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.files import TEXT, read_text
 from aligner.core.frameworks import Framework
 from aligner.core.nesting import json_loads
-from aligner.core.result import check_schema, number, typed
+from aligner.core.result import PassedByExitCode, check_schema, number, typed
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.read.source import Item, Source, TensorError, load_tensor
@@ -36,7 +36,7 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 
 
 @dataclasses.dataclass(frozen=True)
-class ReproResult:
+class ReproResult(PassedByExitCode):
     """The repro directory written for one module: where, which layers, how they are built, how big it is. Its exit
     code is 0 once written (whether the two layers agree is what running its repro.py says)."""
 
@@ -57,13 +57,6 @@ class ReproResult:
     def exit_code(self) -> ExitCode:
         """0: the directory was written (a repro that could not be written raised AlignerError instead)."""
         return ExitCode.OK
-
-    @property
-    def passed(self) -> bool:
-        return self.exit_code is ExitCode.OK
-
-    def __bool__(self) -> bool:
-        return self.passed
 
     def to_dict(self) -> dict[str, Any]:
         return {"directory": str(self.directory), "reference": self.reference.value,

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from aligner.core.result import number, typed
 from aligner.pipelines.update_rule.rules import MIN_STEPS, Family, UpdateRule, simulate
 
 # A fitted rule must reproduce the observed values within this fraction of the distance they travelled from init.
@@ -213,6 +214,12 @@ class ParamFit:
     def to_dict(self) -> dict:
         return {"name": self.name, "rule": self.rule.to_dict() if self.rule else None, "misfit": self.misfit,
                 "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ParamFit:
+        rule = data["rule"]
+        return cls(typed(data["name"], str, "name"), None if rule is None else UpdateRule.from_dict(rule),
+                   typed(number(data["misfit"]), float, "misfit"), typed(data["reason"], str, "reason"))
 
 
 def refit_group_settings(rule: UpdateRule, obs: Observed, factors: np.ndarray) -> UpdateRule | None:

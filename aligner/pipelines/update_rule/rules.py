@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from aligner.core.result import number
 from aligner.core.text import short_number as _g
 from aligner.mapping.optimizers import Family
 
@@ -68,6 +69,13 @@ class UpdateRule:
         out["family"] = self.family.value
         out["description"] = self.describe()
         return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> UpdateRule:
+        """The rule `to_dict` gave, back (its description is derived again)."""
+        values: dict[str, Any] = {f.name: number(data[f.name]) if isinstance(data[f.name], str) else data[f.name]
+                                  for f in dataclasses.fields(cls) if f.name != "family"}
+        return cls(Family(data["family"]), **values)
 
 
 def simulate(rule: UpdateRule, w0: np.ndarray, grads: Sequence[np.ndarray], factors: np.ndarray) -> list[np.ndarray]:

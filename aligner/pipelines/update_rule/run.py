@@ -4,13 +4,14 @@ step 1 and the gradient dumps, fit each side's update rule (side.py, fit.py) and
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from aligner.core.buffers import is_buffer
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.findings import Finding, Severity
+from aligner.core.result import PassedByExitCode, number, typed
 from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.read.source import Item, TensorError, load_tensor, read_source
 from aligner.io import TensorSource, open_checkpoint
@@ -21,9 +22,10 @@ from aligner.pipelines.update_rule.rules import MIN_STEPS
 from aligner.pipelines.update_rule.side import SideFit, fit_side
 
 
-@dataclasses.dataclass
-class UpdateReport:
-    """Both sides' fitted update rules, the parameter pairs compared, and the findings (B is the reference)."""
+@dataclasses.dataclass(frozen=True)
+class UpdateReport(PassedByExitCode):
+    """Both sides' fitted update rules, the parameter pairs compared, and the findings (B is the reference); a
+    `Result`: `passed` when no term differs."""
 
     a: SideFit
     b: SideFit
@@ -43,6 +45,14 @@ class UpdateReport:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "pairs": [list(p) for p in self.pairs],
                 "loss_scale": self.loss_scale, "findings": [f.to_dict() for f in self.findings],
                 "agree": not self.differences}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> UpdateReport:
+        """The report `to_dict` gave, back (`agree` is derived again)."""
+        pairs = [(str(a), str(b)) for a, b in data["pairs"]]
+        return cls(SideFit.from_dict(data["a"]), SideFit.from_dict(data["b"]), pairs,
+                   typed(number(data["loss_scale"]), float, "loss_scale"),
+                   [Finding.from_dict(f) for f in data["findings"]])
 
 
 @dataclasses.dataclass

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aligner.core.errors import AlignerError
+from aligner.core.result import number, typed
 from aligner.pipelines.update_rule.fit import (
     Observed,
     ParamFit,
@@ -68,6 +69,12 @@ class Clipping:
         return {"kind": self.kind.value, "norms": list(self.norms), "max_norm": self.max_norm,
                 "assumed": self.assumed, "clipped_steps": self.clipped_steps}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Clipping:
+        """The clipping `to_dict` gave, back (its clipped steps are derived again)."""
+        norms = tuple(typed(number(n), float, "norms") for n in data["norms"])
+        return cls(ClipKind(data["kind"]), norms, number(data["max_norm"]), typed(data["assumed"], bool, "assumed"))
+
 
 @dataclasses.dataclass
 class RuleGroup:
@@ -79,6 +86,11 @@ class RuleGroup:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule.to_dict(), "names": list(self.names), "description": self.description}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RuleGroup:
+        return cls(UpdateRule.from_dict(data["rule"]), [str(n) for n in data["names"]],
+                   typed(data["description"], str, "description"))
 
 
 @dataclasses.dataclass
@@ -110,6 +122,16 @@ class SideFit:
                 "groups": [g.to_dict() for g in self.groups], "params": [p.to_dict() for p in self.params],
                 "unfitted": [p.name for p in self.unfitted], "still": list(self.still),
                 "too_small": list(self.too_small)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SideFit:
+        """The fit `to_dict` gave, back, without the observed arrays (never saved)."""
+        framework = data["framework"]
+        return cls(typed(data["label"], str, "label"), framework if framework is None else str(framework),
+                   typed(data["steps"], int, "steps"), typed(data["trajectory"], bool, "trajectory"),
+                   Clipping.from_dict(data["clipping"]), [ParamFit.from_dict(p) for p in data["params"]],
+                   [RuleGroup.from_dict(g) for g in data["groups"]], [str(n) for n in data["still"]],
+                   [str(n) for n in data["too_small"]], typed(number(data["grad_scale"]), float, "grad_scale"))
 
 
 _NORM = re.compile(r"(^|[._])(bn\d*|batchnorm\w*|norm\w*|ln\w*|layer_?norm\w*|gn\d*|\w*_norm\d*)(\.|$)", re.I)
