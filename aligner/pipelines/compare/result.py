@@ -7,7 +7,7 @@ import operator
 from typing import TYPE_CHECKING, Any, Mapping
 
 from aligner.core.errors import ExitCode
-from aligner.core.result import SCHEMAS
+from aligner.core.result import SCHEMAS, PassedByExitCode
 from aligner.core.tolerance import ToleranceSpec
 from aligner.pipelines import compare as package  # compare/saved.py, loaded only to read a saved result
 from aligner.pipelines.compare.evaluate import Row
@@ -25,7 +25,7 @@ _ROW_VALUES = operator.attrgetter(*_ROW_METRICS)  # what Metrics.to_dict gives f
 
 
 @dataclasses.dataclass(frozen=True)
-class CompareResult:
+class CompareResult(PassedByExitCode):
     """The comparison of the migrated side against the reference side, computed once (each row's Pair.a is the
     migrated side's record, Pair.b the reference's; a row's `_a`/`_b` fields follow them); `bool(result)` is
     `passed`; a `Result` (aligner.core.result): `from_dict` reads a saved one back (compare/saved.py)."""
@@ -80,19 +80,10 @@ class CompareResult:
         return sum(1 for r in self.rows if r.metrics is not None)
 
     @property
-    def passed(self) -> bool:
-        """Something was compared and nothing diverged (with `strict`, every record also had a partner and numbers to
-        compare); every tensor file was read. NaN/Inf in the same places on both sides agree: the NaN origin is
-        reported, but it is not a difference between the frameworks."""
-        return self.exit_code is ExitCode.OK
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-    @property
     def exit_code(self) -> ExitCode:
         """1 for a divergence (or, with `strict`, a record without partner or numbers); else 2 if inputs were
-        unreadable; else 1 when nothing was compared; else 0."""
+        unreadable; else 1 when nothing was compared; else 0 (`passed`). NaN/Inf in the same places on both sides
+        agree: the NaN origin is reported, but it is not a difference between the frameworks."""
         if self.verdict.findings or (self.strict and (self.unmatched or self.skipped)):
             return ExitCode.FOUND
         if self.errors or self.problems:
