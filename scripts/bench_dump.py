@@ -224,6 +224,7 @@ def main() -> None:
     parser.add_argument("--frameworks", default="torch,mindspore")
     parser.add_argument("--quick", action="store_true", help="time only no dump, full and stats-only (the goals)")
     parser.add_argument("--floor", action="store_true", help="against the floor: the same hooks doing nothing")
+    parser.add_argument("--size", type=int, default=224, help="with --floor: resnet18's input height and width")
     parser.add_argument("--variants", action="store_true",
                         help="with --floor: also MindSpore's ways around its hook machinery (MS_VARIANTS)")
     args = parser.parse_args()
@@ -268,10 +269,11 @@ def floor(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, 224, 224)}[args.model]
+    shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, args.size, args.size)}[args.model]
     x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
-    print(f"{args.model}, batch {args.batch}, {args.steps} interleaved steps, torch threads {args.threads}; "
-          "median (best) ms; floor: the same hooks doing nothing; disk: writing a full step's tensor files")
+    print(f"{args.model}, batch {args.batch}, input {shape}, {args.steps} interleaved steps, torch threads "
+          f"{args.threads}; median (best) ms; floor: the same hooks doing nothing; disk: writing a full step's tensor "
+          "files")
     print(f"{'framework':<10} {'no dump':>13} {'floor':>13} {'stats':>13} {'stats/floor':>13} {'at once/floor':>14} "
           f"{'disk':>6} {'full/(floor+disk)':>18}")
     for name in args.frameworks.split(","):
