@@ -46,12 +46,12 @@ def load(data: Any) -> CompareResult:
                  for i, d in enumerate(typed(data["rows"], list, "rows")))
     labels = {i: Label(d["label"]) for i, d in enumerate(data["rows"]) if d.get("label") is not None}
     nan = data["nan_origin"]
-    verdict = Verdict(findings,
+    verdict = Verdict(tuple(findings),
                       None if nan is None else NanFinding(typed(nan["row"], int, "nan_origin row"),
                                                           str(nan["side"]), typed(nan["count"], int, "count")),
                       labels, _optional(data.get("bisect_reads"), int), _optional(data.get("bisect_confirmed"), bool),
                       _optional(data.get("bisect_unread"), int),
-                      [typed(i, int, "immaterial input") for i in data.get("immaterial_inputs") or []])
+                      tuple(typed(i, int, "immaterial input") for i in data.get("immaterial_inputs") or []))
     for index in [f.first for f in verdict.findings] + [f.origin for f in verdict.findings] + \
             ([nan["row"]] if nan is not None else []):
         if not 0 <= index < len(rows):

@@ -23,7 +23,7 @@ from aligner.pipelines.audit.model import _Auditor  # the audit's rule checks, o
 from aligner.pipelines.audit.pairing import LayerPair
 from aligner.pipelines.audit.rules import RuleBook, load_rulebook
 from aligner.pipelines.compare.evaluate import Row
-from aligner.pipelines.compare.verdict import Culprit, Verdict
+from aligner.pipelines.compare.verdict import Culprit, Divergence, Verdict
 
 PT, MS = Framework.PYTORCH, Framework.MINDSPORE
 _OWN = ("class",)  # attributes every call record carries that are no setting
@@ -146,12 +146,13 @@ def with_settings(verdict: Verdict, rows: Sequence[Row], migrated: Source, refer
     """`verdict` with each finding that blames a module's own computation told the settings in which that module
     differs between the sides, and each that blames an op the arguments its two calls differ in
     (`Divergence.settings`)."""
-    for f in verdict.findings:
+    def told(f: Divergence) -> Divergence:
         pair = rows[f.origin].pair
         if pair.a is None or pair.b is None:
-            continue
+            return f
         if f.culprit is Culprit.MODULE:
-            f.settings = differences(pair.a.record, pair.b.record, migrated, reference)
-        elif f.culprit is Culprit.OP and f.op is None and pair.a.record.kind == pair.b.record.kind == Kind.OP:
-            f.settings = op_differences(pair.a.record, pair.b.record, migrated, reference)
-    return verdict
+            return dataclasses.replace(f, settings=differences(pair.a.record, pair.b.record, migrated, reference))
+        if f.culprit is Culprit.OP and f.op is None and pair.a.record.kind == pair.b.record.kind == Kind.OP:
+            return dataclasses.replace(f, settings=op_differences(pair.a.record, pair.b.record, migrated, reference))
+        return f
+    return dataclasses.replace(verdict, findings=tuple(told(f) for f in verdict.findings))

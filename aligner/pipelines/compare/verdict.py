@@ -72,7 +72,7 @@ class OneSided:
     side: str                  # "a" | "b": the side that passes it
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Divergence:
     """The first divergent row of a phase, the row before it, and the row where its error was introduced."""
 
@@ -93,7 +93,7 @@ class Divergence:
     settings: tuple[SettingDiff, ...] = ()
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class NanFinding:
     """The first row whose inputs are finite on a side but whose output is not."""
 
@@ -102,15 +102,15 @@ class NanFinding:
     count: int
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Verdict:
-    findings: list[Divergence]
+    findings: tuple[Divergence, ...]
     nan_origin: NanFinding | None
     labels: dict[int, Label]   # row index -> introduced | inherited, for divergent rows (and origins)
     bisect_reads: int | None = None
     bisect_confirmed: bool | None = None  # every record before each answer was read (so it is the first divergence)
     bisect_unread: int | None = None      # records before the answers that bisect did not read
-    immaterial: list[int] = dataclasses.field(default_factory=list)  # divergent inputs of calls whose outputs agree
+    immaterial: tuple[int, ...] = ()  # divergent inputs of calls whose outputs agree
 
 
 def phase_of(row: Row) -> Phase:
@@ -642,10 +642,11 @@ def judge(rows: Sequence[Row]) -> Verdict:
     labels = {i: classify(i, rows, inputs)[0] for i in diverged}
     findings = [f for f in (find(rows, inputs, p, diverged) for p in Phase) if f is not None]
     if len(findings) == 2:
-        findings[1].reason += "; the forward pass had already diverged, so the backward one follows from it"
+        findings[1] = dataclasses.replace(findings[1], reason=findings[1].reason + "; the forward pass had already "
+                                          "diverged, so the backward one follows from it")
     for f in findings:
         labels[f.origin] = Label.INTRODUCED
-    return Verdict(findings, nan_origin(rows, inputs), labels, immaterial=sorted(harmless))
+    return Verdict(tuple(findings), nan_origin(rows, inputs), labels, immaterial=tuple(sorted(harmless)))
 
 
 def _evidence(row: Row) -> bool:
@@ -765,5 +766,5 @@ def bisect(rows: list[Row], evaluate: Callable[[int], Row]) -> Verdict:
             evaluated(i)
         return dataclasses.replace(judge(rows), bisect_reads=len(read), bisect_confirmed=True, bisect_unread=0)
     labels = {f.origin: Label.INTRODUCED for f in findings}
-    return Verdict(findings, None, labels, bisect_reads=len(read), bisect_confirmed=not unread if findings else None,
-                   bisect_unread=unread)
+    return Verdict(tuple(findings), None, labels, bisect_reads=len(read),
+                   bisect_confirmed=not unread if findings else None, bisect_unread=unread)
