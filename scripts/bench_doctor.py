@@ -27,7 +27,7 @@ importlib.import_module("tests.zoo.torch_compat")  # torchvision's op schemas, b
 
 import aligner  # noqa: E402
 from aligner.core.progress import SILENT  # noqa: E402
-from aligner.pipelines.convert import convert  # noqa: E402
+from aligner.pipelines.convert.checkpoint import convert  # noqa: E402
 from aligner.pipelines.doctor import doctor  # noqa: E402
 from aligner.render.doctor import verdict_lines, write_reports  # noqa: E402
 

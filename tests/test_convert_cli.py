@@ -313,7 +313,7 @@ def test_convert_json_refuses_existing_file_and_trust_pickle_aliases(tmp_path, a
 
 def test_library_convert_returns_a_result(tmp_path):
     from aligner.mapping.plan import EntryStatus
-    from aligner.pipelines.convert import ConvertResult, convert
+    from aligner.pipelines.convert.checkpoint import ConvertResult, convert
 
     _model_pth(tmp_path / "m.pth")
     result = convert(str(tmp_path / "m.pth"), str(tmp_path / "m.ckpt"))

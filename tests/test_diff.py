@@ -11,7 +11,7 @@ from conftest import assert_one_line_error
 from twin_models import example_input, make_twins
 
 from aligner.io import open_checkpoint
-from aligner.pipelines.convert import plan_conversion
+from aligner.pipelines.convert.checkpoint import plan_conversion
 
 TRAINABLE = ["conv1.weight", "conv1.bias", "bn1.weight", "bn1.bias", "conv2.weight", "conv2.bias", "bn2.weight",
              "bn2.bias", "fc.weight", "fc.bias"]
@@ -315,7 +315,7 @@ def test_json_is_strict_even_with_infinite_metrics(align, ckpts, tmp_path):
 
 
 def test_library_result_is_typed():
-    from aligner.pipelines.diff import DiffResult, DiffStatus, diff_checkpoints  # noqa: F401
+    from aligner.pipelines.diff.checkpoints import DiffResult, DiffStatus, diff_checkpoints  # noqa: F401
 
     assert DiffStatus("update differs") is DiffStatus.UPDATE_DIFFERS and DiffStatus.EQUAL.value == "equal"
 

@@ -28,7 +28,7 @@ from mindspore import nn as mnn
 from torch import nn as tnn
 
 from aligner.cli import main as align_main
-from aligner.pipelines.convert import convert
+from aligner.pipelines.convert.checkpoint import convert
 
 ms.set_context(mode=ms.PYNATIVE_MODE)
 ATOL = 1e-5

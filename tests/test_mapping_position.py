@@ -9,7 +9,7 @@ import numpy as np
 import yaml
 from test_mapping_rules import rand, read, save_ckpt, save_pth
 
-from aligner.pipelines.convert import convert
+from aligner.pipelines.convert.checkpoint import convert
 from tests.zoo import convnext, torch_compat  # noqa: F401  (torch_compat before timm: torchvision op schemas)
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from aligner.cli import main as align_main
 from aligner.core.errors import AlignerError
-from aligner.pipelines.convert import convert, state_dict_to
+from aligner.pipelines.convert.checkpoint import convert, state_dict_to
 
 # ------------------------------------------------------------------------------------------------------- helpers
 

@@ -14,7 +14,7 @@ from conftest import align_in_process, assert_one_line_error
 
 from aligner.core.errors import AlignerError
 from aligner.mapping.fused import detect
-from aligner.pipelines.convert import convert
+from aligner.pipelines.convert.checkpoint import convert
 
 
 def rand(rng: np.random.Generator, *shape: int) -> np.ndarray:

@@ -8,7 +8,7 @@ import torch
 from conftest import align_in_process, assert_one_line_error
 
 from aligner.io import open_checkpoint
-from aligner.pipelines.optim import Hyper, convert_state_dicts
+from aligner.pipelines.convert import Hyper, convert_state_dicts
 
 TORCH = {"torch:SGD": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
          "torch:Adam": lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.01),

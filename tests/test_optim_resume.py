@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from aligner.pipelines.optim import convert_training_state
+from aligner.pipelines.convert import convert_training_state
 
 D = 4                 # the step that is compared; D - 1 steps are trained before the checkpoint
 # Weights after step D, |ms - torch|: float32 forward/backward of an 8x6 -> 16 -> 3 MLP differ by ~1e-7 between the

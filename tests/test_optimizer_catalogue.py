@@ -197,7 +197,7 @@ def test_family_is_the_update_the_class_computes(spec: OptimizerClass) -> None:
     """Three steps of the live class against every formula simulated in float64 with the same settings (weight decay
     0.1 tells L2 from decoupled; eps 0.1, near sqrt(v), tells where eps is added): the catalogue's family fits, no
     other does."""
-    from aligner.pipelines.update_rule.rules import UpdateRule, simulate
+    from aligner.pipelines.diff.rules import UpdateRule, simulate
 
     rng = np.random.default_rng(0)
     w0 = rng.normal(size=16).astype(np.float32)

@@ -15,7 +15,7 @@ PACKAGES = sorted(p.parent.name for p in PIPELINES.glob("*/__init__.py"))
 
 
 def test_there_are_pipeline_packages() -> None:
-    assert {"audit", "check", "compare", "losses", "optim", "replay", "repro", "update_rule"} <= set(PACKAGES)
+    assert {"audit", "check", "compare", "convert", "diff", "losses", "replay", "repro"} <= set(PACKAGES)
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -11,7 +11,7 @@ from conftest import run_align
 from rich.console import Console
 
 from aligner.core.progress import SILENT
-from aligner.pipelines.convert import convert
+from aligner.pipelines.convert.checkpoint import convert
 from aligner.render import progress as bars
 
 

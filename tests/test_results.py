@@ -22,7 +22,7 @@ from aligner.pipelines.audit.source import audit_source
 from aligner.pipelines.compare.ranks import RankedCompareResult, RankStatus, compare_ranks
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.run import compare
-from aligner.pipelines.diff import diff_checkpoints
+from aligner.pipelines.diff.checkpoints import diff_checkpoints
 from aligner.pipelines.inspect import inspect_checkpoint
 from aligner.pipelines.repro import repro
 from aligner.render.compare import write_compare_json

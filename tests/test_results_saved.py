@@ -21,11 +21,11 @@ from aligner.core.result import PassedByExitCode, Result
 from aligner.pipelines.check import check
 from aligner.pipelines.check.ranks import RankedCheckReport, check_ranks
 from aligner.pipelines.check.report import CheckReport
-from aligner.pipelines.convert import ConvertResult, convert
-from aligner.pipelines.optim import TrainingConvertResult, convert_training_state
+from aligner.pipelines.convert import TrainingConvertResult, convert_training_state
+from aligner.pipelines.convert.checkpoint import ConvertResult, convert
+from aligner.pipelines.diff import UpdateReport, explain_updates
 from aligner.pipelines.replay.result import ReplayResult, ReplayVerdict
 from aligner.pipelines.replay.run import replay_dumps
-from aligner.pipelines.update_rule import UpdateReport, explain_updates
 from aligner.render.check import write_check_json
 from aligner.render.check_ranks import write_check_ranks_json
 from aligner.render.jsonout import dumps as dumps_json

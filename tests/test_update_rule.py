@@ -19,7 +19,7 @@ import pytest
 from conftest import align_in_process, assert_one_line_error
 
 from aligner.core.errors import AlignerError
-from aligner.pipelines.update_rule import (
+from aligner.pipelines.diff import (
     MIN_STEPS,
     ClipKind,
     Family,
@@ -291,7 +291,7 @@ def explain(runs: Callable[[str], Run], a: str, b: str) -> UpdateReport:
 def _side_fit(run: Run) -> Any:
     """Fit one run alone (the array-level API under the reader)."""
     from aligner.io import open_checkpoint
-    from aligner.pipelines.update_rule import read_dump
+    from aligner.pipelines.diff import read_dump
 
     dump = read_dump(str(run.grads))
     with open_checkpoint(str(run.init)) as init, open_checkpoint(str(run.final)) as final:

@@ -5,8 +5,8 @@ import click
 
 from aligner.cli.options import check_outputs, json_option, trust_pickle_option
 from aligner.core.errors import AlignerError
-from aligner.pipelines.convert import convert
-from aligner.pipelines.optim import Hyper, OptimizerKind, convert_training_state, like_holds_optimizer
+from aligner.pipelines.convert import Hyper, OptimizerKind, convert_training_state, like_holds_optimizer
+from aligner.pipelines.convert.checkpoint import convert
 from aligner.render.console import make_console
 from aligner.render.convert import print_convert, print_training_convert, write_convert_json
 from aligner.render.progress import terminal_progress

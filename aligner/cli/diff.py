@@ -12,8 +12,8 @@ from aligner.cli.options import (
     trust_pickle_option,
 )
 from aligner.core.errors import AlignerError
-from aligner.pipelines.diff import diff_checkpoints
-from aligner.pipelines.update_rule import explain_updates
+from aligner.pipelines.diff import explain_updates
+from aligner.pipelines.diff.checkpoints import diff_checkpoints
 from aligner.render.console import make_console
 from aligner.render.diff import print_diff, write_diff_json
 from aligner.render.update_rule import print_update_report, write_update_json

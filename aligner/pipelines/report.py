@@ -21,7 +21,7 @@ from aligner.pipelines.check.report import CheckReport
 from aligner.pipelines.compare.ranks import RankedCompareResult
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.data.result import DataCheckResult, DataCompareResult
-from aligner.pipelines.diff import DiffResult
+from aligner.pipelines.diff.checkpoints import DiffResult
 from aligner.pipelines.inspect import InspectResult
 from aligner.pipelines.replay.result import ReplayResult
 

@@ -11,8 +11,8 @@ from rich.text import Text
 from aligner.mapping import FAILING, Plan
 from aligner.mapping.fused import FusedSplit
 from aligner.mapping.plan import Entry, EntryStatus
-from aligner.pipelines.convert import ConvertResult
-from aligner.pipelines.optim import TrainingConvertResult
+from aligner.pipelines.convert import TrainingConvertResult
+from aligner.pipelines.convert.checkpoint import ConvertResult
 from aligner.render.console import make_console
 from aligner.render.jsonout import write_json
 

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from aligner.core.findings import Finding
 from aligner.core.text import short_number as _fmt
-from aligner.pipelines.diff import DiffResult, DiffStatus, ParamDiff, SideCounts
+from aligner.pipelines.diff.checkpoints import DiffResult, DiffStatus, ParamDiff, SideCounts
 from aligner.render.jsonout import write_json
 
 _NUMERIC = ("max |A-B|", "rel L2", "cosine")

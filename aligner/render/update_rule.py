@@ -7,9 +7,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from aligner.pipelines.diff import DiffResult
-from aligner.pipelines.update_rule import SideFit, UpdateReport
-from aligner.pipelines.update_rule.side import ClipKind
+from aligner.pipelines.diff import SideFit, UpdateReport
+from aligner.pipelines.diff.checkpoints import DiffResult
+from aligner.pipelines.diff.side import ClipKind
 from aligner.render.jsonout import write_json
 
 

@@ -34,8 +34,8 @@ from aligner.pipelines.audit.optsides import (
     scheduler_framework,
     supported_names,
 )
-from aligner.pipelines.update_rule.rules import first_update_ratio
-from aligner.pipelines.update_rule.side import describe
+from aligner.pipelines.diff.rules import first_update_ratio
+from aligner.pipelines.diff.side import describe
 
 PT, MS = Framework.PYTORCH, Framework.MINDSPORE
 DEFAULT_STEPS = int(load_table()["default_steps"])

@@ -17,7 +17,7 @@ from aligner.core.findings import Severity
 from aligner.core.frameworks import Framework
 from aligner.core.rules import ListOf, Opt, load_rules
 from aligner.mapping.optimizers import Family, OptimizerClass, catalogue
-from aligner.pipelines.update_rule.rules import UpdateRule
+from aligner.pipelines.diff.rules import UpdateRule
 
 RULES_FILE = "audit_optimizers.yaml"
 PT, MS = Framework.PYTORCH, Framework.MINDSPORE

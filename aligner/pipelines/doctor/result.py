@@ -17,10 +17,10 @@ from aligner.pipelines.audit import AuditReport
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.settings import SettingDiff
 from aligner.pipelines.compare.verdict import Culprit
-from aligner.pipelines.convert import ConvertResult
+from aligner.pipelines.convert.checkpoint import ConvertResult
+from aligner.pipelines.diff import UpdateReport
 from aligner.pipelines.replay.result import ReplayResult
 from aligner.pipelines.repro.run import ReproResult
-from aligner.pipelines.update_rule import UpdateReport
 
 
 class Stage(str, enum.Enum):

@@ -25,7 +25,8 @@ from aligner.pipelines.audit import audit
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.run import compare
 from aligner.pipelines.compare.verdict import Culprit
-from aligner.pipelines.convert import convert
+from aligner.pipelines.convert.checkpoint import convert
+from aligner.pipelines.diff import MIN_STEPS, explain_updates
 from aligner.pipelines.doctor.result import (
     DeterminismOutcome,
     ForwardOutcome,
@@ -40,7 +41,6 @@ from aligner.pipelines.doctor.result import (
 from aligner.pipelines.doctor.sides import Side, run_model, tensors
 from aligner.pipelines.replay.run import replay_dumps
 from aligner.pipelines.repro.run import repro
-from aligner.pipelines.update_rule import MIN_STEPS, explain_updates
 
 Inputs = tuple[list[np.ndarray], dict[str, np.ndarray]]
 NO_ZOOM = (Culprit.MODEL_INPUT, Culprit.WIRING)   # compare's verdict is already the answer: nothing to zoom into

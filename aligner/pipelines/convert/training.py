@@ -26,9 +26,9 @@ from aligner.io.pytorch_pth import OPTIMIZER_KEYS, TorchSource, write_training_p
 from aligner.mapping import Plan
 from aligner.mapping.optimizers import same_state
 from aligner.mapping.transforms import Cast, apply_ops
-from aligner.pipelines.convert import ConvertResult, plan_conversion
-from aligner.pipelines.optim.kinds import Hyper, OptimizerKind, check_pair, detect_ms_kind, is_optimizer_key
-from aligner.pipelines.optim.state import (
+from aligner.pipelines.convert.checkpoint import ConvertResult, plan_conversion
+from aligner.pipelines.convert.kinds import Hyper, OptimizerKind, check_pair, detect_ms_kind, is_optimizer_key
+from aligner.pipelines.convert.state import (
     OptimizerState,
     check_powers,
     from_mindspore,

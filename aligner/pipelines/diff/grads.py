@@ -16,10 +16,10 @@ from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.read.source import Item, TensorError, load_tensor, read_source
 from aligner.io import TensorSource, open_checkpoint
 from aligner.mapping.plan import EntryStatus
-from aligner.pipelines.convert import plan_conversion
-from aligner.pipelines.update_rule.explain import compare_sides, loss_scale
-from aligner.pipelines.update_rule.rules import MIN_STEPS
-from aligner.pipelines.update_rule.side import SideFit, fit_side
+from aligner.pipelines.convert.checkpoint import plan_conversion
+from aligner.pipelines.diff.explain import compare_sides, loss_scale
+from aligner.pipelines.diff.rules import MIN_STEPS
+from aligner.pipelines.diff.side import SideFit, fit_side
 
 
 @dataclasses.dataclass(frozen=True)

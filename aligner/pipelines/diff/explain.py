@@ -15,9 +15,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aligner.core.findings import Finding, Severity
-from aligner.pipelines.update_rule.fit import FIT_RTOL, fits
-from aligner.pipelines.update_rule.rules import Family, UpdateRule, first_update_ratio
-from aligner.pipelines.update_rule.side import ClipKind, SideFit, describe
+from aligner.pipelines.diff.fit import FIT_RTOL, fits
+from aligner.pipelines.diff.rules import Family, UpdateRule, first_update_ratio
+from aligner.pipelines.diff.side import ClipKind, SideFit, describe
 
 # Step-1 gradients of the two sides (same weights, same batch) within this relative spread of one power-of-two
 # ratio mean one side's loss was scaled; float32 gradients agree to ~1e-6, a real mismatch differs by far more.

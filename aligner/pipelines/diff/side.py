@@ -17,7 +17,7 @@ import numpy as np
 
 from aligner.core.errors import AlignerError
 from aligner.core.result import number, typed
-from aligner.pipelines.update_rule.fit import (
+from aligner.pipelines.diff.fit import (
     Observed,
     ParamFit,
     _search,
@@ -26,7 +26,7 @@ from aligner.pipelines.update_rule.fit import (
     refit_group_settings,
     relative_misfit,
 )
-from aligner.pipelines.update_rule.rules import MIN_STEPS, Family, UpdateRule
+from aligner.pipelines.diff.rules import MIN_STEPS, Family, UpdateRule
 
 
 class ClipKind(str, enum.Enum):

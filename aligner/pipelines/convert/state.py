@@ -16,7 +16,7 @@ import numpy as np
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
 from aligner.mapping.optimizers import Family, convertible
-from aligner.pipelines.optim.kinds import Hyper, OptimizerKind
+from aligner.pipelines.convert.kinds import Hyper, OptimizerKind
 
 TORCH_HYPER = ("lr", "betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "amsgrad", "maximize")
 STATE_HYPER = ("betas", "momentum", "dampening", "nesterov", "amsgrad", "maximize")  # must agree across groups

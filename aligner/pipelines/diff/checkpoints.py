@@ -16,13 +16,13 @@ import numpy as np
 from aligner.core.buffers import RUNNING_STAT_INIT, is_buffer, leaf
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.findings import Finding, Severity
-from aligner.core.result import check_schema, number, typed
+from aligner.core.result import PassedByExitCode, check_schema, number, typed
 from aligner.core.tolerance import ToleranceSpec
 from aligner.io import TensorSource, open_checkpoint
 from aligner.mapping import Plan
 from aligner.mapping.plan import EntryStatus
 from aligner.metrics.measure import Metrics, compare_arrays
-from aligner.pipelines.convert import plan_conversion
+from aligner.pipelines.convert.checkpoint import plan_conversion
 from aligner.pipelines.inspect import Counts, source_rows
 
 
@@ -117,7 +117,7 @@ class SideCounts:
 
 
 @dataclasses.dataclass(frozen=True)
-class DiffResult:
+class DiffResult(PassedByExitCode):
     """Everything `align diff` reports; `exit_code` follows from the rows and `strict`; a `Result`
     (aligner.core.result)."""
 
@@ -160,15 +160,9 @@ class DiffResult:
 
     @property
     def exit_code(self) -> ExitCode:
-        return ExitCode.OK if self.passed else ExitCode.FOUND
-
-    @property
-    def passed(self) -> bool:
-        """Something was compared and nothing failed (keys on one side only fail with `strict`)."""
-        return not self.failures and not self.nothing_compared
-
-    def __bool__(self) -> bool:
-        return self.passed
+        """0 (`passed`) when something was compared and nothing failed (keys on one side only fail with `strict`),
+        else 1."""
+        return ExitCode.FOUND if self.failures or self.nothing_compared else ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "tolerance": self.tolerance.to_dict(),

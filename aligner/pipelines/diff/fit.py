@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from aligner.core.result import number, typed
-from aligner.pipelines.update_rule.rules import MIN_STEPS, Family, UpdateRule, simulate
+from aligner.pipelines.diff.rules import MIN_STEPS, Family, UpdateRule, simulate
 
 # A fitted rule must reproduce the observed values within this fraction of the distance they travelled from init.
 # Correct rules land near 1e-5 (float32 rounding of the optimizer's arithmetic); a rule that is wrong in any term
