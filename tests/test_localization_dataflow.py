@@ -14,7 +14,8 @@ import torch
 from mindspore import nn as mnn
 
 import aligner
-from aligner.pipelines.compare.verdict import Culprit
+from aligner.dumping.manifest import Io, Kind
+from aligner.pipelines.compare.verdict import Culprit, Label
 from aligner.render.compare import summary
 
 D, H = 8, 16
@@ -170,6 +171,18 @@ def test_a_wiring_swap_names_what_each_side_hands_over(tmp_path):
     assert ("input 0 of layers.1.mlp.act_fn" in text and "is the output of layers.1.mlp.up_proj on the other side and "
             "of layers.1.mlp.gate_proj here, which matched" in text), text
     assert "Zoom in" not in text  # nothing to zoom into: the wiring is the answer
+
+
+def test_a_block_output_carrying_a_childs_error_is_inherited(tmp_path):
+    """A block's output (its statistics, or a link to the child output it hands back) is computed from its inputs
+    and its children's outputs: after the swapped MLP, the MLP's, its layer's, the next layer's and the model's block
+    outputs were each labelled 'introduced' (their inputs matched) while they only carry down_proj's error."""
+    ms_dir, pt_dir = _dumps(tmp_path, 1, "swap", True)
+    result = aligner.compare(ms_dir, pt_dir)
+    blocks = {result.rows[i].pair.ref.record.module: label for i, label in result.verdict.labels.items()
+              if result.rows[i].pair.ref.record.kind == Kind.BLOCK and result.rows[i].pair.ref.record.io == Io.OUTPUT}
+    assert {"layers.1.mlp", "layers.1", "layers.2", ""} <= blocks.keys(), blocks
+    assert set(blocks.values()) == {Label.INHERITED}, blocks
 
 
 def test_a_zoom_in_that_names_no_op_says_so_instead_of_repeating_itself(tmp_path):

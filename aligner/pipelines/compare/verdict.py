@@ -150,6 +150,7 @@ def _call_flow(rows: Sequence[Row]) -> Flow:
     flow = Flow()
     by_seq: dict[tuple[int, int], int] = {}
     call_inputs: dict[tuple[int, int], list[int]] = defaultdict(list)
+    made_inside: dict[tuple[int, str], list[int]] = defaultdict(list)  # (step, parent) -> its children's outputs
     for i, row in enumerate(rows):
         b = row.pair.b
         call = b.record.call if b is not None else None
@@ -157,7 +158,14 @@ def _call_flow(rows: Sequence[Row]) -> Flow:
             continue
         rec = b.record
         by_seq[(rec.step, rec.seq)] = i
-        if rec.io == Io.INPUT:
+        if rec.io == Io.OUTPUT and rec.parent is not None and rec.kind in _MODULE_RECORDS:
+            made_inside[(rec.step, rec.parent)].append(i)
+        if rec.io == Io.OUTPUT and rec.kind == Kind.BLOCK:
+            # a block computes its output from its inputs and what its children returned (the record it hands back)
+            inside = made_inside.pop((rec.step, rec.module), [])
+            linked = by_seq.get((rec.step, rec.same_as)) if rec.same_as is not None else None
+            flow[i] = [linked] if linked is not None else call_inputs.get((rec.step, call), []) + inside
+        elif rec.io == Io.INPUT:
             call_inputs[(rec.step, call)].append(i)
             producer = by_seq.get((rec.step, rec.same_as)) if rec.same_as is not None else None
             while producer is not None and rows[producer].pair.matched_by == MatchedBy.FOLDED:
