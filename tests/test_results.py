@@ -176,7 +176,8 @@ NOT_YET = {
 # rule in tests/test_results_saved.py)
 KEEPS = {"CompareResult", "RankedCompareResult", "AuditReport", "SourceAuditReport", "DataCompareResult",
          "DataCheckResult", "InspectResult", "DiffResult", "ReproResult", "CheckReport", "RankedCheckReport",
-         "ReplayResult", "ConvertResult", "TrainingConvertResult", "UpdateReport"}
+         "ReplayResult", "ConvertResult", "TrainingConvertResult", "UpdateReport",
+         "DiffUpdates"}
 CONTRACT = ("exit_code", "passed", "__bool__", "to_dict", "from_dict")
 
 
@@ -324,7 +325,7 @@ def test_report_shows_a_saved_inspect_as_inspect_did(models, tmp_path, capsys) -
 
 def test_report_shows_a_saved_diff_as_diff_did(models, tmp_path, capsys) -> None:
     """A diff whose one weight is off is shown again whole (every parameter with --all, as diff -v showed it); a diff
-    saved with its update-rule report is refused (that half cannot be shown again yet)."""
+    saved with an update-rule report that is not one is refused in one line (real ones: tests/test_results_saved.py)."""
     state = models["pt"].state_dict()
     torch.save(state, tmp_path / "a.pth")
     torch.save({k: v * 1.01 if k == "fc2.weight" else v for k, v in state.items()}, tmp_path / "b.pth")
@@ -335,7 +336,7 @@ def test_report_shows_a_saved_diff_as_diff_did(models, tmp_path, capsys) -> None
     assert shown.stdout == ran.stdout and "fc2.weight" in shown.stdout
     data = json.loads(saved.read_text(encoding="utf-8")) | {"update_rule": {}}
     saved.write_text(json.dumps(data), encoding="utf-8")
-    assert_one_line_error(align_in_process(capsys, "report", saved), "update-rule")
+    assert_one_line_error(align_in_process(capsys, "report", saved), "damaged saved diff --grads")
 
 
 @pytest.fixture(scope="module")

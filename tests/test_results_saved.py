@@ -23,7 +23,7 @@ from aligner.pipelines.check.ranks import RankedCheckReport, check_ranks
 from aligner.pipelines.check.report import CheckReport
 from aligner.pipelines.convert import TrainingConvertResult, convert_training_state
 from aligner.pipelines.convert.checkpoint import ConvertResult, convert
-from aligner.pipelines.diff import UpdateReport, explain_updates
+from aligner.pipelines.diff import DiffUpdates, UpdateReport, diff_checkpoints, explain_updates
 from aligner.pipelines.replay.result import ReplayResult, ReplayVerdict
 from aligner.pipelines.replay.run import replay_dumps
 from aligner.render.check import write_check_json
@@ -100,7 +100,7 @@ def _argv(runs: dict[str, Path], args: tuple[str, ...]) -> list[object]:
 
 
 @pytest.fixture(scope="module")
-def results(runs: dict[str, Path]) -> dict[str, tuple[Any, ExitCode]]:
+def results(runs: dict[str, Path], update_runs: dict[str, Any]) -> dict[str, tuple[Any, ExitCode]]:
     """The library's results of the same runs, each with the exit code it must give."""
     built = {}
     for case, (args, code) in CLI.items():
@@ -112,25 +112,42 @@ def results(runs: dict[str, Path]) -> dict[str, tuple[Any, ExitCode]]:
     built["replay, conv2 wrong"] = (replay_dumps(runs["twin_pt"], runs["twin_ms"], mnet), ExitCode.FOUND)
     built["replay, damaged manifest"] = (replay_dumps(runs["twin_pt_damaged"], runs["twin_ms"], mnet,
                                                       modules="^(conv1|bn1)$"), ExitCode.USAGE)
-    return built | _conversions(runs["pt"].parent.parent / "convert") | _updates(runs["pt"].parent.parent / "update")
+    return built | _conversions(runs["pt"].parent.parent / "convert") | _updates(update_runs)
 
 
-def _updates(root: Path) -> dict[str, tuple[Any, ExitCode]]:
-    """align diff --grads's update-rule reports (tests/test_update_rule.py's runs): the same SGD momentum in both
-    frameworks, and MindSpore's clipped at every step against torch's unclipped (a clipping finding)."""
+@pytest.fixture(scope="module")
+def update_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """tests/test_update_rule.py's runs (final and initial checkpoints, gradient dumps): SGD momentum in both
+    frameworks, and MindSpore's clipped at every step."""
+    root = tmp_path_factory.mktemp("update")
     made = {}
     for name in ("ms_momentum", "ms_momentum_clip", "pt_momentum"):
         framework, make_opt, options = update_rule_runs.PAIR_RUNS[name]
         train = update_rule_runs.train_torch if framework == "pt" else update_rule_runs.train_ms
         made[name] = train(root / name, make_opt, **options)
+    return made
 
+
+def _diff_args(run_a: Any, run_b: Any) -> list[object]:
+    """align diff A B --init A0 --init-b B0 --grads DA DB."""
+    return ["diff", run_a.final, run_b.final, "--init", run_a.init, "--init-b", run_b.init, "--grads", run_a.grads,
+            run_b.grads]
+
+
+def _updates(made: dict[str, Any]) -> dict[str, tuple[Any, ExitCode]]:
+    """align diff --grads's update-rule reports: the same rule on both sides, and one side clipped at every step
+    against the other unclipped (a clipping finding); the second also with the checkpoint diff beside it."""
     def explain(a: str, b: str) -> Any:
         ra, rb = made[a], made[b]
         return explain_updates(str(ra.final), str(rb.final), str(ra.grads), str(rb.grads), init_a=str(ra.init),
                                init_b=str(rb.init))
 
+    clipped = explain("ms_momentum_clip", "pt_momentum")
+    ra, rb = made["ms_momentum_clip"], made["pt_momentum"]
+    diff = diff_checkpoints(str(ra.final), str(rb.final), init_path=str(ra.init))
     return {"update rule, same": (explain("ms_momentum", "pt_momentum"), ExitCode.OK),
-            "update rule, clipped": (explain("ms_momentum_clip", "pt_momentum"), ExitCode.FOUND)}
+            "update rule, clipped": (clipped, ExitCode.FOUND),
+            "diff --grads, clipped": (DiffUpdates(diff, clipped), ExitCode.FOUND)}
 
 
 def _conversions(root: Path) -> dict[str, tuple[Any, ExitCode]]:
@@ -198,6 +215,17 @@ def test_results_keep_the_contract_and_read_back_byte_for_byte(results) -> None:
     assert legacy.exactness.value == "legacy" and legacy.hyper.betas is not None and legacy.notes
 
 
+def test_report_shows_a_saved_diff_with_its_update_rule_as_diff_did(update_runs, tmp_path, capsys) -> None:
+    """align diff --grads's table, rules and findings, printed again from its JSON, with its exit code."""
+    saved = tmp_path / "d.json"
+    ran = align_in_process(capsys, *_diff_args(update_runs["ms_momentum_clip"], update_runs["pt_momentum"]),
+                           "--json", saved)
+    shown = align_in_process(capsys, "report", saved)
+    assert ran.returncode == shown.returncode == 1, (ran.stderr, shown.stderr)
+    assert shown.stdout == ran.stdout, (shown.stdout, ran.stdout)
+    assert "does not clip" in shown.stdout
+
+
 @pytest.mark.parametrize("case", list(CLI))
 def test_report_shows_a_saved_check_or_replay_as_the_command_did(runs, tmp_path, capsys, case) -> None:
     """`align report r.json` prints what `align check|replay ... --json r.json` printed, with its exit code and, for
@@ -230,7 +258,8 @@ def test_damaged_saved_check_is_one_line(results, tmp_path, capsys) -> None:
 
 def test_results_without_a_passed_of_their_own_take_it_from_the_exit_code() -> None:
     """The mixin is the one place `passed` and bool come from the exit code."""
-    for cls in (CheckReport, RankedCheckReport, ReplayResult, ConvertResult, TrainingConvertResult, UpdateReport):
+    for cls in (CheckReport, RankedCheckReport, ReplayResult, ConvertResult, TrainingConvertResult, UpdateReport,
+                DiffUpdates):
         assert issubclass(cls, PassedByExitCode), cls
         assert "passed" not in vars(cls) and "__bool__" not in vars(cls), cls
 

@@ -17,6 +17,7 @@ from aligner.pipelines.compare.ranks import RankedCompareResult
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.data.result import DataCheckResult, DataCompareResult
 from aligner.pipelines.diff.checkpoints import DiffResult
+from aligner.pipelines.diff.grads import DiffUpdates
 from aligner.pipelines.inspect import InspectResult
 from aligner.pipelines.replay.result import ReplayResult
 from aligner.pipelines.report import load_report
@@ -29,6 +30,7 @@ from aligner.render.console import make_console
 from aligner.render.data import print_data_check, print_data_compare, write_data_html
 from aligner.render.diff import print_diff
 from aligner.render.inspect import print_inspect
+from aligner.render.update_rule import print_update_report
 
 
 @click.command("report")
@@ -96,6 +98,10 @@ def command(result_json: str, html_out: str | None, full: bool, force: bool) -> 
         return int(result.exit_code)
     if isinstance(result, DiffResult):
         print_diff(result, console, verbose=full)
+        return int(result.exit_code)
+    if isinstance(result, DiffUpdates):
+        print_diff(result.diff, console, verbose=full)
+        print_update_report(result.updates, console)
         return int(result.exit_code)
     if isinstance(result, RankedCompareResult):
         render.print_ranks(result, console, full)

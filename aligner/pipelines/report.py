@@ -22,6 +22,7 @@ from aligner.pipelines.compare.ranks import RankedCompareResult
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.data.result import DataCheckResult, DataCompareResult
 from aligner.pipelines.diff.checkpoints import DiffResult
+from aligner.pipelines.diff.grads import DiffUpdates
 from aligner.pipelines.inspect import InspectResult
 from aligner.pipelines.replay.result import ReplayResult
 
@@ -35,6 +36,7 @@ SAVED: tuple[tuple[str, tuple[str, ...], Callable[[Mapping[str, Any]], Result]],
     ("audit", ("torch_model", "ms_model", "pairs", "findings"), AuditReport.from_dict),
     ("source audit", ("path", "files", "findings", "skipped"), SourceAuditReport.from_dict),
     ("inspect", ("summary", "tensors"), InspectResult.from_dict),
+    ("diff --grads", ("a", "b", "params", "differences", "one_side", "update_rule"), DiffUpdates.from_dict),
     ("diff", ("a", "b", "params", "differences", "one_side"), DiffResult.from_dict),
     ("data compare", ("framework_a", "framework_b", "samples_a", "samples_b", "pairing", "fields"),
      DataCompareResult.from_dict),
@@ -45,9 +47,9 @@ SAVED: tuple[tuple[str, tuple[str, ...], Callable[[Mapping[str, Any]], Result]],
 
 def load_report(path: str | os.PathLike[str]) -> Result:
     """The result saved in `path` (`align compare --json` or `align check --json`, single or multi-rank; `align
-    audit --json`, with or without --source; `align inspect`, `align diff`, `align replay` or `align data --json`);
-    AlignerError (one line) for a file that
-    cannot be read, is not JSON, or holds no result of a kind aligner can show again."""
+    audit --json`, with or without --source; `align inspect`, `align diff` (with --grads too), `align replay` or
+    `align data --json`); AlignerError (one line) for a file that cannot be read, is not JSON, or holds no result of a
+    kind aligner can show again."""
     try:
         data = json_loads(read_text(path, INDEX))
     except (OSError, UnicodeDecodeError) as exc:
@@ -56,9 +58,6 @@ def load_report(path: str | os.PathLike[str]) -> Result:
         raise AlignerError(f"{path}: not a JSON result ({str(exc)[:120]})") from None
     if not isinstance(data, dict):
         raise AlignerError(f"{path}: not a saved result (a JSON {type(data).__name__}, not an object)")
-    if "update_rule" in data:  # align diff --init's update-rule report: no from_dict yet, and half a report misleads
-        raise AlignerError(f"{path}: a diff with its update-rule report (align diff --init); only a diff without it "
-                           f"can be shown again")
     for what, keys, load in SAVED:
         if all(k in data for k in keys):
             try:

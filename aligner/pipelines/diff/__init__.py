@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from aligner.pipelines.diff.checkpoints import DiffResult, DiffStatus, ParamDiff, SideCounts, diff_checkpoints
     from aligner.pipelines.diff.explain import compare_sides
     from aligner.pipelines.diff.fit import FIT_RTOL, ParamFit
-    from aligner.pipelines.diff.grads import UpdateReport, explain_updates, read_dump
+    from aligner.pipelines.diff.grads import DiffUpdates, UpdateReport, explain_updates, read_dump
     from aligner.pipelines.diff.rules import MIN_STEPS, UpdateRule
     from aligner.pipelines.diff.side import ClipKind, Clipping, RuleGroup, SideFit, fit_side
 
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 _LAZY = {"diff_checkpoints": "aligner.pipelines.diff.checkpoints", "DiffResult": "aligner.pipelines.diff.checkpoints",
          "DiffStatus": "aligner.pipelines.diff.checkpoints", "ParamDiff": "aligner.pipelines.diff.checkpoints",
          "SideCounts": "aligner.pipelines.diff.checkpoints",
-         "explain_updates": "aligner.pipelines.diff.grads", "UpdateReport": "aligner.pipelines.diff.grads",
+         "explain_updates": "aligner.pipelines.diff.grads", "DiffUpdates": "aligner.pipelines.diff.grads",
+         "UpdateReport": "aligner.pipelines.diff.grads",
          "read_dump": "aligner.pipelines.diff.grads", "compare_sides": "aligner.pipelines.diff.explain",
          "fit_side": "aligner.pipelines.diff.side", "SideFit": "aligner.pipelines.diff.side",
          "RuleGroup": "aligner.pipelines.diff.side", "Clipping": "aligner.pipelines.diff.side",
@@ -36,8 +37,8 @@ _LAZY = {"diff_checkpoints": "aligner.pipelines.diff.checkpoints", "DiffResult":
          "MIN_STEPS": "aligner.pipelines.diff.rules", "Family": "aligner.mapping.optimizers",
          "ParamFit": "aligner.pipelines.diff.fit", "FIT_RTOL": "aligner.pipelines.diff.fit"}
 
-__all__ = ["ClipKind", "Clipping", "DiffResult", "DiffStatus", "FIT_RTOL", "Family", "MIN_STEPS", "ParamDiff",
-           "ParamFit", "RuleGroup", "SideCounts", "SideFit", "UpdateReport", "UpdateRule", "compare_sides",
+__all__ = ["ClipKind", "Clipping", "DiffResult", "DiffStatus", "DiffUpdates", "FIT_RTOL", "Family", "MIN_STEPS",
+           "ParamDiff", "ParamFit", "RuleGroup", "SideCounts", "SideFit", "UpdateReport", "UpdateRule", "compare_sides",
            "diff_checkpoints", "explain_updates", "fit_side", "read_dump"]
 
 

@@ -17,6 +17,7 @@ from aligner.dumping.read.source import Item, TensorError, load_tensor, read_sou
 from aligner.io import TensorSource, open_checkpoint
 from aligner.mapping.plan import EntryStatus
 from aligner.pipelines.convert.checkpoint import plan_conversion
+from aligner.pipelines.diff.checkpoints import DiffResult
 from aligner.pipelines.diff.explain import compare_sides, loss_scale
 from aligner.pipelines.diff.rules import MIN_STEPS
 from aligner.pipelines.diff.side import SideFit, fit_side
@@ -53,6 +54,28 @@ class UpdateReport(PassedByExitCode):
         return cls(SideFit.from_dict(data["a"]), SideFit.from_dict(data["b"]), pairs,
                    typed(number(data["loss_scale"]), float, "loss_scale"),
                    [Finding.from_dict(f) for f in data["findings"]])
+
+
+@dataclasses.dataclass(frozen=True)
+class DiffUpdates(PassedByExitCode):
+    """`align diff --grads`: the checkpoint diff and, beside it, the update-rule report (its JSON is the diff's, with
+    the report under "update_rule"); a `Result` whose exit code is the worse of the two."""
+
+    diff: DiffResult
+    updates: UpdateReport
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return max(self.diff.exit_code, self.updates.exit_code)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.diff.to_dict() | {"update_rule": self.updates.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DiffUpdates:
+        """The pair `to_dict` gave, back."""
+        return cls(DiffResult.from_dict({k: v for k, v in data.items() if k != "update_rule"}),
+                   UpdateReport.from_dict(data["update_rule"]))
 
 
 @dataclasses.dataclass
