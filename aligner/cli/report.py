@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 import click
 
@@ -32,6 +33,9 @@ from aligner.render.diff import print_diff
 from aligner.render.inspect import print_inspect
 from aligner.render.update_rule import print_update_report
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 
 @click.command("report")
 @click.argument("result_json", metavar="RESULT.json", type=click.Path(dir_okay=False))
@@ -42,10 +46,10 @@ from aligner.render.update_rule import print_update_report
 @click.option("--force", is_flag=True, help="Overwrite an existing --html file.")
 def command(result_json: str, html_out: str | None, full: bool, force: bool) -> int:
     """Show RESULT.json, a result `align compare --json` or `align check --json` saved (one dump, or rank by rank),
-    `align audit --json` saved (models, or --source), `align inspect`, `align diff`, `align replay` or `align data
-    --json` saved, again as the command printed it, without the dumps, models or checkpoints: for a compare the
-    table, the paragraph, the zoom-in and with --html its page. What the JSON never held (the dumps' statistics, the
-    norms of exactly equal tensors) is not shown.
+    `align audit --json` saved (models, or --source), `align inspect`, `align diff` (with --grads too), `align replay`
+    or `align data --json` saved, again as the command printed it, without the dumps, models or checkpoints: for a
+    compare the table, the paragraph, the zoom-in and with --html its page. What the JSON never held (the dumps'
+    statistics, the norms of exactly equal tensors) is not shown.
 
     \b
     Examples:
@@ -59,61 +63,52 @@ def command(result_json: str, html_out: str | None, full: bool, force: bool) -> 
     if html_out and os.path.realpath(html_out) == os.path.realpath(result_json):
         raise AlignerError(f"--html {html_out} is RESULT.json itself: name another file")
     result = load_report(result_json)
-    console = make_console()
-    if html_out and not isinstance(result, (CompareResult, DataCompareResult, DataCheckResult, CheckReport)):
+    page = _PAGES.get(type(result))
+    if html_out and page is None:
         raise AlignerError("--html: only a single-process compare result, a one-dump check and align data's have a "
                            "page (for rank by rank, save one rank's: align compare A/rank0 B/rank0 --json r.json)")
-    if isinstance(result, CheckReport):
-        if html_out:
-            with atomic_files([html_out], "w") as (fh,):
-                write_check_html(result, fh)
-        print_check(result, console)
-        return int(result.exit_code)
-    if isinstance(result, RankedCheckReport):
-        print_check_ranks(result, console)
-        return int(result.exit_code)
-    if isinstance(result, ReplayResult):
-        replay.print_table(result, console, full)
-        console.print(replay.summary(result), markup=False)
-        if result.exit_code is ExitCode.USAGE:  # as align replay: the report is out, the reason one line on stderr
-            raise AlignerError(f"replay incomplete: {replay.incomplete(result)}")
-        return int(result.exit_code)
-    if isinstance(result, (DataCompareResult, DataCheckResult)):
-        if html_out:
-            with atomic_files([html_out], "w") as (fh,):
-                write_data_html(result, fh)
-        if isinstance(result, DataCompareResult):
-            print_data_compare(result, console)
-        else:
-            print_data_check(result, console)
-        return int(result.exit_code)
-    if isinstance(result, AuditReport):
-        print_audit(result, console)
-        return int(result.exit_code)
-    if isinstance(result, SourceAuditReport):
-        print_source(result, console)
-        return int(result.exit_code)
-    if isinstance(result, InspectResult):
-        print_inspect(result, console)
-        return int(result.exit_code)
-    if isinstance(result, DiffResult):
-        print_diff(result, console, verbose=full)
-        return int(result.exit_code)
-    if isinstance(result, DiffUpdates):
-        print_diff(result.diff, console, verbose=full)
-        print_update_report(result.updates, console)
-        return int(result.exit_code)
-    if isinstance(result, RankedCompareResult):
-        render.print_ranks(result, console, full)
-        console.print(render.ranks_summary(result), markup=False)
-        return int(result.exit_code)
-    assert isinstance(result, CompareResult)
-    if html_out:
+    if html_out and page is not None:
         with atomic_files([html_out], "w") as (fh,):
-            render.write_html(result, fh)
+            page(result, fh)
+    _SHOW[type(result)](result, make_console(), full)
+    if isinstance(result, ReplayResult) and result.exit_code is ExitCode.USAGE:  # as align replay: after the report,
+        raise AlignerError(f"replay incomplete: {replay.incomplete(result)}")   # the reason in one line on stderr
+    return int(result.exit_code)
+
+
+def _show_compare(result: CompareResult, console: Console, full: bool) -> None:
     print_table(result, console, full)
     console.print(summary(result), markup=False)
     code = zoom(result)
     if code is not None:
         console.print(code, markup=False, highlight=False)
-    return int(result.exit_code)
+
+
+def _show_ranks(result: RankedCompareResult, console: Console, full: bool) -> None:
+    render.print_ranks(result, console, full)
+    console.print(render.ranks_summary(result), markup=False)
+
+
+def _show_replay(result: ReplayResult, console: Console, full: bool) -> None:
+    replay.print_table(result, console, full)
+    console.print(replay.summary(result), markup=False)
+
+
+def _show_diff_updates(result: DiffUpdates, console: Console, full: bool) -> None:
+    print_diff(result.diff, console, verbose=full)
+    print_update_report(result.updates, console)
+
+
+# what each command printed, by the type of result it saved (full: --all)
+_SHOW: dict[type, Callable[[Any, Console, bool], None]] = {
+    CompareResult: _show_compare, RankedCompareResult: _show_ranks, ReplayResult: _show_replay,
+    DiffUpdates: _show_diff_updates, DiffResult: lambda r, c, full: print_diff(r, c, verbose=full),
+    CheckReport: lambda r, c, _: print_check(r, c), RankedCheckReport: lambda r, c, _: print_check_ranks(r, c),
+    DataCompareResult: lambda r, c, _: print_data_compare(r, c),
+    DataCheckResult: lambda r, c, _: print_data_check(r, c),
+    AuditReport: lambda r, c, _: print_audit(r, c), SourceAuditReport: lambda r, c, _: print_source(r, c),
+    InspectResult: lambda r, c, _: print_inspect(r, c)}
+# the results whose command writes a page with --html, and its writer
+_PAGES: dict[type, Callable[[Any, IO[str]], None]] = {
+    CompareResult: lambda r, fh: render.write_html(r, fh), CheckReport: write_check_html,
+    DataCompareResult: write_data_html, DataCheckResult: write_data_html}
