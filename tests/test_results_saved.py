@@ -263,3 +263,17 @@ def test_results_without_a_passed_of_their_own_take_it_from_the_exit_code() -> N
         assert issubclass(cls, PassedByExitCode), cls
         assert "passed" not in vars(cls) and "__bool__" not in vars(cls), cls
 
+
+
+def test_no_result_spells_out_passed_from_its_exit_code_again() -> None:
+    """Every `passed` under pipelines/ that is only "exit code 0" comes from the mixin; the ones left mean more."""
+    import ast
+
+    own = {}
+    for path in (TESTS.parent / "aligner" / "pipelines").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name == "passed":
+                returned = [ast.unparse(n.value) for n in ast.walk(node) if isinstance(n, ast.Return) and n.value]
+                own[f"{path.name}:{node.lineno}"] = returned
+    assert own and all(r not in (["self.exit_code is ExitCode.OK"], ["self.exit_code == ExitCode.OK"])
+                       for r in own.values()), own
