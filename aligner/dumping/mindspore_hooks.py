@@ -94,7 +94,7 @@ def install(model: ms.nn.Cell, session: Session, opts: Options, handles: list[An
         handles.append(cell.register_forward_hook(hooks.post, with_kwargs=True, always_call=True))
         if opts.backward and opts.module_backward and opts.selects_module(path, is_leaf):
             handles.append(cell.register_backward_hook(hooks.backward))
-            if session.by_identity:
+            if session.by_identity and getattr(cell, "_cell_backward_hook", None) is not None:  # MindSpore 2.10's
                 handles.append(_Handing(cell, session))
     if opts.backward and opts.param_grads:
         for name, param in model.parameters_and_names():
