@@ -251,7 +251,7 @@ def test_usage_errors_before_anything_runs(tmp_path: Path, capsys: pytest.Captur
 # pair families and the culprit kinds: a module's own settings or code, parent code, wiring, module-level functions
 ZOO_BUGS = ["cnn-conv-pad-same", "vit-glue-scale", "vit-attn-scale", "vit-gelu-tanh", "vit-layernorm-eps",
             "bert-missing-residual", "llama-softmax-axis", "siglip-mha-scale", "moe-top1", "qwen2-gate-up-swap",
-            "t5-num-buckets", "swin-shift-size"]
+            "t5-num-buckets", "swin-shift-size", "swin-mask-off"]
 # the families whose bugs replay blames on the same module by hand (tests/zoo/test_replay_zoo.py); replay re-runs
 # each module alone, so an MoE block's routing shows there as its expert's input (parent code of the expert)
 REPLAYED = ("cnn", "vit", "encoder_lm", "decoder_lm", "mha", "upsample")
@@ -291,6 +291,16 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], An
 def zoo_doctor(pair: Any, map_path: Path | None, out: Path) -> Any:
     return aligner.doctor(lambda: pair.torch_model, lambda: pair.ms_model, pair.torch_inputs, out=out,
                           map_path=None if map_path is None else str(map_path))
+
+
+def test_every_culprit_compare_names_has_a_kind_and_words() -> None:
+    """The doctor's verdict takes compare's culprit: a culprit compare gained (`argument`, a call's tensor argument
+    passed on one side only) made the doctor raise "'argument' is not a valid CulpritKind" on swin-mask-off."""
+    from aligner.pipelines.compare.verdict import Culprit
+    from aligner.render.doctor import KIND_WORDS
+
+    for culprit in Culprit:
+        assert KIND_WORDS[CulpritKind.of(culprit)], culprit
 
 
 @pytest.mark.parametrize("family", ZOO_CLEAN)

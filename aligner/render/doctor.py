@@ -50,6 +50,7 @@ KIND_WORDS = {
     CulpritKind.OP: "one operation differs",
     CulpritKind.MODEL_INPUT: "the data given to the model differs",
     CulpritKind.WIRING: "its forward hands a call another module's output",
+    CulpritKind.ARGUMENT: "its forward passes a call a tensor argument on one side only",
     CulpritKind.OPTIMIZER: "the optimizer's update differs",
     CulpritKind.NONDETERMINISM: "a side does not agree with itself",
 }

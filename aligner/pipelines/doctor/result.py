@@ -73,6 +73,7 @@ class CulpritKind(str, enum.Enum):
     OP = "op"
     MODEL_INPUT = "model_input"
     WIRING = "wiring"
+    ARGUMENT = "argument"
     OPTIMIZER = "optimizer"
     NONDETERMINISM = "nondeterminism"
 

@@ -43,7 +43,8 @@ from aligner.pipelines.replay.run import replay_dumps
 from aligner.pipelines.repro.run import repro
 
 Inputs = tuple[list[np.ndarray], dict[str, np.ndarray]]
-NO_ZOOM = (Culprit.MODEL_INPUT, Culprit.WIRING)   # compare's verdict is already the answer: nothing to zoom into
+# compare's verdict is already the answer: nothing to zoom into
+NO_ZOOM = (Culprit.MODEL_INPUT, Culprit.WIRING, Culprit.ARGUMENT)
 
 
 class SkipStage(Exception):  # noqa: N818 (not an error: a stage with nothing to do)
