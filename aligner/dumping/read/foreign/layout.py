@@ -81,6 +81,10 @@ def inside(base: Path, name: str, real: Path | None = None) -> tuple[Path | None
     name. `real`: `base` already resolved (a caller checking many files resolves it once)."""
     if "\x00" in name:  # no file system names such a file (os calls raise ValueError on it)
         return None, f"names no possible file ({name!r}: a NUL character): refused"
+    try:
+        os.fsencode(name)
+    except UnicodeEncodeError:  # a lone surrogate: no file system name encodes to it (path calls would raise)
+        return None, f"names no possible file ({name!r}: not encodable as a file name): refused"
     candidate = Path(name)
     if not name or candidate.is_absolute() or ".." in candidate.parts:
         return None, f"names a file outside the dump directory ({name!r}): refused"
