@@ -26,9 +26,10 @@ from aligner.dumping.read.source import Item, Source, TensorError, load_tensor
 from aligner.dumping.signature import MalformedCallError, restore
 from aligner.dumping.tensors import model_framework, tensors_in, to_host
 from aligner.metrics.measure import Metrics, compare_arrays
-from aligner.pipelines.compare.run import compare as compare_dumps
+from aligner.pipelines.compare.evaluate import evaluate
+from aligner.pipelines.compare.matching import Pair
 from aligner.pipelines.compare.run import read_pair
-from aligner.pipelines.compare.verdict import Culprit, Phase
+from aligner.pipelines.compare.verdict import Culprit, Phase, judge
 from aligner.pipelines.replay.result import ReplayResult, ReplayRow, ReplayVerdict
 from aligner.pipelines.replay.runner import Runner, put_back, runner
 
@@ -246,18 +247,18 @@ def replay_dumps(dumps_a: str | Path, dumps_b: str | Path, model: Any, *, ref: s
                           label or f"{other.root} ({other.framework}), re-run live", rows, tolerance, step, steps,
                           reference.problems + other.problems)
     if result.verdict is ReplayVerdict.PARENT_CODE and result.parent_code is not None:
-        scope = _computing_scope(dumps_a, dumps_b, rows, ref=ref, map_file=map_file, tolerance=tolerance)
+        scope = _computing_scope(pairs, tolerance, rows)
         result = dataclasses.replace(result, scope=scope)
     return result
 
 
-def _computing_scope(dumps_a: str | Path, dumps_b: str | Path, rows: Sequence[ReplayRow], **options: Any) -> str | None:
-    """The module whose code computed the input that first differs, from compare's verdict over the same dumps (it
-    reads where each side computed each tensor, the block records and the call arguments): its blame when it blames
-    code rather than a module's own computation, or a module no replayed call is (a block whose own code, a missing
-    residual at its tail, is what differs); None where it blames a replayed call (the first differing call's parent
-    stands)."""
-    verdict = compare_dumps(str(dumps_a), str(dumps_b), **options).verdict
+def _computing_scope(pairs: Sequence[Pair], tolerance: ToleranceSpec, rows: Sequence[ReplayRow]) -> str | None:
+    """The module whose code computed the input that first differs, from compare's verdict over the pairs already
+    read (it reads where each side computed each tensor, the block records and the call arguments): its blame when it
+    blames code rather than a module's own computation, or a module no replayed call is (a block whose own code, a
+    missing residual at its tail, is what differs); None where it blames a replayed call (the first differing call's
+    parent stands)."""
+    verdict = judge([evaluate(p, tolerance) for p in pairs])
     found = [f for f in verdict.findings if f.phase is Phase.FORWARD]
     if not found:
         return None
