@@ -33,13 +33,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from twin_models import make_twins
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for tests.support
 
 import aligner
 from aligner.dumping import session as dump_session
 from aligner.dumping.writer import DirectWriter
+from tests.support.twin_models import make_twins
 
 MODES = ("none", "full", "stats", "no_inputs", "stats_host")
 FLOOR_MODES = ("none", "floor", "stats", "stats_now")
@@ -77,8 +76,8 @@ def ms_step(model, x) -> Callable[[], Any]:
 
 
 def make_model(framework: str, kind: str) -> Any:
-    """A fresh model: a twin of tests/twin_models.py, or resnet18 (timm for torch, mindcv for MindSpore; random init):
-    the issue's realistic workload, batch 8 at 224x224."""
+    """A fresh model: a twin of tests/support/twin_models.py or resnet18 (timm for torch, mindcv for MindSpore; random
+    init): the issue's realistic workload, batch 8 at 224x224."""
     if kind != "resnet18":
         tnet, mnet = make_twins(kind)
         return tnet if framework == "torch" else mnet

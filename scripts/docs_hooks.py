@@ -4,7 +4,7 @@ README.md stays the one source of the first-hour guide: the home page is its tex
 relative to the site, so `mkdocs build --strict` checks README's links and anchors with the pages'. The API page
 is built from `_API` in aligner/__init__.py, read as text (nothing is imported), so a name added there or a module
 moved shows up without editing the page. A repository path a page names in backticks (`aligner/core/files.py`,
-`tests/test_faults.py`, `mappings/check_rules.yaml`) must exist: a module moved without its docs fails the build.
+`tests/faults/test_faults.py`, `mappings/check_rules.yaml`) must exist: a module moved without its docs fails the build.
 """
 from __future__ import annotations
 

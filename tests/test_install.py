@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from compare_fixtures import write_dump
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.compare_fixtures import write_dump
+
+ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("aligner", "mappings", "setup.py", "pyproject.toml", "README.md")
 
 

@@ -344,7 +344,8 @@ def _same_equals_torch(given: dict[str, ast.expr], opaque: bool, by_default: boo
 
     At stride 1 'same' pads d*(k-1) in all, the smaller half before, exactly as torch's padding='same' (and, for an
     odd kernel, torch's padding=d*(k-1)/2); with every kernel <= its stride it pads nothing where the input size
-    divides by the stride, as torch's padding=0 (tests/test_audit_source.py runs both frameworks' convs to show it)."""
+    divides by the stride, as torch's padding=0 (tests/pipelines/audit/test_source.py runs both frameworks' convs to
+    show it)."""
     if opaque:
         return None
     kernel, stride, dilation = (_ints(given.get("kernel_size"), 1), _ints(given.get("stride"), 1),

@@ -172,7 +172,7 @@ def from_mindspore(arrays: dict[str, np.ndarray], kind: OptimizerKind, model: li
     hyper = Hyper()
     notes = []
     step_key = state_spec.step
-    assert step_key is not None   # every converted MindSpore class counts its steps (tests/test_optimizer_catalogue)
+    assert step_key is not None   # every converted MindSpore class counts its steps (tests/mapping/test_optimizers)
     step = int(_number(arrays[step_key], f"{path}: {step_key}")) - state_spec.step_offset
     if "learning_rate" in arrays:
         lr = arrays["learning_rate"]

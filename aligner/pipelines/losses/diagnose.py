@@ -13,9 +13,9 @@ j <= k, never below the float32 estimate), given by the user (`noise`, an absolu
 NOISE_ROUNDINGS * eps32 * max(|A|,|B|). The curves part at the first DIFFERS or ABOVE_NOISE step; with none, they
 agree, unless a step is UNRESOLVED: then the data cannot decide.
 
-Measured margins (tests/test_losses_calibration.py trains the twin block; scripts/demo_models.py gave the rest), in
-units of eps32 * |loss|: clean torch/MindSpore pairs differ by 0-2.1 (twin block, 6 seeds x 20 steps) and 0-7.8
-(demo net with conv, BatchNorm, attention and cross-entropy, 4 seeds x 20 steps); the real-difference bound is
+Measured margins (tests/pipelines/losses/test_calibration.py trains the twin block; scripts/demo_models.py gave the
+rest), in units of eps32 * |loss|: clean torch/MindSpore pairs differ by 0-2.1 (twin block, 6 seeds x 20 steps) and
+0-7.8 (demo net with conv, BatchNorm, attention and cross-entropy, 4 seeds x 20 steps); the real-difference bound is
 REAL_FACTOR * NOISE_ROUNDINGS = 16, twice the worst clean step. MindSpore's tanh-GELU against torch's erf-GELU moves
 step 1 by 2.8-57 (block) and 8.4-35 (demo), and by 145 or more within 20 steps: caught at step 1 in 8 of those 10
 runs, at step 2 or 3 in the others.

@@ -7,9 +7,9 @@ venv that also sees this project's torch 2.13 and MindSpore 2.10 (msprobe is not
     cd /tmp && /tmp/msprobe-venv/bin/python /work/main/tests/data/msprobe/make_fixtures.py
 
 Generated with msprobe 26.2.0 (mindstudio-probe on PyPI), torch 2.13.0+cpu, MindSpore 2.10.0 CPU. The models are the
-twins of tests/twin_models.py (seed 0, training mode, dropout 0) on their `example_input`, one forward and backward of
-`out.square().mean()`, as tests/test_foreign_dumps.py dumps the other side with aligner: `block` for the L0 dumps,
-`cnn` for the mix-level one (fewer API calls: the block's mix dump is 100 KB of JSON).
+twins of tests/support/twin_models.py (seed 0, training mode, dropout 0) on their `example_input`, one forward and
+backward of `out.square().mean()`, as tests/dumping/read/test_foreign.py dumps the other side with aligner: `block` for
+the L0 dumps, `cnn` for the mix-level one (fewer API calls: the block's mix dump is 100 KB of JSON).
 
 What is changed from what msprobe wrote, and why:
 * `stack.json` is left out (call stacks, 10x the size of the rest; aligner does not read it);
@@ -27,9 +27,9 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent.parent))  # tests/, for twin_models
+sys.path.insert(0, str(HERE.parents[2]))  # the checkout, for tests.support.twin_models
 
-from twin_models import example_input, make_twins  # noqa: E402
+from tests.support.twin_models import example_input, make_twins  # noqa: E402
 
 # (name, framework, model, level, task, msprobe "list" filter: only these names save tensors)
 FIXTURES = [

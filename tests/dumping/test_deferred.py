@@ -1,0 +1,73 @@
+"""MindSpore dumps on a CPU target keep what they record until a flush (aligner.dumping.session.DEFER): the records,
+their statistics, their files and their links are those of reading every tensor at once, whatever the bound on the
+bytes held; a Parameter is recorded as it was when its hook ran, not as the optimizer left it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import mindspore as ms
+import msgspec
+import numpy as np
+import pytest
+
+import aligner
+from aligner.dumping import session
+from aligner.dumping.manifest import Record, iter_manifest
+from aligner.metrics.stats import tensor_stats
+from tests.support.twin_models import example_input, make_twins
+
+
+def train_step(model: ms.nn.Cell, x: np.ndarray) -> None:
+    """Forward, backward and an SGD update (which changes every Parameter in place)."""
+    opt = ms.nn.SGD(model.trainable_params(), learning_rate=0.5)
+    grads = ms.value_and_grad(lambda v: model(v).square().mean(), None, opt.parameters)(ms.Tensor(x))[1]
+    opt(grads)
+
+
+def records(directory: Path) -> list[dict]:
+    """Every record of a dump as a dict (tensor files are named by their content: same data, same name)."""
+    items = [item for _, item in iter_manifest(directory)][1:]
+    assert all(isinstance(item, Record) for item in items)
+    return [msgspec.structs.asdict(item) for item in items]
+
+
+def dump_both_ways(tmp_path: Path, kind: str, defer_bytes: int, monkeypatch: pytest.MonkeyPatch,
+                   **options: object) -> tuple[list[dict], list[dict]]:
+    """The same training step of two identical models dumped at once (DEFER off) and deferred."""
+    out = []
+    for defer in (False, True):
+        _, model = make_twins(kind)
+        monkeypatch.setattr(session, "DEFER", defer)
+        monkeypatch.setattr(session, "DEFER_BYTES", defer_bytes)
+        with aligner.dump(model, tmp_path / str(defer), **options):
+            train_step(model, example_input(kind))
+        out.append(records(tmp_path / str(defer)))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("defer_bytes", [1, 256 << 20], ids=["flush-each", "flush-at-exit"])
+@pytest.mark.parametrize("stats_only", [True, False], ids=["stats", "full"])
+def test_deferred_records_are_those_read_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stats_only: bool,
+                                                 defer_bytes: int) -> None:
+    at_once, deferred = dump_both_ways(tmp_path, "cnn", defer_bytes, monkeypatch, stats_only=stats_only,
+                                       params=True)
+    assert len(deferred) == len(at_once) > 40
+    assert deferred == at_once  # statistics, files (content-addressed), links, order: all the same
+    kinds = {r["kind"] for r in deferred}
+    assert {"forward", "backward", "param_grad", "param", "buffer"} <= kinds
+    assert any(r["same_as"] is not None for r in deferred if r["kind"] == "backward")  # gradient links kept
+
+
+def test_a_parameter_is_recorded_before_the_optimizer_changes_it(tmp_path: Path) -> None:
+    """params=True records each Parameter as the step starts; the update in place comes after, before the flush."""
+    assert session.DEFER
+    _, model = make_twins("cnn")
+    before = {p.name: p.asnumpy().copy() for p in model.trainable_params()}
+    with aligner.dump(model, tmp_path / "d", stats_only=True, params=True):
+        train_step(model, example_input("cnn"))
+    after = {p.name: p.asnumpy() for p in model.trainable_params()}
+    params = {r["module"]: r["stats"] for r in records(tmp_path / "d") if r["kind"] == "param"}
+    assert set(before) <= set(params)
+    for name, value in before.items():
+        assert not np.array_equal(value, after[name])  # the optimizer did change it
+        assert params[name] == pytest.approx(tensor_stats(value), rel=1e-6, abs=1e-12)
