@@ -2,7 +2,8 @@
 
 Real processes, real signals, real files. Where a test must catch a writer in the middle of its write, it polls for the
 writer's temp file, then stops the writer with SIGSTOP so nothing races the test; the margin is the write itself
-(a 256 MiB checkpoint: about 2 s here, against a poll every 2 ms). Helpers here are shared with test_atomic_outputs.
+(a 256 MiB checkpoint: about 2 s here, against a poll every 2 ms). Helpers here are shared with
+tests/core/test_atomic.py.
 """
 from __future__ import annotations
 

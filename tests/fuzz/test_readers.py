@@ -121,7 +121,7 @@ def test_mutated_files(capsys: pytest.CaptureFixture[str], seed: str, name: str)
     run()
 
 
-NAMES = st.text(max_size=6)  # any name, leading dots included (test_hostile_readers.test_leading_dot_name_converts)
+NAMES = st.text(max_size=6)  # any name, leading dots included (tests/hostile/test_readers.py)
 INTS = st.one_of(st.integers(-3, 40), st.sampled_from([1 << 31, 1 << 32, (1 << 63) - 1, 1 << 63, 1 << 64, -(1 << 63)]))
 JSON_ANY = st.recursive(st.none() | st.booleans() | INTS | st.floats(allow_nan=False) | st.text(max_size=4),
                         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,

@@ -136,7 +136,7 @@ F4 = np.arange(2, dtype=np.float32).tobytes()
 CORPUS: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
     # pth
     ("evil.pth", _pth({"w": torch.ones(2), "x": Evil()}), ("(it imports posix.system)", "--trust-pickle")),
-    ("evil_main.pth", _pth({"x": Evil}), ("it imports test_hostile_readers.Evil", "--trust-pickle")),
+    ("evil_main.pth", _pth({"x": Evil}), ("it imports tests.hostile.test_readers.Evil", "--trust-pickle")),
     ("int_keys.pth", _pth({1: torch.ones(2), "b": torch.ones(2)}), ("key 1", "has type int")),
     ("sparse.pth", _pth({"s": torch.eye(3).to_sparse()}), ("'s'", "sparse_coo", "to_dense")),
     ("meta.pth", _pth({"m": torch.empty(3, 3, device="meta")}), ("'m'", "meta")),
@@ -289,7 +289,7 @@ def test_empty_vector_and_scalar_survive_ckpt(workdir: Path) -> None:
 
 
 def test_leading_dot_name_converts(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A tensor named '.a' (found by test_fuzz_readers) converts or is refused in one line, never an internal
+    """A tensor named '.a' (found by tests/fuzz/test_readers.py) converts or is refused in one line, never an internal
     error."""
     (workdir / "dot.ckpt").write_bytes(ckpt_bytes(".a", [1], "Float32", F4[:4]))
     proc = align_in_process(capsys, "convert", "dot.ckpt", "-o", "out.safetensors")
