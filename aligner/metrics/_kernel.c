@@ -13,8 +13,13 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define BLOCK 2048
 
@@ -26,13 +31,102 @@ typedef struct {
 /* Compile the vectorized loops for AVX-512 and AVX2 too; the loader picks the best one the CPU has. */
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define MULTIVERSION 1
 #else
 #define CLONES
+#define MULTIVERSION 0
 #endif
 
-/* Non-negative floats order like their bit patterns as unsigned integers, and integer max reductions
- * vectorize where floating-point ones (with their NaN rules) do not. */
-#define DEFINE_KERNEL(SUFFIX, T, UINT, FABS)                                                                  \
+#define MUL_ADD(x, y, acc) ((acc) + (x) * (y))
+#define FUSED(x, y, acc) __builtin_fma((x), (y), (acc))
+
+/* One element into lane J of the block's accumulators: sums in double, counts in 32 bits, peaks as bit patterns
+ * (non-negative floats order like their bit patterns as unsigned integers, and integer max reductions vectorize
+ * where floating-point ones, with their NaN rules, do not). */
+#define PAIR_LANE(SUFFIX, T, UINT, FABS, MULADD, J, X, Y)                                                     \
+    do {                                                                                                      \
+        T x = (X), y = (Y), d = x - y, ad = FABS(d), ay = FABS(y);                                            \
+        double xd = x, yd = y, dd = d;                                                                        \
+        saa[J] = MULADD(xd, xd, saa[J]); sbb[J] = MULADD(yd, yd, sbb[J]); sab[J] = MULADD(xd, yd, sab[J]);   \
+        sdd[J] = MULADD(dd, dd, sdd[J]); sum_abs[J] += fabs(dd);                                              \
+        mismatched[J] += ad > atol + rtol * ay;                                                               \
+        UINT pb = bits_##SUFFIX(ad);                                                                          \
+        peak[J] = pb > peak[J] ? pb : peak[J];                                                                \
+        /* x/0 = inf counts, 0/0 (both zero) does not; a mask, not a branch, keeps the loop vectorized */      \
+        UINT qb = bits_##SUFFIX(ad / ay) & -(UINT)(ad > 0);                                                   \
+        rel[J] = qb > rel[J] ? qb : rel[J];                                                                   \
+    } while (0)
+
+/* A block folded by L independent lanes (the tail into lane 0), so that the loop vectorizes with no reduction of
+ * one running sum; 0, totals untouched, when its sums come out non-finite. Built once per instruction set
+ * (ATTR), with L lanes filling its registers. */
+#define DEFINE_FINITE(NAME, ATTR, L, SUFFIX, T, UINT, FABS, MULADD)                                           \
+    ATTR static int NAME(const T *a, const T *b, int64_t n, T rtol, T atol, Totals *t)                        \
+    {                                                                                                         \
+        double saa[L] = {0}, sbb[L] = {0}, sab[L] = {0}, sdd[L] = {0}, sum_abs[L] = {0};                      \
+        int32_t mismatched[L] = {0};                                                                          \
+        UINT peak[L] = {0}, rel[L] = {0};                                                                     \
+        int64_t whole = n - n % L;                                                                            \
+        for (int64_t i = 0; i < whole; i += L)                                                                \
+            for (int j = 0; j < L; j++) PAIR_LANE(SUFFIX, T, UINT, FABS, MULADD, j, a[i + j], b[i + j]);      \
+        for (int64_t i = whole; i < n; i++) PAIR_LANE(SUFFIX, T, UINT, FABS, MULADD, 0, a[i], b[i]);          \
+        double s_aa = 0, s_bb = 0, s_ab = 0, s_dd = 0, s_abs = 0;                                             \
+        int64_t count = 0;                                                                                    \
+        UINT top = 0, top_rel = 0;                                                                            \
+        for (int j = 0; j < L; j++) {                                                                         \
+            s_aa += saa[j]; s_bb += sbb[j]; s_ab += sab[j]; s_dd += sdd[j]; s_abs += sum_abs[j];              \
+            count += mismatched[j];                                                                           \
+            top = peak[j] > top ? peak[j] : top;                                                              \
+            top_rel = rel[j] > top_rel ? rel[j] : top_rel;                                                    \
+        }                                                                                                     \
+        if (!isfinite(s_aa + s_bb + s_dd + s_abs)) return 0;                                                  \
+        t->saa += s_aa; t->sbb += s_bb; t->sab += s_ab; t->sdd += s_dd; t->sum_abs += s_abs;                  \
+        t->count += n; t->mismatched += count;                                                                \
+        if (value_##SUFFIX(top) > t->max_abs) new_peak_##SUFFIX(a, b, n, value_##SUFFIX(top), t);             \
+        if (value_##SUFFIX(top_rel) > t->max_rel) t->max_rel = value_##SUFFIX(top_rel);                       \
+        return 1;                                                                                             \
+    }
+
+#if MULTIVERSION
+#define TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
+#define TARGET_AVX2 __attribute__((target("avx2,fma")))
+/* The fold for this CPU, chosen once: AVX-512 (16 lanes), AVX2 (8), else the baseline (8). FAST: how the AVX
+ * builds add a product to a sum (FUSED for float32, whose products are exact in double, so one rounding either
+ * way: the same sums, in fewer instructions; float64 keeps the separate multiply and add). */
+#define DEFINE_FOLDS(SUFFIX, T, UINT, FABS, FAST)                                                             \
+    DEFINE_FINITE(finite_avx512_##SUFFIX, TARGET_AVX512, 16, SUFFIX, T, UINT, FABS, FAST)                     \
+    DEFINE_FINITE(finite_avx2_##SUFFIX, TARGET_AVX2, 8, SUFFIX, T, UINT, FABS, FAST)                          \
+    DEFINE_FINITE(finite_base_##SUFFIX, , 8, SUFFIX, T, UINT, FABS, MUL_ADD)                                  \
+    static int finite_block_##SUFFIX(const T *a, const T *b, int64_t n, T rtol, T atol, Totals *t)            \
+    {                                                                                                         \
+        static int (*const folds[])(const T *, const T *, int64_t, T, T, Totals *) = {                        \
+            finite_base_##SUFFIX, finite_avx2_##SUFFIX, finite_avx512_##SUFFIX};                              \
+        return folds[instruction_set()](a, b, n, rtol, atol, t);                                              \
+    }
+
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+static int isa_found; /* 0: baseline, 1: AVX2 with FMA, 2: AVX-512 (F, VL, BW, DQ) with FMA */
+
+static void find_instruction_set(void)
+{
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")
+                 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+    isa_found = avx512 ? 2 : avx2;
+}
+
+static int instruction_set(void)
+{
+    pthread_once(&isa_once, find_instruction_set);
+    return isa_found;
+}
+#else
+#define DEFINE_FOLDS(SUFFIX, T, UINT, FABS, FAST)                                                             \
+    DEFINE_FINITE(finite_block_##SUFFIX, , 8, SUFFIX, T, UINT, FABS, MUL_ADD)
+#endif
+
+#define DEFINE_KERNEL(SUFFIX, T, UINT, FABS, FAST)                                                            \
     static inline UINT bits_##SUFFIX(T x) { UINT u; memcpy(&u, &x, sizeof u); return u; }                   \
     static inline T value_##SUFFIX(UINT u) { T x; memcpy(&x, &u, sizeof x); return x; }                       \
                                                                                                               \
@@ -46,29 +140,7 @@ typedef struct {
         }                                                                                                     \
     }                                                                                                         \
                                                                                                               \
-    CLONES static int finite_block_##SUFFIX(const T *a, const T *b, int64_t n, T rtol, T atol, Totals *t)     \
-    {                                                                                                         \
-        double saa = 0, sbb = 0, sab = 0, sdd = 0, sum_abs = 0;                                               \
-        int64_t mismatched = 0;                                                                               \
-        UINT peak = 0, rel = 0;                                                                               \
-        for (int64_t i = 0; i < n; i++) {                                                                     \
-            T x = a[i], y = b[i], d = x - y, ad = FABS(d), ay = FABS(y);                                      \
-            double xd = x, yd = y, dd = d;                                                                    \
-            saa += xd * xd; sbb += yd * yd; sab += xd * yd; sdd += dd * dd; sum_abs += (double)ad;            \
-            mismatched += ad > atol + rtol * ay;                                                              \
-            UINT pb = bits_##SUFFIX(ad);                                                                      \
-            peak = pb > peak ? pb : peak;                                                                     \
-            /* x/0 = inf counts, 0/0 (both zero) does not; a mask, not a branch, keeps the loop vectorized */  \
-            UINT qb = bits_##SUFFIX(ad / ay) & -(UINT)(ad > 0);                                               \
-            rel = qb > rel ? qb : rel;                                                                        \
-        }                                                                                                     \
-        if (!isfinite(saa + sbb + sdd + sum_abs)) return 0;                                                   \
-        t->saa += saa; t->sbb += sbb; t->sab += sab; t->sdd += sdd; t->sum_abs += sum_abs;                    \
-        t->count += n; t->mismatched += mismatched;                                                           \
-        if (value_##SUFFIX(peak) > t->max_abs) new_peak_##SUFFIX(a, b, n, value_##SUFFIX(peak), t);           \
-        if (value_##SUFFIX(rel) > t->max_rel) t->max_rel = value_##SUFFIX(rel);                               \
-        return 1;                                                                                             \
-    }                                                                                                         \
+    DEFINE_FOLDS(SUFFIX, T, UINT, FABS, FAST)                                                                 \
                                                                                                               \
     static void exact_block_##SUFFIX(const T *a, const T *b, int64_t n, T rtol, T atol, Totals *t)            \
     {                                                                                                         \
@@ -101,8 +173,108 @@ typedef struct {
         }                                                                                                     \
     }
 
-DEFINE_KERNEL(f32, float, uint32_t, fabsf)
-DEFINE_KERNEL(f64, double, uint64_t, fabs)
+DEFINE_KERNEL(f32, float, uint32_t, fabsf, FUSED)
+DEFINE_KERNEL(f64, double, uint64_t, fabs, MUL_ADD)
+
+/* The same totals read straight from two files' pages in the page cache (mapped, not copied into a buffer first:
+ * reading large files through read() cost a copy as long as the kernel itself). A file cut short under a mapping
+ * raises SIGBUS on the first page past its new end: while this thread folds a mapping, SIGBUS jumps back here and
+ * the call reports the file as cut short; a SIGBUS anywhere else goes to the handler installed before this one
+ * (Python's faulthandler, or the default: the process dies as it would have). */
+static __thread sigjmp_buf *mapped_jump; /* set only while this thread reads its mappings */
+static __thread void *mapped_fault;      /* the address that raised it */
+static struct sigaction previous_bus;
+static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+static int bus_installed;
+
+static void on_bus(int sig, siginfo_t *info, void *context)
+{
+    sigjmp_buf *jump = mapped_jump;
+    if (jump) {
+        mapped_fault = info->si_addr;
+        siglongjmp(*jump, 1);
+    }
+    if (previous_bus.sa_flags & SA_SIGINFO) {
+        previous_bus.sa_sigaction(sig, info, context);
+    } else if (previous_bus.sa_handler != SIG_DFL && previous_bus.sa_handler != SIG_IGN) {
+        previous_bus.sa_handler(sig);
+    } else { /* the default action: a fault retried after return raises it again, with no handler left */
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+}
+
+static void install_bus(void)
+{
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_bus;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    bus_installed = sigaction(SIGBUS, &action, &previous_bus) == 0;
+}
+
+/* `bytes` of file `fd` from byte `offset`, mapped read-only; `*base` the start of the mapping, `*length` its size. */
+static const char *map_file(int fd, int64_t offset, int64_t bytes, void **base, size_t *length)
+{
+    int64_t page = sysconf(_SC_PAGESIZE), start = offset - offset % page;
+    *length = (size_t)(offset - start + bytes);
+    *base = mmap(NULL, *length, PROT_READ, MAP_SHARED, fd, (off_t)start);
+    return *base == MAP_FAILED ? NULL : (const char *)*base + (offset - start);
+}
+
+static int too_short(int fd, int64_t end)
+{
+    struct stat st;
+    return fstat(fd, &st) != 0 || st.st_size < end;
+}
+
+#define MAPPED_OK 0
+#define MAPPED_SHORT_A 1 /* a file is shorter than the data it was listed with: cut short since */
+#define MAPPED_SHORT_B 2
+#define MAPPED_UNMAPPABLE 3 /* mmap refused (a file system without it): the caller reads the files instead */
+
+/* Fold `n` elements of type `size` (4: float32, 8: float64) at byte `offset_a` of file `fd_a` and `offset_b` of
+ * `fd_b` into `t`, as aligner_accumulate would; `t` is left as it was unless the call returns MAPPED_OK. */
+int aligner_accumulate_mapped(int fd_a, int64_t offset_a, int fd_b, int64_t offset_b, int64_t n, int size,
+                              double rtol, double atol, Totals *t)
+{
+    pthread_once(&bus_once, install_bus);
+    if (!bus_installed || n <= 0 || (size != 4 && size != 8)) return MAPPED_UNMAPPABLE;
+    void *base_a = MAP_FAILED, *base_b = MAP_FAILED;
+    size_t length_a = 0, length_b = 0;
+    const char *a = map_file(fd_a, offset_a, n * size, &base_a, &length_a);
+    const char *b = a ? map_file(fd_b, offset_b, n * size, &base_b, &length_b) : NULL;
+    volatile int status = MAPPED_UNMAPPABLE;
+    if (a && b) {
+        Totals work = *t;
+        sigjmp_buf jump;
+        if (sigsetjmp(jump, 1) == 0) {
+            mapped_jump = &jump;
+            if (size == 4) aligner_accumulate_f32((const float *)a, (const float *)b, n, rtol, atol, &work);
+            else aligner_accumulate_f64((const double *)a, (const double *)b, n, rtol, atol, &work);
+            mapped_jump = NULL;
+            status = MAPPED_OK;
+        } else { /* a page is gone: its file was cut */
+            mapped_jump = NULL;
+            status = -1;
+        }
+        /* which file is short now (a cut inside the last page reads zeros, not SIGBUS: only its size tells) */
+        if (too_short(fd_a, offset_a + n * size)) {
+            status = MAPPED_SHORT_A;
+        } else if (too_short(fd_b, offset_b + n * size)) {
+            status = MAPPED_SHORT_B;
+        } else if (status == -1) { /* cut, then grown back: the faulting page names it */
+            const char *fault = mapped_fault;
+            int in_b = fault >= (const char *)base_b && fault < (const char *)base_b + length_b;
+            status = in_b ? MAPPED_SHORT_B : MAPPED_SHORT_A;
+        }
+        if (status == MAPPED_OK) *t = work;
+    }
+    if (base_a != MAP_FAILED) munmap(base_a, length_a);
+    if (base_b != MAP_FAILED) munmap(base_b, length_b);
+    return status;
+}
 
 /* Summary statistics of one array (what stats-only dumps record, aligner.metrics.stats.fast_stats): one pass
  * instead of a reduction per statistic. Extrema and sums over the finite elements, counts over all of them:

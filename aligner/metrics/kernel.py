@@ -7,6 +7,7 @@ cannot be forked, and a dump's writer thread folds statistics while the training
 from __future__ import annotations
 
 import ctypes
+import enum
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,19 @@ for _dtype, _suffix in ((np.dtype(np.float32), "f32"), (np.dtype(np.float64), "f
                            ctypes.c_double, ctypes.c_double, ctypes.c_int, ctypes.POINTER(StatsTotals))
 
 KERNEL_DTYPES = tuple(_FUNCTIONS)  # the element types the kernel computes in (native byte order)
+_MAPPED = _LIB.aligner_accumulate_mapped
+_MAPPED.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
+                    ctypes.c_double, ctypes.c_double, ctypes.POINTER(Totals)]
+_MAPPED.restype = ctypes.c_int
+
+
+class Mapped(enum.IntEnum):
+    """What folding two files' mapped pages gave (`accumulate_mapped`; the codes of aligner_accumulate_mapped)."""
+
+    OK = 0
+    SHORT_A = 1       # the first file is shorter than its data: cut short since it was listed, or while it was read
+    SHORT_B = 2       # the second file is
+    UNMAPPABLE = 3    # the files could not be mapped (a file system without mmap): read them instead
 
 
 def accumulate(a: np.ndarray, b: np.ndarray, rtol: float, atol: float, totals: Totals) -> None:
@@ -66,6 +80,15 @@ def accumulate(a: np.ndarray, b: np.ndarray, rtol: float, atol: float, totals: T
     if not (a.flags.c_contiguous and b.flags.c_contiguous):
         raise ValueError("kernel needs C-contiguous arrays")
     _FUNCTIONS[a.dtype](a.ctypes.data, b.ctypes.data, a.size, rtol, atol, ctypes.byref(totals))
+
+
+def accumulate_mapped(fd_a: int, offset_a: int, fd_b: int, offset_b: int, count: int, dtype: np.dtype,
+                      rtol: float, atol: float, totals: Totals) -> Mapped:
+    """Fold `count` elements of `dtype` (one of `KERNEL_DTYPES`) stored from byte `offset_a` of the open file `fd_a`
+    and `offset_b` of `fd_b` into `totals`, read from their mapped pages; `totals` changes only when this gives OK."""
+    if dtype not in _FUNCTIONS:
+        raise ValueError(f"kernel needs one of {KERNEL_DTYPES}, got {dtype}")
+    return Mapped(_MAPPED(fd_a, offset_a, fd_b, offset_b, count, dtype.itemsize, rtol, atol, ctypes.byref(totals)))
 
 
 def summarize(array: np.ndarray, near_zero: float, near_one: float, tiny: float, threads: int = 1) -> StatsTotals:

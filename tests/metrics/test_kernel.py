@@ -1,5 +1,8 @@
-"""The fused C kernel against torch.isclose and numpy references, with NaN/Inf/zeros/overflow across block edges."""
+"""The fused C kernel against torch.isclose and numpy references, with NaN/Inf/zeros/overflow across block edges;
+read from files' mapped pages as from memory, and files cut short under it."""
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -7,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aligner.metrics.kernel import Totals, accumulate
+from aligner.metrics.kernel import Mapped, Totals, accumulate, accumulate_mapped
 from aligner.metrics.measure import compare_arrays
 
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, "tiny", "max", "-max"]  # tiny: a denormal; max: squares overflow
@@ -98,3 +101,52 @@ def test_kernel_refuses_mismatched_or_strided_input() -> None:
     with pytest.raises(ValueError, match="C-contiguous"):
         accumulate(np.zeros(6, np.float32)[::2], np.zeros(3, np.float32), 0.0, 0.0, Totals())
 
+
+
+def _saved(path, array: np.ndarray, pad: int = 0) -> tuple[int, int]:
+    """`array` written raw after `pad` bytes of junk; (descriptor, data offset) of the file opened for reading."""
+    path.write_bytes(b"\xff" * pad + array.tobytes())
+    return os.open(path, os.O_RDONLY), pad
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), n=st.integers(1, 7000), dtype=st.sampled_from([np.float32, np.float64]),
+       pad=st.sampled_from([0, 8, 4096, 4104]))
+def test_mapped_files_fold_as_the_same_arrays_in_memory(tmp_path_factory, data: st.DataObject, n: int, dtype: type,
+                                                        pad: int) -> None:
+    """Read from the files' mapped pages (at any offset, page-aligned or not), the totals are those of the arrays
+    in memory, field for field: the same fold over the same blocks."""
+    a, b = _with_specials(data, n, dtype)
+    root = tmp_path_factory.mktemp("mapped")
+    (fa, offset_a), (fb, offset_b) = _saved(root / "a", a, pad), _saved(root / "b", b)
+    try:
+        mapped = Totals()
+        assert accumulate_mapped(fa, offset_a, fb, offset_b, n, a.dtype, 1.3e-6, 1e-5, mapped) == Mapped.OK
+    finally:
+        os.close(fa)
+        os.close(fb)
+    memory = Totals()
+    accumulate(a, b, 1.3e-6, 1e-5, memory)
+    for name, _ in Totals._fields_:
+        assert getattr(mapped, name) == getattr(memory, name), name
+
+
+@pytest.mark.parametrize("cut", ["a", "b"])
+@pytest.mark.parametrize("keep", [4096, (1 << 20) - 8])  # a page in (SIGBUS on the next one) / inside the last page
+def test_a_file_shorter_than_its_data_is_named_and_the_totals_left_alone(tmp_path, cut: str, keep: int) -> None:
+    """A file cut short under its listing: the mapped fold says which one (past the cut the pages are gone, SIGBUS
+    jumps back; inside the last page they read as zeros, the size tells) and leaves the running totals as they were."""
+    n = 1 << 18  # 1 MiB of float32
+    fds = {}
+    for side in ("a", "b"):
+        fds[side] = _saved(tmp_path / side, np.ones(n, np.float32))[0]
+    os.truncate(tmp_path / cut, keep)
+    totals = Totals()
+    accumulate(np.ones(5, np.float32), np.ones(5, np.float32), 0.0, 0.0, totals)
+    try:
+        done = accumulate_mapped(fds["a"], 0, fds["b"], 0, n, np.dtype(np.float32), 0.0, 0.0, totals)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    assert done == (Mapped.SHORT_A if cut == "a" else Mapped.SHORT_B)
+    assert (totals.offset, totals.count, totals.saa) == (5, 5, 5.0)
