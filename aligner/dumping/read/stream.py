@@ -1,0 +1,320 @@
+"""A dump's records as a stream, so `align check` and `align compare` read a manifest of any length in bounded memory.
+
+    with open_stream(path) as stream:     # header read and checked as read_source checks it (same one-line errors)
+        for item in stream:               # Items in execution order, `same_as` links resolved as read_source does
+            ...
+        stream.problems                   # the manifest lines that did not parse, met so far
+
+The items are those `read_source` gives for the same directory, in the same order: its `items` (sorted by (step,
+seq)) with the parameter values (kind "param", its `params`) in their place among them. Call records (kind "call")
+are not items: replay and repro read them with `read_source`, which stays the reader for random access. A directory
+without a manifest (a plain folder of .npy files, another tool's dump) is read whole by `read_source` and streamed
+from memory.
+
+Order. aligner.dump writes records in execution order ((step, seq) never decreasing). A manifest out of that order
+(edited by hand, concatenated) raises `UnorderedError` before the first record out of place is yielded: the caller reads
+it with `read_source` instead (its sort gives the order). Once iteration ends without records, the error is
+read_source's ("no records to compare").
+
+Memory, the bound: the records of the block of lines being decoded and of the block before it (`manifest.BLOCK`
+bytes each, ~20,000 stats-only records), a link table of 16 bytes per record of the current step (seq -> where its
+line is), up to `CACHED_BLOCKS` blocks decoded again to resolve a link to a record older than the previous block,
+and the first `MAX_PROBLEMS` problem lines. Nothing else grows with the number of records.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+from array import array
+from bisect import bisect_right
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO, Iterator, Mapping, cast
+
+import msgspec
+
+from aligner.core.dtypes import canonical
+from aligner.core.errors import AlignerError
+from aligner.core.files import open_input
+from aligner.core.nesting import TOO_DEEP, NestingError
+from aligner.dumping import manifest
+from aligner.dumping.manifest import Kind, Record
+from aligner.dumping.read.foreign.layout import inside
+from aligner.dumping.read.source import Item, _resolve, read_source
+
+MAX_PROBLEMS = 1000  # problem lines kept word for word (a manifest of garbage lines must not grow memory either)
+CACHED_BLOCKS = 4    # blocks decoded again for links to records older than the previous block, kept at once
+BLOCK = 1 << 23      # bytes of record lines decoded in one call (the block's last line is read to its end)
+CALL, PARAM = Kind.CALL, Kind.PARAM
+
+
+class UnorderedError(Exception):
+    """The manifest's records are not in execution order: a stream cannot give read_source's order (read it with
+    read_source; nothing the stream yielded so far was out of order)."""
+
+
+@dataclasses.dataclass
+class Stream:
+    """One dump read as a stream: what its header says, the problem lines met so far, and its items (iterate once,
+    inside the `with` block)."""
+
+    root: Path
+    framework: str           # a Framework value, or what the manifest says ("unknown" without a header)
+    mode: str                # "full" | "stats" | "npy" (plain directory of .npy files)
+    problems: list[str]      # unparsable manifest lines, in file order (the first MAX_PROBLEMS)
+    _items: Iterator[Item]
+    _fh: BinaryIO | None = None
+
+    def __iter__(self) -> Iterator[Item]:
+        return self._items
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the manifest (iteration ends)."""
+        if self._fh is not None:
+            self._fh.close()
+
+
+def open_stream(path: str | os.PathLike, *, trust_pickle: bool = False) -> Stream:
+    """The dump at `path` as a `Stream` (a directory with a manifest; anything else read_source reads, whole);
+    AlignerError (one line) where read_source raises one before its first record: no such directory, a manifest
+    that is a link out, a FIFO or not readable, a header nested too deep or of an unknown version."""
+    root = Path(path)
+    if not root.exists():
+        raise AlignerError(f"{root}: no such directory")
+    if not root.is_dir():
+        raise AlignerError(f"{root}: not a directory (expected a dump directory or a directory of .npy files)")
+    if not os.path.lexists(root / manifest.MANIFEST):
+        source = read_source(root, trust_pickle=trust_pickle)
+        items = [*source.items, *source.params.values()]
+        items.sort(key=lambda it: (it.record.step, it.record.seq))
+        return Stream(root, source.framework, source.mode, source.problems, iter(items))
+    real = root.resolve()
+    _, why = inside(root, manifest.MANIFEST, real)
+    if why is not None:
+        raise AlignerError(f"{root}: {why}")
+    try:
+        fh = open_input(root / manifest.MANIFEST)  # a FIFO or device refused before it is opened
+    except OSError as exc:
+        raise AlignerError(f"{root}: cannot read {manifest.MANIFEST}: {exc}") from exc
+    try:
+        reader = _Reader(root, real, fh)
+    except BaseException:
+        fh.close()
+        raise
+    stream = Stream(root, reader.framework, reader.mode, reader.problems, reader.items(), fh)
+    return stream
+
+
+def decode_block(block: bytes, lineno: int, canonical_of: dict[str, str]) -> list[Record | str]:
+    """Each non-blank line of `block` (whole lines, the first one numbered `lineno`) as a Record, or the problem line
+    naming why it did not parse, as read_manifest reads them: decoded in one msgspec call, or line by line when the
+    block does not decode as a whole (a bad or blank line, a -Infinity only the json module reads)."""
+    count = block.count(b"\n") + (not block.endswith(b"\n"))
+    try:
+        records = manifest._DECODER.decode_lines(block)
+    except (msgspec.DecodeError, RecursionError):
+        records = []
+    if len(records) != count:  # a bad or blank line: one at a time
+        return [entry if isinstance(entry, Record) else str(entry)
+                for entry in (manifest._entry(n, line) for n, line in enumerate(io.BytesIO(block), lineno)
+                              if line.strip())]
+    problems: dict[int, str] = {}
+    for i, rec in enumerate(records):  # what manifest._decode does, inlined (the loop every record goes through)
+        if (rec.args is not None or rec.attrs is not None) and manifest._record_too_deep(rec):
+            problems[i] = f"{manifest.MANIFEST} line {lineno + i}: {TOO_DEEP}"
+        elif rec.kind is CALL:
+            rec.dtype = ""
+        elif rec.skipped is None:  # a skipped record keeps the name of the dtype no reader supports
+            try:
+                rec.dtype = canonical_of[rec.dtype]
+            except KeyError:
+                try:
+                    rec.dtype = canonical_of[rec.dtype] = canonical(rec.dtype)
+                except AlignerError as exc:
+                    problems[i] = f"{manifest.MANIFEST} line {lineno + i}: {exc}"
+    out: list[Record | str] = list(records)
+    for i, problem in problems.items():
+        out[i] = problem
+    return out
+
+
+class _Reader:
+    """The manifest of one dump read block by block: its header at once, its items as `items()` is iterated."""
+
+    def __init__(self, root: Path, real: Path, fh: BinaryIO) -> None:
+        self.root, self.real, self.fh = root, real, fh
+        self.problems: list[str] = []
+        self.canonical_of: dict[str, str] = {}
+        self.framework, self.mode = "unknown", "full"
+        try:
+            first = fh.readline()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise AlignerError(f"{root}: cannot read {manifest.MANIFEST}: {exc}") from exc
+        self.first: list[Record | str] = []
+        if first.strip():
+            entry = manifest._entry(1, first)
+            if isinstance(entry, NestingError):
+                raise AlignerError(f"{root}: {entry}; not a manifest aligner wrote")
+            if isinstance(entry, dict):
+                version = entry.get("version")
+                if version not in manifest.READABLE_VERSIONS:
+                    raise AlignerError(f"{root}: dump format version {version!r}; this aligner reads versions "
+                                       f"{', '.join(map(str, manifest.READABLE_VERSIONS))} (a newer aligner wrote it?)")
+                self.framework, self.mode = str(entry.get("framework", "unknown")), str(entry.get("mode", "full"))
+            else:
+                self.first = [entry if isinstance(entry, Record) else str(entry)]
+        self.start = len(first)
+
+    def _blocks(self) -> Iterator[tuple[int, int, int, list[Record | str]]]:
+        """(offset, length, first line number, decoded entries) of line 1 when it is a record (offset -1), then of
+        each block of whole lines after it; AlignerError when the file cannot be read."""
+        if self.first:
+            yield -1, 0, 1, self.first
+        offset, lineno = self.start, 2
+        try:
+            while block := self.fh.read(BLOCK):
+                if not block.endswith(b"\n"):
+                    block += self.fh.readline()
+                yield offset, len(block), lineno, decode_block(block, lineno, self.canonical_of)
+                offset += len(block)
+                lineno += block.count(b"\n") + (not block.endswith(b"\n"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise AlignerError(f"{self.root}: cannot read {manifest.MANIFEST}: {exc}") from exc
+
+    def items(self) -> Iterator[Item]:
+        """Every item in file order, checked to be in execution order (`UnorderedError`); AlignerError at the end when
+        none was a record read_source lists (parameter values are not)."""
+        links = _Links(self)
+        step, seq = -1 << 62, -1 << 62  # of the last item
+        listed = 0
+        root, real, problems = self.root, self.real, self.problems
+        for offset, length, lineno, entries in self._blocks():
+            links.new_block(offset, length, lineno)
+            recent, seqs, where, base = links.recent, links.seqs, links.where, (len(links.blocks) - 1) << 32
+            for position, rec in enumerate(entries):  # the loop every record goes through: kept lean
+                if isinstance(rec, str):
+                    if len(problems) < MAX_PROBLEMS:
+                        problems.append(rec)
+                    continue
+                if rec.kind is CALL:
+                    continue
+                if rec.step != step:
+                    if rec.step < step:
+                        raise UnorderedError(f"{root}: step {rec.step} comes after step {step}")
+                    step = rec.step
+                    links.new_step()
+                    recent, seqs, where, base = links.recent, links.seqs, links.where, 0
+                elif rec.seq < seq:
+                    raise UnorderedError(f"{root}: record {rec.seq} comes after record {seq} in step {step}")
+                seq = rec.seq
+                item = Item(rec)
+                if rec.file:
+                    item.path, item.error = inside(root, rec.file, real)
+                if rec.same_as is not None:
+                    _resolve(item, cast(dict, links))
+                recent[seq] = item
+                seqs.append(seq)
+                where.append(base | position)
+                if rec.kind is not PARAM:
+                    listed += 1
+                yield item
+        if not listed:
+            why = f" ({len(problems)} unparsable manifest line(s): {problems[0]})" if problems else ""
+            raise AlignerError(f"{root}: no records to compare{why}")
+
+    def item(self, rec: Record) -> Item:
+        """A record as an Item, its tensor file confined to the dump (not yet linked)."""
+        item = Item(rec)
+        if rec.file:
+            item.path, item.error = inside(self.root, rec.file, self.real)
+        return item
+
+    def reread(self, offset: int, length: int, lineno: int) -> list[Record | str]:
+        """A block decoded again (its line 1 when `offset` is -1)."""
+        if offset < 0:
+            return self.first
+        try:
+            block = os.pread(self.fh.fileno(), length, offset)
+        except OSError as exc:
+            raise AlignerError(f"{self.root}: cannot read {manifest.MANIFEST}: {exc}") from exc
+        return decode_block(block, lineno, self.canonical_of)
+
+
+class _Links:
+    """Where each record of the current step is, to resolve `same_as` links: `get(seq)` is the latest record read
+    with that seq, as read_source's table gives it (a record of an earlier step fails its step check there, so only
+    the current step's records are kept)."""
+
+    def __init__(self, reader: _Reader) -> None:
+        self.reader = reader
+        self.recent: dict[int, Item] = {}  # the current block's items by seq
+        self.older: dict[int, Item] = {}   # the previous block's
+        self.seqs = array("q")             # the step's records in order: seq, and (block index << 32 | position)
+        self.where = array("q")
+        self.blocks: list[tuple[int, int, int]] = []  # the step's blocks: (offset, length, first line number)
+        self.cache: dict[int, dict[int, Item]] = {}   # block index -> its items decoded again, by position
+
+    def new_block(self, offset: int, length: int, lineno: int) -> None:
+        self.older, self.recent = self.recent, {}
+        self.blocks.append((offset, length, lineno))
+
+    def new_step(self) -> None:
+        self.recent, self.older = {}, {}
+        self.seqs, self.where = array("q"), array("q")
+        self.blocks = self.blocks[-1:]
+        self.cache.clear()
+
+    def get(self, seq: int) -> Item | None:
+        """The latest item read so far with this seq (None when the step has none)."""
+        found = self.recent.get(seq)
+        if found is None:
+            found = self.older.get(seq)
+        return found if found is not None else self._before(seq, len(self.blocks))
+
+    def _before(self, seq: int, block: int) -> Item | None:
+        """The latest item with this seq in a block before `block`, decoded again."""
+        i = bisect_right(self.seqs, seq) - 1
+        while i >= 0 and self.seqs[i] == seq and self.where[i] >> 32 >= block:
+            i -= 1
+        if i < 0 or self.seqs[i] != seq:
+            return None
+        index, position = self.where[i] >> 32, self.where[i] & 0xFFFFFFFF
+        return self._decoded(index).get(position)
+
+    def _decoded(self, index: int) -> dict[int, Item]:
+        """Block `index` of the step decoded again and its links resolved as when it was first read."""
+        if index in self.cache:
+            return self.cache[index]
+        items: dict[int, Item] = {}
+        local: dict[int, Item] = {}
+        for position, entry in enumerate(self.reader.reread(*self.blocks[index])):
+            if isinstance(entry, str) or entry.kind is CALL:
+                continue
+            item = self.reader.item(entry)
+            if entry.same_as is not None:
+                _resolve(item, cast(dict, _Lookup(local, self, index)))
+            local[entry.seq] = items[position] = item
+        if len(self.cache) >= CACHED_BLOCKS:
+            del self.cache[next(iter(self.cache))]
+        self.cache[index] = items
+        return items
+
+
+@dataclasses.dataclass
+class _Lookup:
+    """Where a record decoded again finds its producer: earlier in its own block, else in a block before it."""
+
+    local: Mapping[int, Item]
+    links: _Links
+    block: int
+
+    def get(self, seq: int) -> Item | None:
+        found = self.local.get(seq)
+        return found if found is not None else self.links._before(seq, self.block)
