@@ -41,7 +41,7 @@ from aligner.core.nesting import TOO_DEEP, NestingError
 from aligner.dumping import manifest
 from aligner.dumping.manifest import Kind, Record
 from aligner.dumping.read.foreign.layout import inside
-from aligner.dumping.read.source import Item, _resolve, read_source
+from aligner.dumping.read.source import Item, Source, _resolve, read_source
 
 MAX_PROBLEMS = 1000  # problem lines kept word for word (a manifest of garbage lines must not grow memory either)
 CACHED_BLOCKS = 4    # blocks decoded again for links to records older than the previous block, kept at once
@@ -91,10 +91,7 @@ def open_stream(path: str | os.PathLike, *, trust_pickle: bool = False) -> Strea
     if not root.is_dir():
         raise AlignerError(f"{root}: not a directory (expected a dump directory or a directory of .npy files)")
     if not os.path.lexists(root / manifest.MANIFEST):
-        source = read_source(root, trust_pickle=trust_pickle)
-        items = [*source.items, *source.params.values()]
-        items.sort(key=lambda it: (it.record.step, it.record.seq))
-        return Stream(root, source.framework, source.mode, source.problems, iter(items))
+        return stream_source(read_source(root, trust_pickle=trust_pickle))
     real = root.resolve()
     _, why = inside(root, manifest.MANIFEST, real)
     if why is not None:
@@ -110,6 +107,12 @@ def open_stream(path: str | os.PathLike, *, trust_pickle: bool = False) -> Strea
         raise
     stream = Stream(root, reader.framework, reader.mode, reader.problems, reader.items(), fh)
     return stream
+
+
+def stream_source(source: Source) -> Stream:
+    """A dump already read whole as a Stream: its items and parameter values in execution order."""
+    items = sorted([*source.items, *source.params.values()], key=lambda it: (it.record.step, it.record.seq))
+    return Stream(source.root, source.framework, source.mode, source.problems, iter(items))
 
 
 def decode_block(block: bytes, lineno: int, canonical_of: dict[str, str]) -> list[Record | str]:
