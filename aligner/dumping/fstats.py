@@ -4,8 +4,8 @@
 already in host memory: its statistics come from `tensor_stats` over a zero-copy numpy view, computed at once (a later
 in-place op cannot change them). A tensor on an accelerator is reduced by its own framework on its own device
 (`torch_stats`, `mindspore_stats`): a few reductions, float64 sums, and one transfer of an 11-number vector (a second
-one only when the tensor holds NaN or Inf, to redo min/max/mean/L2 over the finite elements). Both give the keys and
-the numbers of `aligner.metrics.stats.tensor_stats`: counts and min/max exactly, mean and L2 to float64 rounding.
+one only when the tensor holds NaN or Inf, to redo min/max/mean/L2 over the finite elements). Both give the `Stats`
+of `aligner.metrics.stats.tensor_stats`: counts and min/max exactly, mean and L2 to float64 rounding.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from aligner.metrics.stats import (
     NEAR_ONE,
     NEAR_ZERO,
     TINY,
+    Stats,
     empty_stats,
     extrema_only,
     fast_stats,
@@ -40,7 +41,7 @@ def on_host(tensor: Any) -> bool:
     return ms is not None and isinstance(tensor, ms.Tensor) and _ms_on_cpu(tensor)
 
 
-def stats_of(tensor: Any) -> dict[str, Any]:
+def stats_of(tensor: Any) -> Stats:
     """`tensor_stats` of a torch/MindSpore tensor or numpy array, without copying a device tensor to the host."""
     if isinstance(tensor, np.ndarray):
         return tensor_stats(tensor)
@@ -59,7 +60,7 @@ def stats_of(tensor: Any) -> dict[str, Any]:
                        f"got {type(tensor).__name__}")
 
 
-def fast_stats_of(tensor: Any) -> dict[str, Any]:
+def fast_stats_of(tensor: Any) -> Stats:
     """The statistics a dump records of a tensor already in host memory, computed now without copying it: one pass of
     the fused kernel (`fast_stats`) over a zero-copy view for float32/float64, on the calling thread (a second
     kernel thread measured slower inside a training step: it competes with the framework's pool, whose threads spin
@@ -72,21 +73,20 @@ def fast_stats_of(tensor: Any) -> dict[str, Any]:
     return fast_stats(tensor if isinstance(tensor, np.ndarray) else _ms_view(tensor))
 
 
-def _assemble(floating: bool, numel: int, head: list[float], counts: list[float]) -> dict[str, Any]:
-    """The stats dict from the transferred vector: [min, max, sum, sum of squares] over the finite elements and the
+def _assemble(floating: bool, numel: int, head: list[float], counts: list[float]) -> Stats:
+    """The statistics from the transferred vector: [min, max, sum, sum of squares] over the finite elements and the
     counts [nan, inf, zeros, |v| <= NEAR_ZERO, |v| >= NEAR_ONE, |v| < TINY]."""
     nan, inf, zeros, near_zero, near_one, below = (int(c) for c in counts)
     finite = numel - nan - inf
-    out: dict[str, Any] = {"min": None, "max": None, "mean": None, "l2": None if floating else 0.0,
-                           "nan": nan, "inf": inf}
-    if finite:
-        low, high, total, squares = head
-        out.update(min=float(low), max=float(high), mean=float(total) / finite, l2=float(np.sqrt(squares)))
-    out.update(fractions(numel, zeros, near_zero, near_one, below))
-    return out
+    rest = fractions(numel, zeros, near_zero, near_one, below)
+    if not finite:
+        return Stats(min=None, max=None, mean=None, l2=None if floating else 0.0, nan=nan, inf=inf, **rest)
+    low, high, total, squares = head
+    return Stats(min=float(low), max=float(high), mean=float(total) / finite, l2=float(np.sqrt(squares)), nan=nan,
+                 inf=inf, **rest)
 
 
-def torch_stats(tensor: Any) -> dict[str, Any]:
+def torch_stats(tensor: Any) -> Stats:
     """`tensor_stats` computed by torch on the tensor's own device; one host transfer of a small vector."""
     import torch
 
@@ -116,7 +116,7 @@ def torch_stats(tensor: Any) -> dict[str, Any]:
     return _assemble(floating, numel, values[:4], values[4:])
 
 
-def mindspore_stats(tensor: Any) -> dict[str, Any]:
+def mindspore_stats(tensor: Any) -> Stats:
     """`tensor_stats` computed by MindSpore on the tensor's own device; one host transfer of a small vector."""
     import mindspore as ms
     from mindspore import mint, ops
@@ -182,7 +182,7 @@ def _ms_view(tensor: Any) -> np.ndarray:
     return array.view(np.uint16).view(to_numpy("bfloat16")) if array.dtype.name == "bfloat16" else array
 
 
-def torch_watch_stats(tensor: Any, full: bool) -> dict[str, Any]:
+def torch_watch_stats(tensor: Any, full: bool) -> Stats:
     """What `aligner.watch` reads of a CPU float torch tensor, at once (no copy, so a later in-place op cannot change
     it): with `full`, every statistic (`fast_stats_of`: one pass); without, the exact extrema and NaN/Inf counts in
     one `aminmax` pass (every statistic when there is a NaN or Inf)."""

@@ -33,6 +33,7 @@ from aligner.core.errors import AlignerError
 from aligner.core.files import open_input
 from aligner.core.nesting import TOO_DEEP, NestingError, json_loads, too_deep
 from aligner.core.version import __version__
+from aligner.metrics.stats import Stats
 
 MANIFEST = "manifest.jsonl"
 TENSOR_DIR = "tensors"
@@ -124,7 +125,7 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     dtype: str
     shape: list[Annotated[int, msgspec.Meta(ge=0)]]
     step: int = 0
-    stats: dict[str, int | float | None] | None = None
+    stats: Stats | None = None
     file: str | None = None
     call: int | None = None
     parent: str | None = None
@@ -138,6 +139,8 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
 
     def to_json(self) -> str:
         data = msgspec.structs.asdict(self)
+        if self.stats is not None:
+            data["stats"] = self.stats.to_dict()
         for name in _OPTIONAL:  # only call and input records carry these: no null on every other line
             if data[name] is None:
                 del data[name]

@@ -23,6 +23,7 @@ from aligner.dumping.tensors import (
     unstorable,
     view_key,
 )
+from aligner.metrics.stats import Stats
 
 # False: stats-only captures copy every tensor to the host and the sink computes its statistics there (the path
 # before in-framework statistics; scripts/bench_dump.py switches it off for its "before" column)
@@ -193,7 +194,7 @@ class Session:
         without strides) is a skipped record saying why: a dump never breaks the forward it records. `grad`: a
         gradient that a deferred record makes a link at the flush if it views the last gradient's memory."""
         array: np.ndarray | None = None
-        stats: dict[str, int | float | None] | None = None
+        stats: Stats | None = None
         skipped: str | None = None
         held: Any = None
         try:

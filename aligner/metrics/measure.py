@@ -15,11 +15,13 @@ import operator
 from typing import Any, Iterable, Iterator, Mapping, Protocol
 
 import numpy as np
+from msgspec import UNSET
 
 from aligner.core.dtypes import INTEGER, canonical, contiguous
 from aligner.core.result import number, typed
 from aligner.core.tolerance import Tolerance
 from aligner.metrics.kernel import Totals, accumulate
+from aligner.metrics.stats import Stats, known
 
 CHUNK = 1 << 18  # elements per chunk: one kernel call per MiB of float32; converted chunks stay in L2 cache
 
@@ -297,7 +299,7 @@ def compare_arrays(a: Any, b: Any, tolerance: Tolerance | None = None) -> Metric
     return compare_streams(MemoryStream(np.asarray(a)), MemoryStream(np.asarray(b)), tolerance)
 
 
-def compare_stats(stats_a: dict[str, Any], stats_b: dict[str, Any], shape_a: tuple[int, ...],
+def compare_stats(stats_a: Stats, stats_b: Stats, shape_a: tuple[int, ...],
                   shape_b: tuple[int, ...], dtype_a: str, dtype_b: str,
                   tolerance: Tolerance | None = None) -> Metrics:
     """Compare statistics-only records (min/max/mean/l2 over finite values, NaN/Inf counts).
@@ -313,26 +315,26 @@ def compare_stats(stats_a: dict[str, Any], stats_b: dict[str, Any], shape_a: tup
     if not same_order(m.shape_a, m.shape_b):
         m.method = Method.NONE
         return m
-    get_a, get_b = stats_a.get, stats_b.get
-    m.nan_a, m.nan_b = int(get_a("nan") or 0), int(get_b("nan") or 0)
-    m.inf_a, m.inf_b = int(get_a("inf") or 0), int(get_b("inf") or 0)
-    m.norm_a, m.norm_b = norm_a, norm_b = get_a("l2"), get_b("l2")
+    a, b = stats_a, stats_b
+    m.nan_a, m.nan_b = int(a.nan or 0), int(b.nan or 0)
+    m.inf_a, m.inf_b = int(a.inf or 0), int(b.inf or 0)
+    m.norm_a, m.norm_b = norm_a, norm_b = known(a.l2), known(b.l2)
     failed = int(m.nan_a != m.nan_b) + int(m.inf_a != m.inf_b)
     n = max(m.numel - m.nan_b - m.inf_b, 1)
     rtol, atol = m.rtol, m.atol
-    extreme = atol + rtol * max(abs(get_b("min") or 0.0), abs(get_b("max") or 0.0))
+    extreme = atol + rtol * max(abs(b.min or 0.0), abs(b.max or 0.0))
     worst = 0.0
-    for key, allowed in (("max", extreme), ("min", extreme), ("mean", atol + rtol * (norm_b or 0.0) / math.sqrt(n)),
-                         ("l2", atol * math.sqrt(n) + rtol * (norm_b or 0.0))):
-        if key not in stats_a or key not in stats_b:  # not recorded on a side (msprobe omits Mean/Norm at times)
+    for va, vb, allowed, extremum in ((a.max, b.max, extreme, True), (a.min, b.min, extreme, True),
+                                      (a.mean, b.mean, atol + rtol * (norm_b or 0.0) / math.sqrt(n), False),
+                                      (a.l2, b.l2, atol * math.sqrt(n) + rtol * (norm_b or 0.0), False)):
+        if va is UNSET or vb is UNSET:  # not recorded on a side (msprobe omits Mean/Norm at times)
             continue
-        va, vb = stats_a[key], stats_b[key]
         if va is None or vb is None:  # None: no finite element on that side
             failed += (va is None) != (vb is None)
             continue
         err = abs(va - vb)
         failed += err > allowed
-        if key != "mean" and key != "l2" and err > worst:
+        if extremum and err > worst:
             worst = err
     m.mismatched = failed
     m.max_abs_err = float(worst)  # a lower bound on the elementwise max abs error

@@ -13,6 +13,7 @@ import re
 import sys
 from typing import Any, Iterable, Mapping
 
+import msgspec
 import numpy as np
 
 from aligner.core.buffers import is_buffer
@@ -22,7 +23,7 @@ from aligner.core.frameworks import Framework
 from aligner.core.result import PassedByExitCode, check_schema, typed
 from aligner.dumping.tensors import to_host
 from aligner.io import TensorSource, open_checkpoint
-from aligner.metrics.stats import tensor_stats
+from aligner.metrics.stats import Stats, tensor_stats
 
 
 class TensorKind(str, enum.Enum):
@@ -46,12 +47,13 @@ class TensorRow:
     bytes: int
     kind: TensorKind
     trainable: bool | None = None
-    stats: dict[str, Any] | None = None
+    stats: Stats | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "numel": self.numel,
                "bytes": self.bytes, "kind": self.kind.value, "trainable": self.trainable}
-        out.update(self.stats or {})
+        if self.stats is not None:
+            out.update(self.stats.to_dict())
         return out
 
 
@@ -139,11 +141,12 @@ def _row_from(d: Mapping[str, Any]) -> TensorRow:
     """A TensorRow from its dict: the keys beyond the row's own are its statistics ("nan"/"inf" strings back to
     floats, counts kept as they are)."""
     stats = {k: float(v) if isinstance(v, str) else v for k, v in d.items() if k not in _ROW_KEYS}
+    recorded = msgspec.convert(stats, Stats) if stats else None  # ValueError for a bad one; unknown keys ignored
     return TensorRow(typed(d["name"], str, "name"), tuple(typed(n, int, "dimension") for n in d["shape"]),
                      typed(d["dtype"], str, "dtype"), typed(d["numel"], int, "numel"), typed(d["bytes"], int, "bytes"),
                      TensorKind(d["kind"]), d["trainable"] if d["trainable"] is None else typed(d["trainable"], bool,
                                                                                                 "trainable"),
-                     stats or None)
+                     recorded)
 
 
 def _kind(name: str) -> TensorKind:
@@ -160,9 +163,10 @@ def _compile(pattern: str | None) -> re.Pattern[str] | None:
 STATS_CHUNK = 1 << 20  # elements per piece when statistics stream a stored tensor
 
 
-def streamed_stats(chunks: Iterable[np.ndarray], dtype: str) -> dict[str, Any]:
+def streamed_stats(chunks: Iterable[np.ndarray], dtype: str) -> Stats:
     """`tensor_stats` over a tensor given as flat pieces, one piece in memory at a time: min/max/mean/L2 norm over
-    the finite elements (None if there are none) and NaN/Inf counts; the mean is summed in float64 piece by piece."""
+    the finite elements (None if there are none) and NaN/Inf counts (the fractions not computed: unset); the mean is
+    summed in float64 piece by piece."""
     floating = dtype in FLOATING
     low, high, total, squares, count, nan, inf = np.inf, -np.inf, 0.0, 0.0, 0, 0, 0
     for piece in chunks:
@@ -184,8 +188,8 @@ def streamed_stats(chunks: Iterable[np.ndarray], dtype: str) -> dict[str, Any]:
         squares += float(np.einsum("i,i->", wide, wide))
         count += values.size
     if not count:
-        return {"min": None, "max": None, "mean": None, "l2": None if floating else 0.0, "nan": nan, "inf": inf}
-    return {"min": low, "max": high, "mean": total / count, "l2": float(np.sqrt(squares)), "nan": nan, "inf": inf}
+        return Stats(min=None, max=None, mean=None, l2=None if floating else 0.0, nan=nan, inf=inf)
+    return Stats(min=low, max=high, mean=total / count, l2=float(np.sqrt(squares)), nan=nan, inf=inf)
 
 
 def source_rows(source: TensorSource, pattern: re.Pattern[str] | None = None,

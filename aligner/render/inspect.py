@@ -4,14 +4,21 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from aligner.metrics.stats import Stats, known
 from aligner.pipelines.inspect import Counts, InspectResult, TensorRow
 from aligner.render.jsonout import write_json
 
-_STATS = ("min", "max", "mean", "nan", "inf")
+_STATS = ("min", "max", "mean", "nan", "inf")  # the columns of _stat_cells
 
 
 def _fmt(value: object) -> str:
     return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _stat_cells(stats: Stats) -> dict[str, str]:
+    """The statistics columns of a row ("-": none, or not computed)."""
+    return {"min": _fmt(known(stats.min)), "max": _fmt(known(stats.max)), "mean": _fmt(known(stats.mean)),
+            "nan": _fmt(known(stats.nan)), "inf": _fmt(known(stats.inf))}
 
 
 def _trainable(row: TensorRow) -> str:
@@ -28,8 +35,8 @@ def inspect_table(result: InspectResult) -> Table:
         table.add_column(col, overflow="fold", justify="left" if col in ("name", "dtype", "kind") else "right")
     for r in result.rows:
         cells = {"name": r.name, "shape": "x".join(map(str, r.shape)) or "scalar", "dtype": r.dtype,
-                 "kind": r.kind.value, "trainable": _trainable(r)}
-        table.add_row(*[cells[c] if c in cells else _fmt((r.stats or {}).get(c)) for c in cols])
+                 "kind": r.kind.value, "trainable": _trainable(r)} | _stat_cells(r.stats or Stats())
+        table.add_row(*[cells[c] for c in cols])
     return table
 
 

@@ -280,8 +280,8 @@ def test_stats_only_writes_no_tensor_files(tmp_path):
     # elements are off by ~1e-7 relative: 100x margin); extrema, NaN/Inf counts and fractions (exact below 65536
     # elements, all of this model's tensors) agree exactly
     for s, f in zip(stats, full):
-        exact = tensor_stats(load(tmp_path / "full", f))
-        for got in (s.stats, f.stats):
+        exact = tensor_stats(load(tmp_path / "full", f)).to_dict()
+        for got in (s.stats.to_dict(), f.stats.to_dict()):
             assert {k: v for k, v in got.items() if k not in ("mean", "l2")} == \
                 {k: v for k, v in exact.items() if k not in ("mean", "l2")}
             assert got["mean"] == pytest.approx(exact["mean"], rel=1e-5, abs=1e-7)

@@ -11,7 +11,7 @@ import torch
 
 from aligner.dumping.fstats import mindspore_stats, stats_of, torch_stats
 from aligner.dumping.tensors import to_host
-from aligner.metrics.stats import STAT_KEYS, TINY, tensor_stats
+from aligner.metrics.stats import STAT_KEYS, TINY, Stats, tensor_stats
 
 ms.set_context(mode=ms.PYNATIVE_MODE)
 RTOL = 1e-12  # mean and L2: float64 sums in a different order
@@ -33,7 +33,8 @@ CASES = {
 }
 
 
-def agree(got: dict, want: dict) -> None:
+def agree(got_stats: Stats, want_stats: Stats) -> None:
+    got, want = got_stats.to_dict(), want_stats.to_dict()
     assert list(got) == list(want) == list(STAT_KEYS)
     for key in STAT_KEYS:
         a, b = got[key], want[key]
@@ -76,7 +77,7 @@ def test_non_contiguous_and_requires_grad_tensors():
 
 def test_new_keys_mean_what_they_say():
     s = tensor_stats(np.array([0.0, 0.0, 1e-6, 0.005, 0.5, 0.995, -2.0, np.nan], np.float32))
-    assert s["numel"] == 8 and s["nan"] == 1
-    assert s["zeros"] == 2 / 8 and s["near_zero"] == 4 / 8 and s["near_one"] == 2 / 8
-    assert s["tiny"] == 1 / 6  # of the 6 nonzero elements (NaN is nonzero), one is below float16's smallest normal
-    assert tensor_stats(np.zeros(5, np.float32))["tiny"] == 0.0
+    assert s.numel == 8 and s.nan == 1
+    assert s.zeros == 2 / 8 and s.near_zero == 4 / 8 and s.near_one == 2 / 8
+    assert s.tiny == 1 / 6  # of the 6 nonzero elements (NaN is nonzero), one is below float16's smallest normal
+    assert tensor_stats(np.zeros(5, np.float32)).tiny == 0.0

@@ -12,15 +12,16 @@ from hypothesis import strategies as st
 
 from aligner.dumping.fstats import fast_stats_of, torch_watch_stats
 from aligner.metrics.kernel import summarize
-from aligner.metrics.stats import NEAR_ONE, NEAR_ZERO, PART, TINY, fast_stats, tensor_stats
+from aligner.metrics.stats import NEAR_ONE, NEAR_ZERO, PART, TINY, Stats, fast_stats, tensor_stats
 
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.01, 0.99, "tiny", "max", "-max"]  # max: squares overflow float
 
 
-def _assert_same(fast: dict, ref: dict, array: np.ndarray) -> None:
+def _assert_same(fast_stats: Stats, ref_stats: Stats, array: np.ndarray) -> None:
     """Counts and extrema exactly; mean and L2 to 1e-12 of their scale: double sums in another order differ by a few
     ulps of double (~1e-16 times n at worst) of the sum of |v| (the mean's scale: a sum that cancels, 3e38 - 3e38 +
     1e-8, is exact in neither order) or of the sum of squares (L2: no cancellation); 1e-12 leaves a 1000x margin."""
+    fast, ref = fast_stats.to_dict(), ref_stats.to_dict()
     assert fast.keys() == ref.keys()
     values = array[np.isfinite(array)].astype(np.float64)
     scale = {"mean": float(np.abs(values).mean()) if values.size else 0.0, "l2": ref["l2"] or 0.0}
@@ -59,8 +60,8 @@ def test_large_arrays_split_across_threads_give_the_whole_answer(threads: int) -
 
 def test_no_finite_element_leaves_extrema_unset() -> None:
     stats = fast_stats(np.array([np.nan, np.inf, -np.inf] * 700, np.float32))
-    assert (stats["min"], stats["max"], stats["mean"], stats["l2"]) == (None, None, None, None)
-    assert (stats["nan"], stats["inf"], stats["near_one"]) == (700, 1400, pytest.approx(2 / 3))
+    assert (stats.min, stats.max, stats.mean, stats.l2) == (None, None, None, None)
+    assert (stats.nan, stats.inf, stats.near_one) == (700, 1400, pytest.approx(2 / 3))
 
 
 def test_non_contiguous_and_other_dtypes_fall_back_to_the_reference() -> None:
@@ -77,7 +78,7 @@ def test_torch_tensors_read_in_place_on_the_framework_threads() -> None:
     _assert_same(fast_stats_of(t), ref, t.detach().numpy())
     _assert_same(torch_watch_stats(t, full=True), ref, t.detach().numpy())
     light = torch_watch_stats(t, full=False)
-    assert (light["min"], light["max"], light["mean"]) == (ref["min"], ref["max"], None)
+    assert (light.min, light.max, light.mean) == (ref.min, ref.max, None)
     t2 = torch.randn(20_000)
     t2[5] = float("nan")
     _assert_same(torch_watch_stats(t2, full=False), tensor_stats(t2.numpy()), t2.numpy())  # NaN: every statistic, exact
@@ -91,4 +92,5 @@ def test_a_mean_whose_float64_sum_overflows_is_the_finite_mean(values: list) -> 
     a = np.array([{"max": big, "-max": -big}.get(v, v) for v in values], np.float64)
     want = float(np.mean(a / a.size) * a.size)  # each term scaled first: no overflow, exact to a few ulps
     for stats in (tensor_stats(a), fast_stats(a)):
-        assert math.isfinite(stats["mean"]) and abs(stats["mean"] - want) <= 1e-15 * abs(want)
+        assert isinstance(stats.mean, float) and math.isfinite(stats.mean)
+        assert abs(stats.mean - want) <= 1e-15 * abs(want)

@@ -57,7 +57,7 @@ def test_model_filter_stats_and_bad_input():
     result = aligner.inspect_model(_torch_net(), pattern=r"^1\.", stats=True)
     assert [r.name for r in result.rows] == ["1.weight", "1.bias", "1.running_mean", "1.running_var",
                                              "1.num_batches_tracked"]
-    assert result.rows[0].stats["min"] == 1.0 and result.to_dict()["tensors"][0]["max"] == 1.0
+    assert result.rows[0].stats.min == 1.0 and result.to_dict()["tensors"][0]["max"] == 1.0
     with pytest.raises(AlignerError, match="inspect_model needs"):
         aligner.inspect_model({"w": np.zeros(2)})
     with pytest.raises(AlignerError, match="bad --filter"):

@@ -13,9 +13,10 @@ import operator
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator
+from typing import TYPE_CHECKING, Callable, Hashable, Iterator
 
 import numpy as np
+from msgspec import UNSET
 
 from aligner.core.dtypes import canonical, to_numpy, to_storable
 from aligner.core.errors import AlignerError
@@ -27,6 +28,7 @@ from aligner.dumping.read import foreign
 from aligner.dumping.read.foreign.layout import inside
 from aligner.io.npy_header import NpyHeader, NpyHeaderError, read_header
 from aligner.metrics.measure import MemoryStream, flat_chunks
+from aligner.metrics.stats import Stats
 
 if TYPE_CHECKING:  # what foreign.read_foreign returns (its module is loaded only for a foreign dump)
     from aligner.dumping.read.foreign.base import ForeignDump
@@ -61,13 +63,11 @@ class Item:
         return None
 
 
-_IDENTITY_KEYS = ("l2", "mean", "max", "min", "nan", "inf")
-
-
-def stats_identity(stats: dict[str, Any]) -> tuple:
+def stats_identity(stats: Stats) -> tuple:
     """What tells two stats-only records of one dump apart: equal L2 norm, mean, extrema and NaN/Inf counts (exact
-    floats) is the same tensor for data-flow purposes (a far cheaper key than every statistic)."""
-    return tuple(map(stats.get, _IDENTITY_KEYS))
+    floats; one not recorded counts as None) is the same tensor for data-flow purposes (a far cheaper key than every
+    statistic)."""
+    return tuple(None if v is UNSET else v for v in (stats.l2, stats.mean, stats.max, stats.min, stats.nan, stats.inf))
 
 
 @dataclasses.dataclass

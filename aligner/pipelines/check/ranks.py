@@ -29,14 +29,13 @@ from aligner.core.result import PassedByExitCode, typed
 from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.read.ranks import read_header, read_ranks
 from aligner.dumping.read.source import Item, Source, TensorError, load_tensor, read_source
+from aligner.metrics.stats import Stats, known
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.report import CheckReport
 from aligner.pipelines.check.rules import Evaluation
 from aligner.pipelines.check.run import check_source
 from aligner.pipelines.check.view import SkipError, nonfinite
 
-_STATS = ("min", "max", "mean", "l2")
-_COUNTS = ("nan", "inf")
 # normalisation statistics: each rank's own batches update them (DDP's broadcast_buffers copies rank 0's at the next
 # forward, after the step started; MindSpore keeps them as Parameters), so they differ across ranks without a bug
 _RUNNING = frozenset({"running_mean", "running_var", "num_batches_tracked", "moving_mean", "moving_variance"})
@@ -149,12 +148,13 @@ def _differ(a: Item, b: Item, limit: float) -> float | None:
             return None if x.tobytes() == y.tobytes() else _max_abs(x, y)
         diff = _max_abs(x, y)
         return None if diff <= limit else diff
-    sa, sb = a.record.stats or {}, b.record.stats or {}
-    if any(sa.get(k) != sb.get(k) for k in _COUNTS):
+    sa, sb = a.record.stats or Stats(), b.record.stats or Stats()
+    if known(sa.nan) != known(sb.nan) or known(sa.inf) != known(sb.inf):
         return math.inf
-    if any((sa.get(k) is None) != (sb.get(k) is None) for k in _STATS):
+    values = [(known(x), known(y)) for x, y in ((sa.min, sb.min), (sa.max, sb.max), (sa.mean, sb.mean), (sa.l2, sb.l2))]
+    if any((x is None) != (y is None) for x, y in values):
         return math.inf
-    diff = max((abs(float(sa[k] or 0) - float(sb[k] or 0)) for k in _STATS if sa.get(k) is not None), default=0.0)
+    diff = max((abs(float(x or 0) - float(y or 0)) for x, y in values if x is not None), default=0.0)
     return None if diff <= limit else diff
 
 
@@ -295,9 +295,9 @@ def _rule_nonfinite(ctx: _Ctx) -> list[Finding]:
         return []
     order = sorted(origins, key=lambda rank: (origins[rank].step, origins[rank].seq, rank))
     rank, rec = order[0], origins[order[0]]
-    st = rec.stats or {}
+    st = rec.stats or Stats()
     message = (f"the first NaN/Inf over {len(ctx.ranks)} ranks is on rank {rank} at step {rec.step}: {_words(rec)} "
-               f"({rec.type or rec.kind}) holds {st.get('nan') or 0} NaN and {st.get('inf') or 0} Inf")
+               f"({rec.type or rec.kind}) holds {st.nan or 0} NaN and {st.inf or 0} Inf")
     later = [f"rank {r} at step {origins[r].step} ({_words(origins[r])})" for r in order[1:]]
     if later:
         message += "; then " + ", ".join(later)

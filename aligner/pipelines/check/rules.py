@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 from aligner.core.findings import Finding, Severity
 from aligner.core.text import short_number as _g
 from aligner.dumping.manifest import Io, Kind, Record
+from aligner.metrics.stats import Stats, known
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.view import (
     GRAD_NORM,
@@ -63,7 +64,7 @@ def _need(ctx: _Ctx, records: Sequence[Record], key: str, what: str) -> None:
     """SkipError unless `records` exist and every one's statistics hold `key`."""
     if not records:
         raise SkipError(f"the dump has no {what}")
-    if any(key not in (ctx.view.stats(r) or {}) for r in records):
+    if any(not (ctx.view.stats(r) or Stats()).has(key) for r in records):
         raise SkipError(f"the statistics lack {key!r} (an older dump, or one without statistics): re-dump with this "
                    "aligner to check it")
 
@@ -88,8 +89,8 @@ def rule_nonfinite(ctx: _Ctx) -> list[Finding]:
     if not origins:
         return []
     s, rec = origins[0]
-    st = ctx.view.stats(rec) or {}
-    counts = f"{st.get('nan') or 0} NaN and {st.get('inf') or 0} Inf of {numel(rec)} elements"
+    st = ctx.view.stats(rec) or Stats()
+    counts = f"{st.nan or 0} NaN and {st.inf or 0} Inf of {numel(rec)} elements"
     if rec.kind == Kind.FORWARD and rec.io == Io.INPUT and rec.parent is None:
         why, fix = "the model's input already holds them", "check the data for missing values (checklist ds.01)"
     elif rec.kind == Kind.FORWARD and rec.io == Io.INPUT:
@@ -148,7 +149,7 @@ def rule_fp16_underflow(ctx: _Ctx) -> list[Finding]:
              if numel(r) >= least and (s, r.module) not in noise]
     _need(ctx, grads, "tiny", f"parameter gradients of {least}+ elements")
     for s in ctx.view.order:
-        hit = [(r, float((ctx.view.stats(r) or {}).get("tiny") or 0.0)) for r in grads if r.step == s]
+        hit = [(r, float((ctx.view.stats(r) or Stats()).tiny or 0.0)) for r in grads if r.step == s]
         hit = [(r, tiny) for r, tiny in hit if tiny >= fraction]
         if not hit:
             continue
@@ -255,11 +256,13 @@ def _updates(ctx: _Ctx) -> list[tuple[int, str, float, float, bool]]:
                 out.append((t, name, float(math.sqrt(((b - a) ** 2).sum())), float(math.sqrt((a ** 2).sum())),
                             True))
                 continue
-            sa, sb = ctx.view.stats(rec) or {}, ctx.view.stats(after[name]) or {}
-            if sa.get("l2") is None or sb.get("l2") is None:
+            sa, sb = ctx.view.stats(rec) or Stats(), ctx.view.stats(after[name]) or Stats()
+            la, lb = known(sa.l2), known(sb.l2)
+            if la is None or lb is None:
                 continue
-            same = all(sa.get(k) == sb.get(k) for k in ("min", "max", "mean", "l2"))
-            out.append((t, name, 0.0 if same else abs(float(sb["l2"]) - float(sa["l2"])), float(sa["l2"]), False))
+            same = la == lb and all(known(x) == known(y) for x, y in ((sa.min, sb.min), (sa.max, sb.max),
+                                                                        (sa.mean, sb.mean)))
+            out.append((t, name, 0.0 if same else abs(float(lb) - float(la)), float(la), False))
     return out
 
 
@@ -346,7 +349,7 @@ def rule_dead_relu(ctx: _Ctx) -> list[Finding]:
     _need(ctx, records, "zeros", f"outputs of {'/'.join(ctx.config('dead-relu', 'types'))} modules")
     found, seen = [], set()
     for rec in records:
-        zeros = float((ctx.view.stats(rec) or {}).get("zeros") or 0.0)
+        zeros = float((ctx.view.stats(rec) or Stats()).zeros or 0.0)
         if zeros >= limit and rec.module not in seen:
             seen.add(rec.module)
             found.append(ctx.finding(
@@ -367,8 +370,8 @@ def rule_saturated(ctx: _Ctx) -> list[Finding]:
         _need(ctx, sig, "near_zero", "sigmoid outputs")
     found, seen = [], set()
     for rec in sorted(sig + tanh, key=lambda r: (r.step, r.seq)):
-        st = ctx.view.stats(rec) or {}
-        share = float(st.get("near_one") or 0.0) + (float(st.get("near_zero") or 0.0) if rec in sig else 0.0)
+        st = ctx.view.stats(rec) or Stats()
+        share = float(st.near_one or 0.0) + (float(st.near_zero or 0.0) if rec in sig else 0.0)
         if share >= limit and rec.module not in seen:
             seen.add(rec.module)
             ends = "0 or 1" if rec in sig else "-1 or 1"
@@ -389,13 +392,14 @@ def rule_constant(ctx: _Ctx) -> list[Finding]:
         raise SkipError(f"the dump has no forward outputs of {least}+ elements")
     found, seen = [], set()
     for rec in outputs:
-        st = ctx.view.stats(rec) or {}
-        if st.get("min") is None or st.get("min") != st.get("max") or nonfinite(st) or rec.module in seen:
+        st = ctx.view.stats(rec) or Stats()
+        low = known(st.min)
+        if low is None or low != known(st.max) or nonfinite(st) or rec.module in seen:
             continue
-        if rec.type in relu and ctx.config.enabled("dead-relu") and "zeros" in st:
+        if rec.type in relu and ctx.config.enabled("dead-relu") and st.has("zeros"):
             continue  # dead-relu reports it
         seen.add(rec.module)
-        what = "all zeros" if st["min"] == 0 else f"the constant {_g(float(st['min']))}"
+        what = "all zeros" if low == 0 else f"the constant {_g(float(low))}"
         found.append(ctx.finding(
             "constant-activations", f"the output of {rec.module or 'the model'} ({rec.type}) is {what} "
             f"({numel(rec)} elements)", rec.module, rec.step,

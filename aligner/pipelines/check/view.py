@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from aligner.dumping.manifest import Io, Kind, Record
+from aligner.metrics.stats import Stats, known
 
 ArrayLoader = Callable[[Record], "np.ndarray | None"]
 # the probe names users save with aligner.save (docs/check.md)
@@ -22,16 +23,17 @@ def numel(rec: Record) -> int:
     return math.prod(rec.shape) if rec.shape else 1
 
 
-def nonfinite(stats: dict[str, Any] | None) -> bool:
+def nonfinite(stats: Stats | None) -> bool:
     """Whether a record's statistics count NaN or Inf elements."""
-    return stats is not None and bool((stats.get("nan") or 0) + (stats.get("inf") or 0))
+    return stats is not None and bool((stats.nan or 0) + (stats.inf or 0))
 
 
-def max_abs(stats: dict[str, Any] | None) -> float | None:
+def max_abs(stats: Stats | None) -> float | None:
     """The largest finite magnitude, from min and max."""
-    if not stats or stats.get("min") is None or stats.get("max") is None:
+    low, high = (known(stats.min), known(stats.max)) if stats else (None, None)
+    if low is None or high is None:
         return None
-    return max(abs(float(stats["min"])), abs(float(stats["max"])))
+    return max(abs(float(low)), abs(float(high)))
 
 
 @dataclasses.dataclass
@@ -51,7 +53,7 @@ class DumpView:
     def __init__(self, records: Sequence[Record], arrays: ArrayLoader | None = None) -> None:
         self.arrays = arrays
         by_seq = {r.seq: r for r in records}
-        self._stats: dict[int, dict[str, Any] | None] = {}
+        self._stats: dict[int, Stats | None] = {}
         self.steps: dict[int, Step] = {}
         first_forward: dict[str, int] = {}
         for rec in sorted(records, key=lambda r: (r.step, r.seq)):
@@ -72,15 +74,15 @@ class DumpView:
             elif rec.kind == Kind.PARAM_GRAD:
                 step.grads.setdefault(rec.module, rec)
             elif rec.kind == Kind.PROBE and rec.module not in step.probes and stats and numel(rec) >= 1:
-                value = stats.get("mean") if numel(rec) == 1 else stats.get("l2")
-                inf = stats.get("inf") or 0
+                value = known(stats.mean if numel(rec) == 1 else stats.l2)
+                inf = stats.inf or 0
                 if value is None or nonfinite(stats):
-                    value = math.inf if inf and not stats.get("nan") else math.nan
+                    value = math.inf if inf and not stats.nan else math.nan
                 step.probes[rec.module] = float(value)
         self.order = sorted(self.steps)
         self._depth = first_forward
 
-    def stats(self, rec: Record) -> dict[str, Any] | None:
+    def stats(self, rec: Record) -> Stats | None:
         return self._stats.get(id(rec), rec.stats)
 
     def weights(self, step: Step) -> list[str]:
@@ -101,7 +103,8 @@ class DumpView:
             return None
         if nonfinite(stats):
             return math.inf
-        return None if stats.get("l2") is None else float(stats["l2"])
+        l2 = known(stats.l2)
+        return None if l2 is None else float(l2)
 
     def global_norm(self, step: Step) -> float | None:
         """The norm over every parameter gradient of a step (what clip_grad_norm_ computes); inf on NaN/Inf."""

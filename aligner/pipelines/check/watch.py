@@ -36,7 +36,7 @@ from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session, activate
 from aligner.dumping.tensors import model_framework, shape_of
-from aligner.metrics.stats import SMALL, batch_extrema, batch_stats, watch_stats
+from aligner.metrics.stats import SMALL, Stats, batch_extrema, batch_stats, watch_stats
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.rules import Evaluation, evaluate
 
@@ -129,7 +129,7 @@ class _Deferred(Session):
                 self.seq += 1
                 return self.seq - 1
         dtype = tensor.dtype  # read once: a MindSpore tensor's dtype costs tens of microseconds
-        stats: dict[str, Any] | None
+        stats: Stats | None
         # a large CPU torch tensor: at once, in the fewest passes, no copy (torch_watch_stats); small ones are cheaper
         # in the step's batch (per-tensor op dispatch outweighs their few elements)
         if self._torch_cpu(tensor, dtype) and tensor.numel() >= SMALL:
@@ -199,7 +199,7 @@ class _Deferred(Session):
 
 def _nonfinite(records: list[Record], step: int) -> bool:
     """Whether a record of `step` holds NaN or Inf."""
-    return any(r.step == step and r.stats and (r.stats.get("nan") or r.stats.get("inf")) for r in records)
+    return any(r.step == step and r.stats and (r.stats.nan or r.stats.inf) for r in records)
 
 
 def _host_view(tensor: Any) -> np.ndarray:

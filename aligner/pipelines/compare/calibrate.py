@@ -124,9 +124,9 @@ def measure(ref: Item, twin: Item) -> Noise | str:
     sr, st = ref.record.stats, twin.record.stats
     if not (sr and st):
         return "no tensor and no statistics to measure"
-    diffs = [abs(float(a) - float(b)) for k in ("max", "min", "mean")
-             if isinstance(a := sr.get(k), (int, float)) and isinstance(b := st.get(k), (int, float))]
-    l2r, l2t = sr.get("l2"), st.get("l2")
+    diffs = [abs(float(a) - float(b)) for a, b in ((sr.max, st.max), (sr.min, st.min), (sr.mean, st.mean))
+             if isinstance(a, (int, float)) and isinstance(b, (int, float))]
+    l2r, l2t = sr.l2, st.l2
     if not diffs or not isinstance(l2r, (int, float)) or not isinstance(l2t, (int, float)):
         return "its statistics lack min/max/mean/l2"
     rel = abs(l2r - l2t) / l2t if l2t else (0.0 if l2r == l2t else math.inf)

@@ -19,11 +19,14 @@ import re
 from collections import defaultdict
 from typing import Callable, Hashable, Sequence
 
+from msgspec import UNSET
+
 from aligner import io, mapping  # the name planner, loaded only for PyTorch/MindSpore parameter gradients
 from aligner.core.frameworks import Framework
 from aligner.core.sequences import longest_increasing
 from aligner.dumping.manifest import INPUTS, Io, Kind, Record
 from aligner.dumping.read.source import Item, stats_identity
+from aligner.metrics.stats import known
 from aligner.pipelines.compare import ops as op_records  # aligner.dump(ops=True) records: see compare/ops.py
 
 Namer = Callable[[Record], "str | None"]  # the name a record is matched under (None: match by order only)
@@ -244,13 +247,14 @@ def same_layer(x: Item, y: Item) -> bool:
 
 def _content(x: Record, y: Record) -> float:
     """1 for statistics that agree to float noise, falling to 0 as they part (0 when either has none)."""
-    sx, sy = x.stats or {}, y.stats or {}
+    sx, sy = x.stats, y.stats
+    if not (sx and sy):
+        return 0.0
     worst = 0.0
-    for key in ("l2", "mean", "max", "min"):
-        vx, vy = sx.get(key), sy.get(key)
-        if vx is None or vy is None:
+    for vx, vy in ((sx.l2, sy.l2), (sx.mean, sy.mean), (sx.max, sy.max), (sx.min, sy.min)):
+        if vx is None or vy is None or vx is UNSET or vy is UNSET:
             return 0.0
-        scale = max(abs(vx), abs(vy), (sx.get("l2") or 0.0) / math.sqrt(max(math.prod(x.shape or [1]), 1)), 1e-30)
+        scale = max(abs(vx), abs(vy), (known(sx.l2) or 0.0) / math.sqrt(max(math.prod(x.shape or [1]), 1)), 1e-30)
         worst = max(worst, abs(vx - vy) / scale)
     return 1.0 if worst < 1e-4 else 0.7 if worst < 1e-2 else 0.3 if worst < 1e-1 else 0.0
 
@@ -338,7 +342,7 @@ def passthrough(items: Sequence[Item]) -> dict[int, int]:
             j += 1
         if rec.kind in _MODULE_KINDS and i > 0 and i == j:  # one record: an output equal to the one before
             before = records[i - 1].stats
-            if rec.io not in INPUTS and not (rec.stats and before and rec.stats.get("l2") != before.get("l2")):
+            if rec.io not in INPUTS and not (rec.stats and before and known(rec.stats.l2) != known(before.l2)):
                 for k in (i - 1, i):  # (a different L2 norm already tells most records from the one before)
                     if same[k] is None:
                         same[k] = _same(items[k])

@@ -33,8 +33,8 @@ def test_statistics_on_one_side_only_are_listed_not_an_input_error(tmp_path):
     """A record whose twin holds no statistics to compare its statistics with (msprobe keeps none for a boolean
     mask): counted and listed like a one-side record, exit 0 (it was exit 2 with `passed: true`), 1 with --strict."""
     x = np.arange(4.0)
-    a = _dump(tmp_path / "a", [_rec(0, "fc", file="tensors/x.npy"), _rec(1, "mask", stats=fast_stats_of(x))],
-              {"x": x})
+    a = _dump(tmp_path / "a", [_rec(0, "fc", file="tensors/x.npy"),
+                               _rec(1, "mask", stats=fast_stats_of(x).to_dict())], {"x": x})
     b = _dump(tmp_path / "b", [_rec(0, "fc", file="tensors/x.npy"), _rec(1, "mask", file="tensors/m.npy")],
               {"x": x, "m": x})
     proc = run_align("compare", a, b, "--json", "-")

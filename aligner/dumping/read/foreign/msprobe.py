@@ -29,6 +29,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
+import msgspec
 import numpy as np
 
 from aligner.core.dtypes import canonical, torch_to_numpy
@@ -38,6 +39,7 @@ from aligner.core.nesting import NestingError, json_loads
 from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.read.foreign.base import Entry, ForeignDump
 from aligner.dumping.read.foreign.layout import DUMP_JSON, STEP, inside, run_dirs
+from aligner.metrics.stats import Stats
 
 CONSTRUCT_JSON = "construct.json"
 TENSOR_DIR = "dump_tensor_data"
@@ -157,11 +159,12 @@ class _Reader:
         except AlignerError as exc:
             self.problems.append(f"{DUMP_JSON} {call!r}: {exc}")
             return
-        stats: dict[str, int | float | None] = {key: float(spec[name]) for name, key in STATS.items()
+        stats = {key: float(spec[name]) for name, key in STATS.items()
                  if isinstance(spec.get(name), (int, float)) and not isinstance(spec.get(name), bool)
                  and math.isfinite(spec[name])}
         name = spec.get("data_name")
-        record = Record(seq=len(self.entries), dtype=dtype, shape=list(shape), stats=stats or None,
+        record = Record(seq=len(self.entries), dtype=dtype, shape=list(shape),
+                        stats=msgspec.convert(stats, Stats) if stats else None,
                         file=f"{TENSOR_DIR}/{name}" if isinstance(name, str) else None, **fields)
         entry = Entry(record)
         self.entries.append(entry)

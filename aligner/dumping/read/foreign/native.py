@@ -41,6 +41,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+import msgspec
 import numpy as np
 
 from aligner.core.atomic import atomic_open
@@ -58,6 +59,7 @@ from aligner.dumping.read.foreign.layout import (
     is_native_rank,
     native_ranks,
 )
+from aligner.metrics.stats import Stats
 
 STATISTIC_CSV = "statistic.csv"
 CONFIG_NAME = "mindspore_dump_config.json"  # what native_dump_config writes into the dump directory
@@ -241,10 +243,13 @@ def _statistics(path: Path, rank: Path, graph: int, step: int, ops: dict[tuple[i
                         ops.setdefault(key, _Op(graph, key[1], row["Op Type"], (int(row["Timestamp"]), 0)))
                         ops[key].input0 = _shape(row["Shape"])
                     continue
-                stats: dict[str, int | float | None] = {key: float(row[column]) for column, key in
-                                                        _STAT_COLUMNS.items() if row.get(column)}
+                values: dict[str, float | int] = {key: float(row[column]) for column, key in _STAT_COLUMNS.items()
+                                                  if row.get(column)}
+                if "nan" in values:
+                    values["nan"] = int(values["nan"])
                 if all(row.get(c) for c in _INF_COLUMNS):
-                    stats["inf"] = sum(int(float(row[c])) for c in _INF_COLUMNS)
+                    values["inf"] = sum(int(float(row[c])) for c in _INF_COLUMNS)
+                stats = msgspec.convert(values, Stats)
                 name, slot = row["Op Name"], int(row["Slot"])
                 op = ops.setdefault((graph, name), _Op(graph, name, row["Op Type"], (int(row["Timestamp"]), 0)))
                 entry = op.outputs.get(slot)
@@ -254,7 +259,7 @@ def _statistics(path: Path, rank: Path, graph: int, step: int, ops: dict[tuple[i
                                     step=step)
                     op.outputs[slot] = entry = Entry(record)
                 entry.record.stats = stats
-            except (KeyError, TypeError, ValueError, AlignerError, csv.Error) as exc:
+            except (KeyError, TypeError, ValueError, OverflowError, AlignerError, csv.Error) as exc:
                 problems.append(f"{path.relative_to(rank)} line {lineno}: {exc}"[:300])
 
 
