@@ -1,6 +1,9 @@
 """`align compare A B`: compare two dump directories and name the record where the numbers part ways."""
 from __future__ import annotations
 
+import functools
+from typing import IO, Callable
+
 import click
 
 from aligner import render  # --html and the rank table: loaded on first use (render/__init__.py)
@@ -21,8 +24,18 @@ from aligner.core.tolerance import CALIBRATION_K, ToleranceSpec, parse_nonnegati
 from aligner.dumping.read.ranks import holds_ranks
 from aligner.pipelines import compare as pipeline  # multi-rank dumps: loaded on first use (compare/__init__.py)
 from aligner.pipelines.compare.engine import ENGINES, Engine, open_engine
+from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.run import compare
-from aligner.render.compare import incomplete, print_table, summary, write_compare_json, write_csv, zoom
+from aligner.pipelines.compare.stream import compare_streamed
+from aligner.render.compare import (
+    ReportSpool,
+    incomplete,
+    print_table,
+    summary,
+    write_compare_json,
+    write_csv,
+    zoom,
+)
 from aligner.render.console import make_console
 from aligner.render.jsonout import write_json as write_output
 from aligner.render.progress import terminal_progress
@@ -103,14 +116,20 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
                                   per_rank_only={"--calibrate": calibrate, "--csv": csv_out, "--html": html_out})
         finally:
             engine.close()
+    # streamed (compare/stream.py: rows into the reports' spools as they are made, a bounded window kept) unless a
+    # report needs every row: the table of --all, the HTML page's chart and table
+    spool = ReportSpool(json_rows=bool(json_out), csv_rows=bool(csv_out)) if json_out or csv_out else None
+    run = compare if full or html_out else functools.partial(compare_streamed, sink=spool)
     try:
-        result = compare(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=spec, bisect=bisect,
-                         workers=n_workers, strict=strict, calibrate=calibrate, calibrate_k=k,
-                         progress=terminal_progress(), engine=engine,
-                         trust_pickle=trust_pickle or trust_pickle_alias)
+        result = run(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=spec, bisect=bisect,
+                     workers=n_workers, strict=strict, calibrate=calibrate, calibrate_k=k,
+                     progress=terminal_progress(), engine=engine, trust_pickle=trust_pickle or trust_pickle_alias)
     finally:
         engine.close()
-    reports = [(path, writer) for path, writer in ((json_out, write_compare_json), (csv_out, write_csv)) if path]
+    spooled = spool if result.tally is not None else None  # the rows are in the spools, not in the result
+    reports: list[tuple[str, Callable[[CompareResult, IO[str]], None]]] = [
+        (path, functools.partial(writer, spool=spooled))
+        for path, writer in ((json_out, write_compare_json), (csv_out, write_csv)) if path]
     if html_out:
         reports.append((html_out, render.write_html))
     files = [(path, writer) for path, writer in reports if path != "-"]

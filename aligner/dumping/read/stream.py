@@ -65,6 +65,9 @@ class Stream:
     problems: list[str]      # unparsable manifest lines, in file order (the first MAX_PROBLEMS)
     _items: Iterator[Item]
     _fh: BinaryIO | None = None
+    # the call records that carry the module's attributes (its first call in a step), by (step, call id), met so
+    # far: what compare's settings of a blamed module read (one per module and step, not one per call)
+    calls: dict[tuple[int, int], Record] = dataclasses.field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Item]:
         return self._items
@@ -105,14 +108,15 @@ def open_stream(path: str | os.PathLike, *, trust_pickle: bool = False) -> Strea
     except BaseException:
         fh.close()
         raise
-    stream = Stream(root, reader.framework, reader.mode, reader.problems, reader.items(), fh)
+    stream = Stream(root, reader.framework, reader.mode, reader.problems, reader.items(), fh, reader.calls)
     return stream
 
 
 def stream_source(source: Source) -> Stream:
     """A dump already read whole as a Stream: its items and parameter values in execution order."""
     items = sorted([*source.items, *source.params.values()], key=lambda it: (it.record.step, it.record.seq))
-    return Stream(source.root, source.framework, source.mode, source.problems, iter(items))
+    return Stream(source.root, source.framework, source.mode, source.problems, iter(items),
+                  calls={key: rec for key, rec in source.calls.items() if rec.attrs})
 
 
 def decode_block(block: bytes, lineno: int, canonical_of: dict[str, str]) -> list[Record | str]:
@@ -154,6 +158,7 @@ class _Reader:
     def __init__(self, root: Path, real: Path, fh: BinaryIO) -> None:
         self.root, self.real, self.fh = root, real, fh
         self.problems: list[str] = []
+        self.calls: dict[tuple[int, int], Record] = {}
         self.canonical_of: dict[str, str] = {}
         self.framework, self.mode = "unknown", "full"
         try:
@@ -207,6 +212,8 @@ class _Reader:
                         problems.append(rec)
                     continue
                 if rec.kind is CALL:
+                    if rec.attrs and rec.call is not None:
+                        self.calls[(rec.step, rec.call)] = rec
                     continue
                 if rec.step != step:
                     if rec.step < step:

@@ -4,11 +4,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from aligner.core.errors import ExitCode
 from aligner.core.result import SCHEMAS, PassedByExitCode
 from aligner.core.tolerance import ToleranceSpec
+from aligner.dumping.manifest import Kind
 from aligner.pipelines import compare as package  # compare/saved.py, loaded only to read a saved result
 from aligner.pipelines.compare.evaluate import Row
 from aligner.pipelines.compare.matching import MatchedBy
@@ -24,26 +25,97 @@ _ROW_METRICS = ("method", "numel", "mismatched", "mismatch_fraction", "max_abs_e
 _ROW_VALUES = operator.attrgetter(*_ROW_METRICS)  # what Metrics.to_dict gives for these, max_abs_index a tuple
 
 
+class Firsts(Sequence[int]):
+    """Row indices of one kind in a streamed comparison: as long as their count, holding the first few (an index
+    past them raises IndexError); what reports read of `errors`, `skipped` and the reordered rows."""
+
+    def __init__(self, count: int, first: tuple[int, ...]) -> None:
+        self._count, self._first = count, first
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, k):
+        return list(self._first)[k] if isinstance(k, slice) else self._first[k]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._first)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tally:
+    """What a streamed comparison counted as its rows passed (it keeps only some rows: compare/stream.py)."""
+
+    matched: dict[str, int]
+    compared: int
+    firsts: dict[str, tuple[int, tuple[int, ...]]]  # "errors" | "skipped" | "reordered" -> (count, first indices)
+    op_parents: frozenset[str]  # the parents of the op records (whether a zoom-in was run)
+
+    def of(self, kind: str) -> Firsts:
+        return Firsts(*self.firsts[kind])
+
+
+@dataclasses.dataclass(frozen=True)
+class Streamed:
+    """How a comparison read its dumps: streamed (`evicted`: rows that left the verdict's window, 0 when the verdict
+    saw every row), or whole (`fallback`: why not streamed, a compare/stream.py Fallback value)."""
+
+    evicted: int | None
+    fallback: str | None = None
+
+
+def row_fields(i: int, row: Row, label: Any, calibration: Calibration | None,
+               not_calibrated: str | None = None) -> dict[str, Any]:
+    """Row i as flat data (a JSON/CSV record): `CompareResult.row_dict`, for a row whose result is not built yet."""
+    rec = row.pair.ref.record
+    a, b = row.pair.a, row.pair.b
+    out: dict[str, Any] = {
+        "row": i, "module": rec.module, "module_a": a.record.module if a else None, "type": rec.type,
+        "kind": rec.kind, "io": rec.io, "index": rec.index, "step": rec.step, "matched_by": row.pair.matched_by,
+        "status": row.status.value, "label": label,
+        "shape_a": a.record.shape if a else None, "shape_b": b.record.shape if b else None,
+        "dtype_a": a.record.dtype if a else None, "dtype_b": b.record.dtype if b else None,
+        "arg_a": a.record.arg if a else None, "arg_b": b.record.arg if b else None, "error": row.error,
+        "skipped": row.skipped,
+    }
+    if row.metrics is not None:  # attributes read in one C call: a report writes 100k rows and more
+        out.update(zip(_ROW_METRICS, _ROW_VALUES(row.metrics)))
+        if out["max_abs_index"] is not None:
+            out["max_abs_index"] = list(out["max_abs_index"])
+    if calibration is not None:
+        n = row.noise
+        out.update(calibrated=n is not None, noise_dtype=n.dtype if n else None, noise_abs=n.max_abs if n else None,
+                   noise_rel=n.rel_l2 if n else None, noise_method=n.method if n else None,
+                   above_noise=row.above_noise, not_calibrated=not_calibrated)
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class CompareResult(PassedByExitCode):
     """The comparison of the migrated side against the reference side, computed once (each row's Pair.a is the
     migrated side's record, Pair.b the reference's; a row's `_a`/`_b` fields follow them); `bool(result)` is
-    `passed`; a `Result` (aligner.core.result): `from_dict` reads a saved one back (compare/saved.py)."""
+    `passed`; a `Result` (aligner.core.result): `from_dict` reads a saved one back (compare/saved.py). A streamed
+    comparison (compare/stream.py) holds only some rows (`rows[i]` of another raises KeyError) and its counts in
+    `tally`; its report's rows were handed out as they were made."""
 
     migrated: str              # "dumps_ms/ (mindspore)": the side checked against the reference
     reference: str             # "dumps_pt/ (pytorch)"
-    rows: tuple[Row, ...]
+    rows: Sequence[Row]        # a tuple; a streamed comparison's kept rows (compare/stream.py's Kept)
     verdict: Verdict
     problems: tuple[str, ...]  # manifest lines that did not parse, per side
     tolerance: ToleranceSpec = dataclasses.field(default_factory=ToleranceSpec)
     strict: bool = False       # records on one side only fail the comparison
     calibration: Calibration | None = None  # tolerances measured against a float64 dump (compare --calibrate)
     maps: tuple[MsprobeMap, ...] = ()  # msprobe's mapping files read as the --map
+    streamed: Streamed | None = None  # how the dumps were read (None: whole, by run.compare called directly)
+    tally: Tally | None = None        # a streamed comparison's counts (None: counted from `rows`)
 
     @property
     def matched(self) -> dict[str, int]:
         """Pairs matched by name or by content; records only in A or only in the reference B; pass-through calls
         folded away on either side."""
+        if self.tally is not None:
+            return dict(self.tally.matched)
         out = {"name": 0, "content": 0, "unmatched_a": 0, "unmatched_b": 0, "folded_a": 0, "folded_b": 0}
         for r in self.rows:
             if r.pair.matched_by == MatchedBy.FOLDED:
@@ -60,11 +132,15 @@ class CompareResult(PassedByExitCode):
     def errors(self) -> list[int]:
         """Rows whose tensor files could not be read (status ERROR: tested here directly, as Row.status would test it,
         without a property call per row of a long comparison)."""
+        if self.tally is not None:
+            return self.tally.of("errors")  # type: ignore[return-value]
         return [i for i, r in enumerate(self.rows) if r.error and r.pair.a is not None and r.pair.b is not None]
 
     @functools.cached_property
     def unmatched(self) -> list[int]:
-        """Rows with a record on one side only (status UNMATCHED)."""
+        """Rows with a record on one side only (status UNMATCHED; none in a streamed comparison)."""
+        if self.tally is not None:
+            return []
         return [i for i, r in enumerate(self.rows)
                 if (r.pair.a is None or r.pair.b is None) and r.pair.matched_by != MatchedBy.FOLDED]
 
@@ -72,12 +148,38 @@ class CompareResult(PassedByExitCode):
     def skipped(self) -> list[int]:
         """Rows whose two records were read but hold nothing to compare them by (status SKIPPED): listed and counted
         like records on one side only, a failure only with `strict`."""
+        if self.tally is not None:
+            return self.tally.of("skipped")  # type: ignore[return-value]
         return [i for i, r in enumerate(self.rows) if r.skipped]
 
     @functools.cached_property
     def compared(self) -> int:
         """How many pairs had their numbers compared: none is never a pass."""
+        if self.tally is not None:
+            return self.tally.compared
         return sum(1 for r in self.rows if r.metrics is not None)
+
+    @functools.cached_property
+    def reordered(self) -> Sequence[int]:
+        """Diverged rows that hold the reference's rows in another order."""
+        if self.tally is not None:
+            return self.tally.of("reordered")
+        return [i for i, r in enumerate(self.rows) if r.metrics is not None and r.metrics.reordered]
+
+    @functools.cached_property
+    def op_parents(self) -> frozenset[str]:
+        """The modules whose forward holds op records (the zoom-in of a module was run)."""
+        if self.tally is not None:
+            return self.tally.op_parents
+        return frozenset(r.pair.ref.record.parent or "" for r in self.rows if r.pair.ref.record.kind == Kind.OP)
+
+    def holds(self, i: int) -> bool:
+        """Whether row i is held (a streamed comparison keeps some rows only)."""
+        try:
+            self.rows[i]
+        except KeyError:
+            return False
+        return True
 
     @property
     def exit_code(self) -> ExitCode:
@@ -95,31 +197,12 @@ class CompareResult(PassedByExitCode):
 
     def row_dict(self, i: int) -> dict[str, Any]:
         """One row as flat data (a JSON/CSV record)."""
-        row = self.rows[i]
-        rec = row.pair.ref.record
-        a, b = row.pair.a, row.pair.b
-        out: dict[str, Any] = {
-            "row": i, "module": rec.module, "module_a": a.record.module if a else None, "type": rec.type,
-            "kind": rec.kind, "io": rec.io, "index": rec.index, "step": rec.step, "matched_by": row.pair.matched_by,
-            "status": row.status.value, "label": self.verdict.labels.get(i),
-            "shape_a": a.record.shape if a else None, "shape_b": b.record.shape if b else None,
-            "dtype_a": a.record.dtype if a else None, "dtype_b": b.record.dtype if b else None,
-            "arg_a": a.record.arg if a else None, "arg_b": b.record.arg if b else None, "error": row.error,
-            "skipped": row.skipped,
-        }
-        if row.metrics is not None:  # attributes read in one C call: a report writes 100k rows and more
-            out.update(zip(_ROW_METRICS, _ROW_VALUES(row.metrics)))
-            if out["max_abs_index"] is not None:
-                out["max_abs_index"] = list(out["max_abs_index"])
-        if self.calibration is not None:
-            n = row.noise
-            out.update(calibrated=n is not None, noise_dtype=n.dtype if n else None, noise_abs=n.max_abs if n else None,
-                       noise_rel=n.rel_l2 if n else None, noise_method=n.method if n else None,
-                       above_noise=row.above_noise, not_calibrated=self.calibration.missing.get(i))
-        return out
+        missing = self.calibration.missing.get(i) if self.calibration is not None else None
+        return row_fields(i, self.rows[i], self.verdict.labels.get(i), self.calibration, missing)
 
     def finding_dict(self, f: Divergence) -> dict[str, Any]:
-        out = dataclasses.asdict(f) | {"module": self.module(f.first), "origin_module": self.module(f.origin)}
+        out = dataclasses.asdict(f) | {"reason": f.reason,   # Words stay whole (asdict would take them apart)
+                                       "module": self.module(f.first), "origin_module": self.module(f.origin)}
         noise = self.rows[f.origin].noise
         return out | ({"noise_dtype": noise.dtype, "noise_abs": noise.max_abs} if noise is not None else {})
 

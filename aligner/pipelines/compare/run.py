@@ -36,10 +36,10 @@ TRAINING_FLOOR = Tolerance(1e-4, 1e-4)
 _TRAINING_REASON = "the reference dump ran BatchNorm in training mode: batch statistics amplify rounding"
 
 
-def _label(source: Source) -> str:
+def label(root: Path, framework: str) -> str:
     """"dumps_ms/ (mindspore)": the framework a known name, or "unknown framework" (never the manifest's own text,
     which the zoom-in code and commands would otherwise echo)."""
-    return f"{source.root} ({Framework.parse(source.framework) or 'unknown framework'})"
+    return f"{root} ({Framework.parse(framework) or 'unknown framework'})"
 
 
 # Below either size one worker is fastest: per-pair Python work dominates, threads queue on the GIL and worker
@@ -58,7 +58,7 @@ def _parallel(pairs: list[Pair], workers: int) -> bool:
     return not (total < _PARALLEL_MIN_ELEMENTS or total < _PARALLEL_MIN_PAIR_ELEMENTS * len(pairs))
 
 
-def _evaluate(pairs: list, tolerance: ToleranceSpec, workers: int | None,
+def evaluate_pairs(pairs: list, tolerance: ToleranceSpec, workers: int | None,
               progress: Callable[[], None] | None = None, engine: Engine | None = None) -> list[Row]:
     """Evaluate each distinct pair of tensor files once (an input linked to the output that returned it is the same
     pair of files), then give every row its pair's result."""
@@ -98,11 +98,11 @@ def _evaluate_unique(pairs: list, tolerance: ToleranceSpec, workers: int | None,
     return rows
 
 
-_SAME_MODEL_MIN_RECORDS = 8  # below this many records per side, too little to tell two models apart
+SAME_MODEL_MIN_RECORDS = 8  # below this many records per side, too little to tell two models apart
 # Pairs that look like the same layer (same module type, or the same shape): on the six zoo pairs with each injected
 # bug, at least 69% of the smaller side (ceil_mode changes every later shape, types still agree), 100% on clean pairs;
 # two unrelated models pair almost nothing (or pair by container index only, with other types and shapes).
-_SAME_MODEL_MIN_PAIRED = 0.2
+SAME_MODEL_MIN_PAIRED = 0.2
 
 
 def check_same_model(pairs: list, migrated: Source, reference: Source) -> None:
@@ -113,18 +113,23 @@ def check_same_model(pairs: list, migrated: Source, reference: Source) -> None:
             records[0] += p.a is not None
             records[1] += p.b is not None
     smaller = min(records)
-    if smaller < _SAME_MODEL_MIN_RECORDS:
+    if smaller < SAME_MODEL_MIN_RECORDS:
         return
-    needed = _SAME_MODEL_MIN_PAIRED * smaller
+    needed = SAME_MODEL_MIN_PAIRED * smaller
     alike = 0
     for p in pairs:  # counted until there are enough: the whole list only for dumps of different models
         if p.a is not None and p.b is not None and same_layer(p.a, p.b):
             alike += 1
             if alike >= needed:
                 return
-    raise AlignerError(
-        f"{migrated.root} and {reference.root} look like dumps of different models: only {alike} of {smaller} "
-        f"records pair with a record of the same layer type or shape (at least {_SAME_MODEL_MIN_PAIRED:.0%} "
+    raise different_models(migrated.root, reference.root, alike, smaller)
+
+
+def different_models(migrated: Path, reference: Path, alike: int, smaller: int) -> AlignerError:
+    """The error `check_same_model` raises: `alike` of the smaller side's `smaller` records pair alike."""
+    return AlignerError(
+        f"{migrated} and {reference} look like dumps of different models: only {alike} of {smaller} "
+        f"records pair with a record of the same layer type or shape (at least {SAME_MODEL_MIN_PAIRED:.0%} "
         f"needed); dump the same model in both frameworks, or pass --map with the renames between them")
 
 
@@ -219,11 +224,12 @@ def compare(dumps_a: str, dumps_b: str, *, ref: str | None = None, map_file: str
         verdict = bisect_rows(rows, lambda i: noted(i, evaluate(pairs[i], tolerance)))
     else:
         with progress.task("comparing", total=len(pairs)) as task:
-            rows = _evaluate(pairs, tolerance, workers, task.advance, engine)
+            rows = evaluate_pairs(pairs, tolerance, workers, task.advance, engine)
         rows = [noted(i, row) for i, row in enumerate(rows)] if noise else rows  # (the others' noise stays None)
         verdict = judge(rows)
     if verdict.findings and migrated.calls and reference.calls:  # the blamed module's settings, from its calls
         verdict = package.with_settings(verdict, rows, migrated, reference)
-    return CompareResult(_label(migrated), _label(reference), tuple(rows), verdict,
+    return CompareResult(label(migrated.root, migrated.framework), label(reference.root, reference.framework),
+                         tuple(rows), verdict,
                          tuple(migrated.problems + reference.problems), tolerance, strict, calibration,
                          tuple(paired.maps))

@@ -1,13 +1,14 @@
 """The streamed JSON report (render/compare.py write_compare_json) writes exactly what the generic path writes:
-`jsonable` over the whole result, then json.dumps per key and per row. Compared byte for byte on results with
-every kind of row: diverged, clean, NaN/Inf metrics (the fallback), one side only, skipped, non-ASCII names, and
-more rows than one write holds."""
+`jsonable` over the whole result, then json.dumps per key and msgspec's compact encoding per row (one row a line).
+Compared byte for byte on results with every kind of row: diverged, clean, NaN/Inf metrics (the fallback), one side
+only, skipped, non-ASCII names, and more rows than one write holds."""
 from __future__ import annotations
 
 import io
 import json
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -19,11 +20,12 @@ from tests.support.compare_fixtures import chain, write_dump
 
 
 def reference_json(result: CompareResult) -> str:
-    """The report as the generic path writes it (what write_compare_json wrote before it streamed)."""
+    """The report as the generic path writes it (the head as write_compare_json wrote it before it streamed; each
+    row msgspec's compact JSON of its jsonable form)."""
     data = jsonable({"summary": render.summary(result), "zoom": render.zoom(result)} | result.to_dict())
     rows = data.pop("rows")
     head = "{\n" + "".join(f"{json.dumps(key)}: {json.dumps(value)},\n" for key, value in data.items())
-    return head + '"rows": [\n' + ",\n".join(map(json.dumps, rows)) + "\n]}\n"
+    return head + '"rows": [\n' + ",\n".join(msgspec.json.encode(r).decode() for r in rows) + "\n]}\n"
 
 
 def streamed(result: CompareResult) -> str:

@@ -1,0 +1,442 @@
+"""`align compare` of manifests of any length: both dumps read as record streams (aligner.dumping.read.stream),
+paired in step, each pair evaluated and handed to the caller as it comes, and only a bounded window of rows kept for
+the verdict.
+
+It applies when the two dumps pair by name in order: one model dumped in both frameworks, the same calls in the same
+order, so that record k of one side has the key (kind, spelled module path, io, place, step) of record k of the other
+and `matching.match` over the whole lists would pair them by name too. Where they do not (`Fallback`: a record on one
+side only, another order, op-level records, renamed parameter gradients between PyTorch and MindSpore, a call that
+hands back its input on one side only, a reference that ran BatchNorm in training mode, a manifest out of execution
+order, another tool's dump, or --map, --calibrate, --bisect, a cluster engine) compare reads both dumps whole
+(`run.compare`), the reason kept in `CompareResult.streamed`.
+
+Memory, the bound: the stream readers' blocks, the records and rows in flight (`BLOCK` records a side, paired and
+evaluated at a time), the inputs of the module calls still open, and the rows kept for the verdict: the last
+`window` rows; from the first row of each phase that diverged (and the first that diverged with its numbers compared)
+the `window` rows before it and the `window` after it; the first rows and the first few of each kind a report names
+(errors, skipped, reordered). At the default window (50,000 rows, ~3 KB each) that is at most ~5 regions of 100,000
+rows. What else grows is what grows with the model, not the record count: the distinct module paths and the call
+records that carry a module's attributes. When no row left the window (a comparison of up to `window` rows) the
+verdict is `judge` over every row: the whole-list verdict, exactly; past that it is `judge` over the rows kept, and
+only the rows whose every predecessor back to their region's start was kept get a label.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import enum
+from pathlib import Path
+from typing import Iterator, Protocol, Sequence
+
+from aligner.core.collect import gc_paused
+from aligner.core.errors import AlignerError
+from aligner.core.frameworks import Framework, reference_index
+from aligner.core.progress import SILENT, Progress
+from aligner.core.tolerance import CALIBRATION_K, ToleranceSpec
+from aligner.dumping.manifest import INPUTS, Kind, Record
+from aligner.dumping.read.foreign.layout import detect
+from aligner.dumping.read.source import Item, Source
+from aligner.dumping.read.stream import Stream, UnorderedError, open_stream
+from aligner.pipelines import compare as package  # with_settings: loaded for a finding in dumps with call records
+from aligner.pipelines.compare import run
+from aligner.pipelines.compare.engine import Engine, LocalEngine
+from aligner.pipelines.compare.evaluate import Row
+from aligner.pipelines.compare.matching import MatchedBy, Pair, passthrough, same_layer
+from aligner.pipelines.compare.matching import _returns_input as returns_input
+from aligner.pipelines.compare.matching import _spelling as spelling
+from aligner.pipelines.compare.result import CompareResult, Streamed, Tally
+from aligner.pipelines.compare.verdict import NanFinding, Verdict, judge, phase_of
+
+BLOCK = 4096     # records of each side read, paired and evaluated at a time
+WINDOW = 50_000  # rows kept before and after the first notable row of each phase (~3 KB each: ~150 MB a region)
+_CONTEXT = 64    # records of the block before kept to fold a pass-through call at the start of a block
+_OPEN_CALLS = 1 << 16  # calls whose inputs are held until their outputs pass (a model's depth is far below this)
+_KEPT_FIRST = 8  # rows kept of each kind a report names the first of, and first rows (render/compare.py shows 5)
+_MODULE_KINDS = (Kind.FORWARD, Kind.BACKWARD)
+
+
+class Fallback(enum.Enum):
+    """Why a comparison read both dumps whole instead of streaming them."""
+
+    OPTIONS = "options"              # --map, --calibrate, --bisect or a cluster engine
+    FOREIGN = "foreign"              # another tool's dump (msprobe's mapping files rename its names)
+    LENGTHS = "lengths"              # one side has records the other lacks
+    ORDER = "order"                  # record k of one side is not record k of the other
+    OPS = "ops"                      # op-level records pair by content
+    PARAM_NAMES = "param_names"      # parameter gradients renamed between PyTorch and MindSpore
+    PASS_THROUGH = "pass_through"    # a call hands back its input on one side only (or its inputs left the window)
+    BUFFERS = "buffers"              # the reference ran BatchNorm in training mode after its tolerance was fixed
+    RUN = "run"                      # one module's records run longer than a block
+    UNORDERED = "unordered"          # a manifest out of execution order (read whole, then sorted)
+
+
+class NotInStepError(Exception):
+    """The two streams do not pair record by record: compare reads them whole."""
+
+    def __init__(self, why: Fallback) -> None:
+        super().__init__(why.value)
+        self.why = why
+
+
+class RowSink(Protocol):
+    """Where a streamed comparison hands each row as it is made (render/'s report spools): `add` each row, `settled`
+    once a row can get no label any more (it left the verdict's window), `restart` before a fallback."""
+
+    def add(self, index: int, row: Row) -> None: ...
+
+    def settled(self, index: int) -> None: ...
+
+    def restart(self) -> None: ...
+
+
+@dataclasses.dataclass
+class _Side:
+    """One side's stream and what pairing it needs of the records already passed."""
+
+    it: Iterator[Item]
+    ahead: list[Item] = dataclasses.field(default_factory=list)  # read, not yet paired
+    tail: list[Item] = dataclasses.field(default_factory=list)   # the last records paired (folding context)
+    open_calls: collections.OrderedDict = dataclasses.field(default_factory=collections.OrderedDict)
+    dropped: bool = False  # an open call's inputs were let go (more than _OPEN_CALLS open)
+    done: bool = False
+
+    def fill(self, n: int) -> None:
+        """Read records until `n` are ahead (parameter values, which compare does not pair, left out)."""
+        while not self.done and len(self.ahead) < n:
+            item = next(self.it, None)
+            if item is None:
+                self.done = True
+            elif item.record.kind != Kind.PARAM:
+                self.ahead.append(item)
+
+
+def _run_key(item: Item) -> tuple[str, Kind]:
+    return item.record.module, item.record.kind
+
+
+def _cut(a: list[Item], b: list[Item], last: bool) -> int:
+    """How many records of both sides to pair now: all when the streams ended, else up to the last place where both
+    sides start another run of one module's records (a call's records never split between blocks)."""
+    n = min(len(a), len(b))
+    if last:
+        return n
+    for k in range(n - 1, 0, -1):
+        if _run_key(a[k - 1]) != _run_key(a[k]) and _run_key(b[k - 1]) != _run_key(b[k]):
+            return k
+    raise NotInStepError(Fallback.RUN)
+
+
+def _check_in_step(x: Record, y: Record, crossing: bool) -> None:
+    """NotInStepError unless x and y have one key, as `matching` builds it (kind, spelled module, io, place, step)."""
+    if x.kind == Kind.OP or y.kind == Kind.OP:
+        raise NotInStepError(Fallback.OPS)
+    if crossing and (x.kind == Kind.PARAM_GRAD or y.kind == Kind.PARAM_GRAD):
+        raise NotInStepError(Fallback.PARAM_NAMES)
+    if (x.kind, x.io, x.step, x.index, x.arg) != (y.kind, y.io, y.step, y.index, y.arg) or \
+            (x.module != y.module and spelling(x.module) != spelling(y.module)):
+        raise NotInStepError(Fallback.ORDER)
+
+
+def _note_calls(side: _Side, block: Sequence[Item]) -> None:
+    """Keep the inputs of each module call until its outputs have passed (what `returns_input` reads)."""
+    calls = side.open_calls
+    for it in block:
+        r = it.record
+        if r.call is None or r.kind not in _MODULE_KINDS:
+            continue
+        key = (r.step, r.module, r.call)
+        if r.io in INPUTS:
+            calls.setdefault(key, []).append(it)
+            if len(calls) > _OPEN_CALLS:
+                calls.popitem(last=False)
+                side.dropped = True
+
+
+def _close_calls(side: _Side, block: Sequence[Item]) -> None:
+    """Let go of the inputs of the calls whose outputs this block held (a call's outputs are one run)."""
+    for it in block:
+        r = it.record
+        if r.call is not None and r.io not in INPUTS:
+            side.open_calls.pop((r.step, r.module, r.call), None)
+
+
+def _returns(side: _Side, block: list[Item], k: int) -> tuple[bool, bool] | None:
+    """`returns_input` of block[k]'s call: its inputs held since they passed, its outputs in this block."""
+    r = block[k].record
+    if r.call is None:
+        return None
+    key = (r.step, r.module, r.call)
+    ins = side.open_calls.get(key, [])
+    if not ins and side.dropped:  # they may have been let go
+        raise NotInStepError(Fallback.PASS_THROUGH)
+    listed = list(ins) + [it for it in block if it.record.io not in INPUTS and it.record.kind in _MODULE_KINDS
+                          and (it.record.step, it.record.module, it.record.call) == key]
+    at = next((j for j, it in enumerate(listed) if it is block[k]), None)
+    return None if at is None else returns_input(listed, at, {key: list(range(len(listed)))})
+
+
+def _pair_block(a: _Side, b: _Side, n: int, crossing: bool) -> list[Pair]:
+    """The first n records of both sides paired by name in order (NotInStepError where `match` would pair otherwise)."""
+    block_a, block_b = a.ahead[:n], b.ahead[:n]
+    for x, y in zip(block_a, block_b):
+        _check_in_step(x.record, y.record, crossing)
+    _note_calls(a, block_a)
+    _note_calls(b, block_b)
+    fold_a, fold_b = passthrough(a.tail + block_a), passthrough(b.tail + block_b)
+    shift_a, shift_b = len(a.tail), len(b.tail)
+    for k in range(n):
+        if k + shift_a in fold_a or k + shift_b in fold_b:  # `match` looks closer at such a pair: so does this
+            mine, theirs = _returns(a, block_a, k), _returns(b, block_b, k)
+            if mine is not None and theirs is not None and (mine[0] and not theirs[1] or theirs[0] and not mine[1]):
+                raise NotInStepError(Fallback.PASS_THROUGH)
+    _close_calls(a, block_a)
+    _close_calls(b, block_b)
+    for side, block in ((a, block_a), (b, block_b)):
+        side.tail = (side.tail + block)[-_CONTEXT:]
+        del side.ahead[:n]
+    return [Pair(x, y, MatchedBy.NAME) for x, y in zip(block_a, block_b)]
+
+
+def pairs_in_step(migrated: Stream, reference: Stream, crossing: bool) -> Iterator[list[Pair]]:
+    """Blocks of pairs, record k of `migrated` with record k of `reference`, in the reference's execution order;
+    NotInStepError as soon as the two streams part (or either is out of execution order)."""
+    a, b = _Side(iter(migrated)), _Side(iter(reference))
+    while True:
+        _filled(a)
+        _filled(b)
+        if not a.ahead and not b.ahead:
+            return
+        last = a.done and b.done
+        if last and len(a.ahead) != len(b.ahead) or not (a.ahead and b.ahead):
+            raise NotInStepError(Fallback.LENGTHS)
+        yield _pair_block(a, b, _cut(a.ahead, b.ahead, last), crossing)
+
+
+def _filled(side: _Side) -> None:
+    try:
+        side.fill(BLOCK)
+    except UnorderedError:
+        raise NotInStepError(Fallback.UNORDERED) from None
+
+
+@dataclasses.dataclass
+class Window:
+    """The rows kept for the verdict, by row index (see the module docstring)."""
+
+    size: int
+    kept: dict[int, Row] = dataclasses.field(default_factory=dict)  # regions and first rows, kept to the end
+    recent: collections.deque = dataclasses.field(default_factory=collections.deque)  # (index, row), the last `size`
+    until: int = -1        # rows up to this index are kept (a region after a notable row)
+    regions: list = dataclasses.field(default_factory=list)  # [first, last] row of each region kept whole
+    phases: set = dataclasses.field(default_factory=set)  # (phase, _notable) of the rows that opened a region
+    evicted: int = 0       # rows let go
+
+    def add(self, i: int, row: Row) -> int | None:
+        """Take row i; the index of the row that left the window for it (None when none did)."""
+        seen = _notable(row)
+        if seen and (phase_of(row), seen) not in self.phases and (seen == _COMPARED or i > self.until):
+            self.phases.add((phase_of(row), seen))
+            if i > self.until:  # a new region, from the rows before it
+                self.regions.append([self.recent[0][0] if self.recent else i, i])
+            self.kept.update(self.recent)
+            self.recent.clear()
+            self.until = self.regions[-1][1] = i + self.size
+        if i <= self.until or i < _KEPT_FIRST:
+            self.kept[i] = row
+            return None
+        self.recent.append((i, row))
+        if len(self.recent) <= self.size:
+            return None
+        gone, _ = self.recent.popleft()
+        if gone in self.kept:
+            return None
+        self.evicted += 1
+        return gone
+
+    def keep(self, i: int, row: Row) -> None:
+        """Keep row i to the end (a row a report names)."""
+        self.kept[i] = row
+
+    def rows(self) -> dict[int, Row]:
+        out = dict(self.kept)
+        out.update(self.recent)
+        return dict(sorted(out.items()))
+
+    def whole(self, i: int) -> bool:
+        """Whether row i sits where every row before it back to its region's start is kept, so that what `judge`
+        says of it (its label) is what it says over every row: always when no row was let go."""
+        if not self.evicted:
+            return True
+        if self.recent and self.regions and self.recent[0][0] == self.regions[-1][1] + 1:
+            self.regions[-1][1] = self.recent[-1][0]  # the last rows follow the last region without a gap
+        return any(first <= i <= last for first, last in self.regions)
+
+
+_SEEN, _COMPARED = 1, 2  # a row that diverged or holds NaN/Inf; one that diverged with its numbers compared
+
+
+def _notable(row: Row) -> int:
+    """Whether a row may start a finding: _COMPARED when it diverged with numbers set side by side (shapes that
+    part say less: the first finding is most often the first such row), _SEEN when it diverged otherwise or holds
+    NaN/Inf, 0 when neither. The first row of each of the two kinds in each phase opens a region of kept rows."""
+    m = row.metrics
+    if m is None:
+        return 0
+    if m.diverged and m.method != "none":
+        return _COMPARED
+    return _SEEN if m.diverged or m.nan_a or m.inf_a or m.nan_b or m.inf_b else 0
+
+
+class Kept(Sequence[Row]):
+    """The rows of a streamed comparison as `CompareResult.rows`: as long as the comparison, holding the kept rows
+    (an index not kept raises KeyError)."""
+
+    def __init__(self, rows: dict[int, Row], total: int) -> None:
+        self._rows, self._total = rows, total
+
+    def __len__(self) -> int:
+        return self._total
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._rows[k] for k in range(*i.indices(self._total)) if k in self._rows]
+        if i < 0:
+            i += self._total
+        return self._rows[i]
+
+    def __iter__(self) -> Iterator[Row]:
+        return iter(self._rows.values())
+
+    def indices(self) -> list[int]:
+        """The kept rows' indices, in order."""
+        return list(self._rows)
+
+
+class _Counter:
+    """The counts and first rows `CompareResult` reports, taken as rows pass."""
+
+    def __init__(self) -> None:
+        self.matched = {"name": 0, "content": 0, "unmatched_a": 0, "unmatched_b": 0, "folded_a": 0, "folded_b": 0}
+        self.compared = 0
+        self.firsts: dict[str, list[int]] = {"errors": [], "skipped": [], "reordered": []}
+        self.counts = {"errors": 0, "skipped": 0, "reordered": 0}
+        self.op_parents: set[str] = set()
+        self.records = [0, 0]  # of each side (check_same_model)
+        self.alike = 0
+
+    def add(self, i: int, row: Row, window: Window) -> None:
+        self.matched["name"] += 1  # every streamed pair is paired by name
+        self.records[0] += 1
+        self.records[1] += 1
+        p = row.pair
+        if p.a is not None and p.b is not None and same_layer(p.a, p.b):
+            self.alike += 1
+        if row.metrics is not None:
+            self.compared += 1
+        rec = p.ref.record
+        if rec.kind == Kind.OP:
+            self.op_parents.add(rec.parent or "")
+        for what, yes in (("errors", bool(row.error)), ("skipped", bool(row.skipped)),
+                          ("reordered", row.metrics is not None and row.metrics.reordered)):
+            if yes:
+                self.counts[what] += 1
+                if len(self.firsts[what]) < _KEPT_FIRST:
+                    self.firsts[what].append(i)
+                    window.keep(i, row)
+
+    def tally(self) -> Tally:
+        return Tally(dict(self.matched), self.compared, {k: (self.counts[k], tuple(v)) for k, v in self.firsts.items()},
+                     frozenset(self.op_parents))
+
+
+def _check_same_model(counter: _Counter, migrated: Stream, reference: Stream) -> None:
+    """run.check_same_model over the counts taken as the rows passed (its message, its numbers)."""
+    smaller = min(counter.records)
+    if smaller >= run.SAME_MODEL_MIN_RECORDS and counter.alike < run.SAME_MODEL_MIN_PAIRED * smaller:
+        raise run.different_models(migrated.root, reference.root, counter.alike, smaller)
+
+
+def _verdict(rows: dict[int, Row], window: Window) -> Verdict:
+    """`judge` over the kept rows, its row numbers turned back into the comparison's; labels only where every row
+    before back to the region's start was kept (`Window.whole`)."""
+    index = list(rows)
+    local = judge(list(rows.values()))
+
+    def g(i: int | None) -> int | None:
+        return None if i is None else index[i]
+
+    findings = tuple(dataclasses.replace(f, first=index[f.first], previous=g(f.previous), origin=index[f.origin])
+                     for f in local.findings)
+    nan = local.nan_origin
+    return dataclasses.replace(
+        local, findings=findings,
+        labels={index[i]: label for i, label in local.labels.items() if window.whole(index[i])},
+        nan_origin=NanFinding(index[nan.row], nan.side, nan.count) if nan is not None else None,
+        immaterial=tuple(index[i] for i in local.immaterial))
+
+
+def _stream(migrated: Stream, reference: Stream, tolerance: ToleranceSpec, workers: int | None,
+            sink: RowSink | None, window: int, progress: Progress) -> tuple[Window, _Counter, int]:
+    crossing = {migrated.framework, reference.framework} == {Framework.PYTORCH, Framework.MINDSPORE}
+    kept, counter, i = Window(window), _Counter(), 0
+    with progress.task("comparing", total=0) as task:
+        for pairs in pairs_in_step(migrated, reference, crossing):
+            if tolerance.floor is None and any(p.b is not None and p.b.record.kind == Kind.BUFFER for p in pairs):
+                raise NotInStepError(Fallback.BUFFERS)
+            for row in run.evaluate_pairs(pairs, tolerance, workers, task.advance):
+                if sink is not None:
+                    sink.add(i, row)
+                counter.add(i, row, kept)
+                gone = kept.add(i, row)
+                if gone is not None and sink is not None:
+                    sink.settled(gone)
+                i += 1
+    return kept, counter, i
+
+
+@gc_paused()
+def compare_streamed(dumps_a: str, dumps_b: str, *, sink: RowSink | None = None, window: int = WINDOW,
+                     ref: str | None = None, map_file: str | None = None, tolerance: ToleranceSpec | None = None,
+                     bisect: bool = False, workers: int | None = None, strict: bool = False,
+                     calibrate: str | None = None, calibrate_k: float = CALIBRATION_K, progress: Progress = SILENT,
+                     engine: Engine | None = None, trust_pickle: bool = False) -> CompareResult:
+    """`run.compare`, streamed where the dumps allow (see the module docstring): each row goes to `sink` as it is
+    made, and the result holds the kept rows (`Kept`) and the counts (`Tally`); else `run.compare`'s result, every
+    row, with the reason in `streamed`. `sink.restart()` is called before a fallback that follows rows handed out."""
+    def whole(why: Fallback) -> CompareResult:
+        if sink is not None:
+            sink.restart()
+        result = run.compare(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=tolerance, bisect=bisect,
+                             workers=workers, strict=strict, calibrate=calibrate, calibrate_k=calibrate_k,
+                             progress=progress, engine=engine, trust_pickle=trust_pickle)
+        return dataclasses.replace(result, streamed=Streamed(None, why.value))
+
+    if map_file is not None or calibrate is not None or bisect or (engine is not None and
+                                                                  engine.name != LocalEngine.name):
+        return whole(Fallback.OPTIONS)
+    with contextlib.ExitStack() as opened:
+        first = opened.enter_context(open_stream(dumps_a, trust_pickle=trust_pickle))  # a missing one named first
+        if Path(dumps_a).resolve() == Path(dumps_b).resolve():  # before the second read, which would be the same
+            raise AlignerError(f"both arguments name the same directory {dumps_a}")
+        if detect(first.root) is not None or detect(Path(dumps_b)) is not None:
+            return whole(Fallback.FOREIGN)
+        second = opened.enter_context(open_stream(dumps_b, trust_pickle=trust_pickle))
+        r = reference_index(ref, (first.framework, second.framework))
+        migrated, reference = (second, first) if r == 0 else (first, second)
+        tolerance = tolerance or ToleranceSpec()  # (a reference that ran BatchNorm in training mode: BUFFERS)
+        try:
+            kept, counter, total = _stream(migrated, reference, tolerance, workers, sink, window, progress)
+        except NotInStepError as exc:
+            return whole(exc.why)
+    _check_same_model(counter, migrated, reference)
+    rows = kept.rows()
+    verdict = _verdict(rows, kept)
+    if verdict.findings and migrated.calls and reference.calls:  # the blamed module's settings, from its calls
+        sides = [Source(s.root, s.framework, s.mode, [getattr(row.pair, half) for row in rows.values()], [], s.calls)
+                 for s, half in ((migrated, "a"), (reference, "b"))]
+        verdict = package.with_settings(verdict, Kept(rows, total), *sides)
+    return CompareResult(run.label(migrated.root, migrated.framework), run.label(reference.root, reference.framework),
+                         Kept(rows, total), verdict,
+                         tuple(migrated.problems + reference.problems), tolerance, strict,
+                         streamed=Streamed(kept.evicted, None), tally=counter.tally())
