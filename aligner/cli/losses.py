@@ -14,6 +14,8 @@ from aligner.render.console import make_console
 from aligner.render.losses import print_report, print_warnings, write_report_json
 from aligner.render.losses_plot import check_plot_suffix, plot_report
 
+SHOW = 10  # rows of the step table by default (align report shows a saved report with as many)
+
 
 def _rows(ctx: click.Context, param: click.Parameter, value: str) -> int:
     """A whole number >= 0."""
@@ -54,7 +56,7 @@ def _tolerance(rtol: tuple[str, ...], atol: tuple[str, ...]) -> Tolerance:
               "float32 estimate; a step differs above 4x it.")
 @click.option("--repeat-a", metavar="LOG", help="A second run of RUN_A's side: the noise is measured from the two.")
 @click.option("--repeat-b", metavar="LOG", help="A second run of RUN_B's side (with --repeat-a, the larger noise).")
-@click.option("--show", default="10", callback=_rows, show_default=True, metavar="N",
+@click.option("--show", default=str(SHOW), callback=_rows, show_default=True, metavar="N",
               help="Rows of the step table (0: no table).")
 @json_option
 @click.option("--plot", "plot_path", metavar="FILE", help="Draw both curves and their difference (.png, .svg, .pdf).")

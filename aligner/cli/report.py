@@ -7,6 +7,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 import click
 
 from aligner import render  # the HTML page and the rank table: loaded on first use (render/__init__.py)
+from aligner.cli.losses import SHOW as SHOW_LOSSES
 from aligner.cli.options import check_outputs
 from aligner.core.atomic import atomic_files
 from aligner.core.errors import AlignerError, ExitCode
@@ -20,6 +21,7 @@ from aligner.pipelines.data.result import DataCheckResult, DataCompareResult
 from aligner.pipelines.diff.checkpoints import DiffResult
 from aligner.pipelines.diff.grads import DiffUpdates
 from aligner.pipelines.inspect import InspectResult
+from aligner.pipelines.losses.diagnose import LossReport
 from aligner.pipelines.replay.result import ReplayResult
 from aligner.pipelines.report import load_report
 from aligner.render import replay
@@ -31,6 +33,8 @@ from aligner.render.console import make_console
 from aligner.render.data import print_data_check, print_data_compare, write_data_html
 from aligner.render.diff import print_diff
 from aligner.render.inspect import print_inspect
+from aligner.render.losses import print_report as print_losses
+from aligner.render.losses import print_warnings as print_loss_warnings
 from aligner.render.update_rule import print_update_report
 
 if TYPE_CHECKING:
@@ -46,10 +50,10 @@ if TYPE_CHECKING:
 @click.option("--force", is_flag=True, help="Overwrite an existing --html file.")
 def command(result_json: str, html_out: str | None, full: bool, force: bool) -> int:
     """Show RESULT.json, a result `align compare --json` or `align check --json` saved (one dump, or rank by rank),
-    `align audit --json` saved (models, or --source), `align inspect`, `align diff` (with --grads too), `align replay`
-    or `align data --json` saved, again as the command printed it, without the dumps, models or checkpoints: for a
-    compare the table, the paragraph, the zoom-in and with --html its page. What the JSON never held (the dumps'
-    statistics, the norms of exactly equal tensors) is not shown.
+    `align audit --json` saved (models, or --source), `align inspect`, `align diff` (with --grads too), `align replay`,
+    `align data --json` or `align losses --json` saved, again as the command printed it, without the dumps, models,
+    checkpoints or logs: for a compare the table, the paragraph, the zoom-in and with --html its page. What the JSON
+    never held (the dumps' statistics, the norms of exactly equal tensors) is not shown.
 
     \b
     Examples:
@@ -94,6 +98,11 @@ def _show_replay(result: ReplayResult, console: Console, full: bool) -> None:
     console.print(replay.summary(result), markup=False)
 
 
+def _show_losses(result: LossReport, console: Console, full: bool) -> None:
+    print_loss_warnings(make_console(stderr=True), result)  # as align losses: its warnings on stderr, first
+    print_losses(console, result, len(result.steps) if full else SHOW_LOSSES)
+
+
 def _show_diff_updates(result: DiffUpdates, console: Console, full: bool) -> None:
     print_diff(result.diff, console, verbose=full)
     print_update_report(result.updates, console)
@@ -107,7 +116,7 @@ _SHOW: dict[type, Callable[[Any, Console, bool], None]] = {
     DataCompareResult: lambda r, c, _: print_data_compare(r, c),
     DataCheckResult: lambda r, c, _: print_data_check(r, c),
     AuditReport: lambda r, c, _: print_audit(r, c), SourceAuditReport: lambda r, c, _: print_source(r, c),
-    InspectResult: lambda r, c, _: print_inspect(r, c)}
+    InspectResult: lambda r, c, _: print_inspect(r, c), LossReport: _show_losses}
 # the results whose command writes a page with --html, and its writer
 _PAGES: dict[type, Callable[[Any, IO[str]], None]] = {
     CompareResult: lambda r, fh: render.write_html(r, fh), CheckReport: write_check_html,

@@ -82,18 +82,23 @@ def report_text(report: LossReport) -> ReportText:
 
 def report_json(report: LossReport) -> dict[str, Any]:
     """`report.to_dict()` with its evidence in words: the `--json` keys summary, advice, next_command, warnings (as
-    sentences) and the noise rule, where the data has its diagnosis and warnings."""
+    sentences) and the noise rule, where the data has its diagnosis and warnings; that data last, as `evidence`
+    (what `align report` reads back)."""
     text = report_text(report)
     out: dict[str, Any] = {}
+    evidence: dict[str, Any] = {}
     for key, value in report.to_dict().items():
         if key == "diagnosis":
             out.update(summary=text.summary, advice=text.advice, next_command=text.next_command)
+            evidence[key] = value
         elif key == "warnings":
             out[key] = list(text.warnings)
+            evidence[key] = value
         elif key == "noise":
             out[key] = {**value, "rule": _NOISE_RULES[report.noise.source]}
         else:
             out[key] = value
+    out["evidence"] = evidence
     return out
 
 

@@ -28,11 +28,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from aligner.core.errors import AlignerError, ExitCode
+from aligner.core.result import PassedByExitCode, check_schema, number, typed
 from aligner.core.text import span
 from aligner.core.tolerance import Tolerance
 from aligner.pipelines.losses.parse import LossCurve, read_losses
@@ -204,9 +205,9 @@ class LossWarning:
 
 
 @dataclasses.dataclass(frozen=True)
-class LossReport:
+class LossReport(PassedByExitCode):
     """Everything `align losses` reports, as data: no sentences, no printing, no files (render/losses.py words it).
-    `bool(report)` is True when the curves agree."""
+    `passed` and `bool(report)` are True when the curves agree."""
 
     a: LossCurve
     b: LossCurve
@@ -225,11 +226,9 @@ class LossReport:
         """0 when the curves agree; 1 when they part, a loss is NaN/inf, or the data cannot decide."""
         return ExitCode.OK if self.verdict is Verdict.AGREE else ExitCode.FOUND
 
-    def __bool__(self) -> bool:
-        return self.verdict is Verdict.AGREE
-
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (floats may be NaN/inf); `--json` writes render.losses.report_json's words of it instead."""
+        """Plain data (floats may be NaN/inf), both curves whole; `--json` writes render.losses.report_json's words of
+        the diagnosis and warnings in their place (and this data under `evidence`)."""
         return {
             "a": _curve_dict(self.a, self.first_nan_a),
             "b": _curve_dict(self.b, self.first_nan_b),
@@ -243,6 +242,33 @@ class LossReport:
             "exit_code": int(self.exit_code),
             "steps": [row.to_dict() for row in self.steps],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LossReport:
+        """The report `to_dict` gave, or `align losses --json` wrote (its diagnosis and warnings read from `evidence`);
+        ValueError, KeyError or TypeError for data that is not one."""
+        data = check_schema(data, "losses", SAVED_KEYS)
+        evidence = typed(data.get("evidence", data), dict, "evidence")
+        noise, diagnosis = typed(data["noise"], dict, "noise"), typed(evidence["diagnosis"], dict, "diagnosis")
+        following = diagnosis["next_command"]
+        a, first_nan_a = _curve_from(typed(data["a"], dict, "a"))
+        b, first_nan_b = _curve_from(typed(data["b"], dict, "b"))
+        return cls(a, b, Tolerance(**typed(data["tolerance"], dict, "tolerance")),
+                   NoiseEstimate(NoiseSource(noise["source"]), _float(noise["factor"]), number(noise["given"]),
+                                 tuple(typed(r, str, "repeat") for r in noise["repeats"])),
+                   tuple(_row_from(typed(r, dict, "step")) for r in typed(data["steps"], list, "steps")),
+                   _int_or_none(data["first_part"]), first_nan_a, first_nan_b, Verdict(data["verdict"]),
+                   Diagnosis(Cause(diagnosis["cause"]), typed(diagnosis["step"], int, "step"),
+                             _int_or_none(diagnosis["before"]),
+                             None if following is None else NextCommand(NextAction(following["action"]),
+                                                                         typed(following["step"], int, "step"))),
+                   tuple(LossWarning(WarningKind(w["kind"]), None if w["side"] is None else Side(w["side"]),
+                                     None if w["repeat"] is None else typed(w["repeat"], str, "repeat"))
+                         for w in typed(evidence["warnings"], list, "warnings")))
+
+
+# the keys every saved losses report holds (how `align report` tells one)
+SAVED_KEYS = ("a", "b", "tolerance", "noise", "common_steps", "verdict", "steps")
 
 
 def compare_losses(run_a: str | Path, run_b: str | Path, *, tolerance: Tolerance | None = None,
@@ -396,10 +422,46 @@ def _warnings(a: LossCurve, b: LossCurve, rows: tuple[StepRow, ...], noise: Nois
 
 
 def _curve_dict(curve: LossCurve, first_nan: int | None) -> dict[str, Any]:
-    """The source of one side."""
+    """The source of one side, and its whole curve (`steps`, `values`: what `align report` reads back)."""
     return {"path": curve.path, "format": curve.format, "pattern": curve.pattern, "losses": len(curve.losses),
             "first_step": curve.steps[0], "last_step": curve.steps[-1], "resolution": curve.resolution,
-            "first_nan": first_nan, "long_lines_skipped": curve.long_lines}
+            "first_nan": first_nan, "long_lines_skipped": curve.long_lines, "pattern_name": curve.pattern_name,
+            "first_long_line": curve.first_long_line, "epoch_starts": sorted(curve.epoch_starts),
+            "steps": list(curve.steps), "values": list(curve.losses)}
+
+
+def _curve_from(d: Mapping[str, Any]) -> tuple[LossCurve, int | None]:
+    """A curve and its first NaN/inf step from `_curve_dict`'s dict."""
+    steps = tuple(typed(s, int, "step") for s in typed(d["steps"], list, "steps"))
+    values = tuple(_float(v) for v in typed(d["values"], list, "values"))
+    if not steps or len(steps) != len(values):
+        raise ValueError(f"a curve of {len(steps)} steps and {len(values)} losses")
+    pattern, name = d["pattern"], d["pattern_name"]
+    return LossCurve(typed(d["path"], str, "path"), typed(d["format"], str, "format"), steps, values,
+                     _float(d["resolution"]), frozenset(typed(s, int, "epoch start") for s in d["epoch_starts"]),
+                     None if pattern is None else typed(pattern, str, "pattern"),
+                     None if name is None else typed(name, str, "pattern_name"),
+                     typed(d["long_lines_skipped"], int, "long_lines_skipped"),
+                     _int_or_none(d["first_long_line"])), _int_or_none(d["first_nan"])
+
+
+def _row_from(d: Mapping[str, Any]) -> StepRow:
+    """A StepRow from its dict (`close` is derived)."""
+    return StepRow(typed(d["step"], int, "step"), _float(d["a"]), _float(d["b"]), _float(d["abs_diff"]),
+                   _float(d["rel_diff"]), _float(d["noise"]), _float(d["noise_bound"]), _float(d["tolerance_bound"]),
+                   StepStatus(d["status"]))
+
+
+def _float(value: Any) -> float:
+    """A float a saved report holds (NaN/inf as the strings --json writes); ValueError for anything else."""
+    out = number(value)
+    if out is None:
+        raise ValueError("expected a number, got null")
+    return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else typed(value, int, "step")
 
 
 def _first_nonfinite(curve: LossCurve) -> int | None:
