@@ -1,13 +1,14 @@
 /* Fused error metrics of two equal-length arrays: one pass computes every sum, count and peak that
  * aligner.compare.metrics reports, instead of the ~15 numpy passes the same metrics cost otherwise.
  *
- * Called through ctypes (aligner/compare/kernel.py), which releases the GIL for the call. Totals carry over
+ * Called through ctypes (aligner/metrics/kernel.py), which releases the GIL for the call. Totals carry over
  * between calls, so a tensor can be fed in chunks. Elementwise arithmetic is done in the input type, as
  * torch.isclose does (|a - b| <= atol + rtol * |b| in float32 for float32 tensors); sums are kept in double.
  *
- * Each block of BLOCK elements is first folded by a branch-free loop the compiler vectorizes. If its sums come
- * out non-finite (a NaN or Inf in the block, or a difference that overflows), the block is discarded and
- * re-run element by element, counting NaN/Inf per side and comparing only positions finite on both sides.
+ * Each block of BLOCK elements is first folded by a branch-free loop over independent lanes, which the compiler
+ * vectorizes. If its sums come out non-finite (a NaN or Inf in the block, or a difference that overflows), the
+ * block is discarded and re-run element by element, counting NaN/Inf per side and comparing only positions finite
+ * on both sides. Large files are folded straight from their mapped pages (aligner_accumulate_mapped).
  */
 #include <Python.h>
 #include <float.h>

@@ -12,7 +12,8 @@ import enum
 import itertools
 import math
 import operator
-from typing import Any, Iterable, Iterator, Mapping, Protocol
+from contextlib import AbstractContextManager
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 from msgspec import UNSET
@@ -20,10 +21,11 @@ from msgspec import UNSET
 from aligner.core.dtypes import INTEGER, canonical, contiguous
 from aligner.core.result import number, typed
 from aligner.core.tolerance import Tolerance
-from aligner.metrics.kernel import Totals, accumulate
+from aligner.metrics.kernel import Mapped, Totals, accumulate, accumulate_mapped
 from aligner.metrics.stats import Stats, known
 
 CHUNK = 1 << 18  # elements per chunk: one kernel call per MiB of float32; converted chunks stay in L2 cache
+MAP_MIN = 1 << 20  # bytes per side from which a file-backed pair is folded from its mapped pages (`FileRegion`)
 
 class Method(str, enum.Enum):
     """How a pair was compared: element by element, by recorded statistics only, or not at all (shapes differ)."""
@@ -137,6 +139,25 @@ class ArrayStream(Protocol):
     def chunks(self, size: int) -> Iterator[np.ndarray]: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class FileRegion:
+    """Where a stream's elements lie in its file: `count` elements of `dtype` (native byte order, C order) from byte
+    `offset`; `open` opens the file as the stream's reads do; `cut` is the error saying it was cut short while read."""
+
+    open: Callable[[], AbstractContextManager[IO[bytes]]]
+    offset: int
+    count: int
+    dtype: np.dtype
+    cut: Callable[[], Exception]
+
+
+@runtime_checkable
+class FileStream(ArrayStream, Protocol):
+    """An `ArrayStream` whose elements may lie in a file as the kernel reads them (None when they do not)."""
+
+    def region(self) -> FileRegion | None: ...
+
+
 @dataclasses.dataclass
 class MemoryStream:
     """An in-memory array (any layout) as an `ArrayStream`."""
@@ -241,9 +262,26 @@ def compare_streams(a: ArrayStream, b: ArrayStream, tolerance: Tolerance | None 
             return metrics
         a, b, shape = _widened(a, wide), _widened(b, wide), wide
     dtype, totals = _compute_dtype(dtype_a, dtype_b), Totals()
-    for piece_a, piece_b in _paired(a.chunks(chunk), b.chunks(chunk)):
-        accumulate(_native(piece_a, dtype), _native(piece_b, dtype), metrics.rtol, metrics.atol, totals)
+    if not _fold_mapped(a, b, dtype, metrics, totals):
+        for piece_a, piece_b in _paired(a.chunks(chunk), b.chunks(chunk)):
+            accumulate(_native(piece_a, dtype), _native(piece_b, dtype), metrics.rtol, metrics.atol, totals)
     return _finish(totals, metrics, shape)
+
+
+def _fold_mapped(a: ArrayStream, b: ArrayStream, dtype: np.dtype, metrics: Metrics, totals: Totals) -> bool:
+    """Fold two streams into `totals` straight from their files' mapped pages, where both lie in files as `dtype`
+    (what the kernel computes in) and hold MAP_MIN bytes or more: reading them into a buffer first costs a copy as
+    long as the kernel itself. False, `totals` untouched, where they do not or cannot be mapped: read them instead."""
+    ra, rb = (s.region() if isinstance(s, FileStream) else None for s in (a, b))
+    if ra is None or rb is None or not ra.dtype == rb.dtype == dtype or ra.count != rb.count \
+            or ra.count * dtype.itemsize < MAP_MIN:
+        return False
+    with ra.open() as fa, rb.open() as fb:
+        done = accumulate_mapped(fa.fileno(), ra.offset, fb.fileno(), rb.offset, ra.count, dtype, metrics.rtol,
+                                 metrics.atol, totals)
+    if done in (Mapped.SHORT_A, Mapped.SHORT_B):
+        raise (ra if done == Mapped.SHORT_A else rb).cut()
+    return done == Mapped.OK
 
 
 def same_order(shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> bool:

@@ -124,6 +124,34 @@ except TensorError as exc:
     assert "big.npy: truncated while being compared" in proc.stdout
 
 
+def test_a_mapped_file_cut_under_the_kernel_is_an_error_and_other_faults_still_kill(tmp_path):
+    """The kernel folds large float32 files from their mapped pages and turns the SIGBUS of a page cut away under it
+    into the row's error; a SIGBUS anywhere else (here numpy reading a cut memory map) still ends the process."""
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        np.save(tmp_path / side / "big.npy", np.arange(3 << 20, dtype=np.float32))  # 12 MiB: mapped
+    code = f"""
+import numpy as np
+from pathlib import Path
+from aligner.core.tolerance import ToleranceSpec
+from aligner.dumping.read.source import read_source
+from aligner.pipelines.compare.evaluate import evaluate
+from aligner.dumping.pair.matching import match
+root = Path({str(tmp_path)!r})
+pairs = match(read_source(root / "a").items, read_source(root / "b").items, None, None)
+with open(root / "b" / "big.npy", "r+b") as fh:
+    fh.truncate(4 << 20)  # cut after listing: the pages past 4 MiB are gone
+print("row:", evaluate(pairs[0], ToleranceSpec()).error, flush=True)
+view = np.load(root / "a" / "big.npy", mmap_mode="r")
+with open(root / "a" / "big.npy", "r+b") as fh:
+    fh.truncate(0)
+print(float(view.sum()))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "row: big.npy: truncated while being compared" in proc.stdout
+    assert proc.returncode == -7, (proc.returncode, proc.stderr)  # SIGBUS, as without aligner's handler
+
+
 def test_symlink_loops_are_refused_not_followed(tmp_path):
     for side in ("a", "b"):
         root = _dump(tmp_path / side, [_rec(0, "loop", "tensors/loop.npy")], {})

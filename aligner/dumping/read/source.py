@@ -27,7 +27,8 @@ from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.read import foreign
 from aligner.dumping.read.foreign.layout import inside
 from aligner.io.npy_header import NpyHeader, NpyHeaderError, read_header
-from aligner.metrics.measure import MemoryStream, flat_chunks
+from aligner.metrics.kernel import KERNEL_DTYPES
+from aligner.metrics.measure import FileRegion, MemoryStream, flat_chunks
 from aligner.metrics.stats import Stats
 
 if TYPE_CHECKING:  # what foreign.read_foreign returns (its module is loaded only for a foreign dump)
@@ -131,6 +132,16 @@ class NpyStream:
     def _view(self, raw: np.ndarray) -> np.ndarray:
         return raw.view(to_numpy("bfloat16")) if self.dtype == "bfloat16" else raw
 
+    def region(self) -> FileRegion | None:
+        """Where the elements lie in the file, for the kernel to fold them from its mapped pages: None unless they are
+        stored in C order as one of the kernel's dtypes (native byte order), aligned to their size."""
+        stored, header = self.header.dtype, self.header
+        if (header.fortran_order and len(header.shape) > 1) or stored not in KERNEL_DTYPES \
+                or header.data_offset % stored.itemsize:
+            return None
+        return FileRegion(lambda: _open_tensor_file(self.path), header.data_offset, math.prod(header.shape), stored,
+                          lambda: TensorError(f"{self.path.name}: truncated while being compared"))
+
     def chunks(self, size: int) -> Iterator[np.ndarray]:
         stored = self.header.dtype
         total = math.prod(self.header.shape)
@@ -154,8 +165,9 @@ class NpyStream:
                     raise TensorError(f"{self.path.name}: truncated while being compared")
             yield from (self._view(data[start:start + size]) for start in range(0, total, size))
             return
-        # large: read a block at a time into one buffer with readinto, so memory stays at one block (never a memory
-        # map: a file truncated while it is read would raise SIGBUS inside a numpy copy, which Python cannot catch)
+        # large: read a block at a time into one buffer with readinto, so memory stays at one block (never a numpy
+        # memory map: a file truncated while it is read would raise SIGBUS inside a numpy copy, which Python cannot
+        # catch; only the kernel reads mapped pages, see `region`)
         block = max(size, _READ_BLOCK // stored.itemsize // size * size)
         buffer = np.empty(min(block, total), stored)
         with _open_tensor_file(self.path) as fh:
