@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -210,13 +211,15 @@ def large(root: Path, pairs: int, numel: int, repeat: int) -> None:
     of the rounds (a shared machine: the best round is the one least slowed by other jobs)."""
     nbytes = write_pairs(root, pairs, numel)
     gb = nbytes / 1e9
+    load_before = os.getloadavg()
     runs = interleaved({"floor": lambda: touch_floor(root),
                         "naive": lambda: naive(root),
                         "cli": lambda: align_cli("compare", str(root / "a"), str(root / "b"), "--json",
                                                  str(root / "large.json"), "--force")}, repeat)
     best = {name: min(w for w, _, _ in r) for name, r in runs.items()}
-    print(f"data: {pairs} pairs x {numel} float32 per side, {gb:.2f} GB (both sides), page cache warm; "
-          f"{repeat} interleaved rounds, wall s per round (best GB/s)")
+    loads = f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after (1-min load average, {os.cpu_count()} CPUs)"
+    print(f"data: {pairs} pairs x {numel} float32 per side, {gb / 2:.2f} GB per side, page cache warm; "
+          f"{repeat} interleaved rounds, wall s per round (best GB/s, both sides); load {loads}")
     for name, label in (("floor", "mmap-touch floor (np.max over mmaps, 2 threads)"),
                         ("naive", "naive loop (np.load both, allclose, max abs err, cosine)"),
                         ("cli", "`align compare --json` process, end to end")):
