@@ -20,6 +20,7 @@ from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.data.result import DataCheckResult, DataCompareResult
 from aligner.pipelines.diff.checkpoints import DiffResult
 from aligner.pipelines.diff.grads import DiffUpdates
+from aligner.pipelines.doctor.result import DoctorResult
 from aligner.pipelines.inspect import InspectResult
 from aligner.pipelines.losses.diagnose import LossReport
 from aligner.pipelines.replay.result import ReplayResult
@@ -32,6 +33,7 @@ from aligner.render.compare import print_table, summary, zoom
 from aligner.render.console import make_console
 from aligner.render.data import print_data_check, print_data_compare, write_data_html
 from aligner.render.diff import print_diff
+from aligner.render.doctor import print_doctor
 from aligner.render.inspect import print_inspect
 from aligner.render.losses import print_report as print_losses
 from aligner.render.losses import print_warnings as print_loss_warnings
@@ -51,9 +53,9 @@ if TYPE_CHECKING:
 def command(result_json: str, html_out: str | None, full: bool, force: bool) -> int:
     """Show RESULT.json, a result `align compare --json` or `align check --json` saved (one dump, or rank by rank),
     `align audit --json` saved (models, or --source), `align inspect`, `align diff` (with --grads too), `align replay`,
-    `align data --json` or `align losses --json` saved, again as the command printed it, without the dumps, models,
-    checkpoints or logs: for a compare the table, the paragraph, the zoom-in and with --html its page. What the JSON
-    never held (the dumps' statistics, the norms of exactly equal tensors) is not shown.
+    `align data --json`, `align losses --json` or `align doctor` (its doctor.json) saved, again as the command printed
+    it, without the dumps, models, checkpoints or logs: for a compare the table, the paragraph, the zoom-in and with
+    --html its page. What the JSON never held (the dumps' statistics, the norms of exactly equal tensors) is not shown.
 
     \b
     Examples:
@@ -116,7 +118,8 @@ _SHOW: dict[type, Callable[[Any, Console, bool], None]] = {
     DataCompareResult: lambda r, c, _: print_data_compare(r, c),
     DataCheckResult: lambda r, c, _: print_data_check(r, c),
     AuditReport: lambda r, c, _: print_audit(r, c), SourceAuditReport: lambda r, c, _: print_source(r, c),
-    InspectResult: lambda r, c, _: print_inspect(r, c), LossReport: _show_losses}
+    InspectResult: lambda r, c, _: print_inspect(r, c), LossReport: _show_losses,
+    DoctorResult: lambda r, c, _: print_doctor(r, c)}
 # the results whose command writes a page with --html, and its writer
 _PAGES: dict[type, Callable[[Any, IO[str]], None]] = {
     CompareResult: lambda r, fh: render.write_html(r, fh), CheckReport: write_check_html,

@@ -7,7 +7,7 @@ The report is data with a `__str__` whose first line is the verdict; printing it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,12 @@ class DeterminismReport:
     def to_dict(self) -> dict[str, Any]:
         return {"deterministic": self.deterministic, "runs": self.runs, "compared": self.compared,
                 "summary": self.summary, "differences": [dataclasses.asdict(d) for d in self.differences]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DeterminismReport:
+        """The report `to_dict` gave (`deterministic` and `summary` are derived); KeyError or TypeError else."""
+        return cls(int(data["runs"]), int(data["compared"]),
+                   [Difference(str(d["name"]), int(d["run"]), str(d["detail"])) for d in data["differences"]])
 
 
 def _leaves(obj: Any, name: str) -> list[tuple[str, np.ndarray]]:

@@ -23,6 +23,8 @@ from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.data.result import DataCheckResult, DataCompareResult
 from aligner.pipelines.diff.checkpoints import DiffResult
 from aligner.pipelines.diff.grads import DiffUpdates
+from aligner.pipelines.doctor.result import SAVED_KEYS as DOCTOR_KEYS
+from aligner.pipelines.doctor.result import DoctorResult
 from aligner.pipelines.inspect import InspectResult
 from aligner.pipelines.losses.diagnose import SAVED_KEYS as LOSSES_KEYS
 from aligner.pipelines.losses.diagnose import LossReport
@@ -45,14 +47,15 @@ SAVED: tuple[tuple[str, tuple[str, ...], Callable[[Mapping[str, Any]], Result]],
     ("data check", ("directory", "framework", "samples", "fields", "findings"),
      DataCheckResult.from_dict),
     ("losses", LOSSES_KEYS, LossReport.from_dict),
+    ("doctor", DOCTOR_KEYS, DoctorResult.from_dict),
 )
 
 
 def load_report(path: str | os.PathLike[str]) -> Result:
     """The result saved in `path` (`align compare --json` or `align check --json`, single or multi-rank; `align
     audit --json`, with or without --source; `align inspect`, `align diff` (with --grads too), `align replay`,
-    `align data --json` or `align losses --json`); AlignerError (one line) for a file that cannot be read, is not
-    JSON, or holds no result of a kind aligner can show again."""
+    `align data --json`, `align losses --json` or `align doctor`'s doctor.json); AlignerError (one line) for a file
+    that cannot be read, is not JSON, or holds no result of a kind aligner can show again."""
     try:
         data = json_loads(read_text(path, INDEX))
     except (OSError, UnicodeDecodeError) as exc:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from aligner.core.errors import ExitCode
-from aligner.core.result import PassedByExitCode
+from aligner.core.findings import Finding
+from aligner.core.result import PassedByExitCode, check_schema, typed
 from aligner.dumping.determinism import DeterminismReport
 from aligner.pipelines.audit import AuditReport
 from aligner.pipelines.compare.result import CompareResult
@@ -99,6 +100,12 @@ class Sides:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Sides:
+        specs, classes, optimizers, schedulers, loss_fns, parameters = (
+            _pair(data[f.name]) for f in dataclasses.fields(cls))
+        return cls(specs, classes, optimizers, schedulers, loss_fns, parameters)
+
 
 @dataclasses.dataclass(frozen=True)
 class WeightsOutcome:
@@ -112,6 +119,11 @@ class WeightsOutcome:
     def to_dict(self) -> dict[str, Any]:
         return {"torch_weights": str(self.torch_weights), "ms_init": str(self.ms_init),
                 "converted": str(self.converted), "convert": self.convert.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WeightsOutcome:
+        return cls(ConvertResult.from_dict(data["convert"]), Path(data["torch_weights"]), Path(data["ms_init"]),
+                   Path(data["converted"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +143,12 @@ class DeterminismOutcome:
         return {"seed": self.seed, "pinned": self.pinned, "deterministic": self.deterministic,
                 "dropout_off": {"pytorch": list(self.dropout_off[0]), "mindspore": list(self.dropout_off[1])},
                 "pytorch": self.reports[0].to_dict(), "mindspore": self.reports[1].to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DeterminismOutcome:
+        off = _sides(data["dropout_off"], lambda paths: tuple(typed(p, str, "module path") for p in paths))
+        return cls(typed(data["seed"], int, "seed"), dict(typed(data["pinned"], dict, "pinned")), off,
+                   _sides(data, DeterminismReport.from_dict))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +176,16 @@ class ForwardOutcome:
                 "replay": None if self.replay is None else self.replay.to_dict(),
                 "replay_modules": self.replay_modules, "replay_error": self.replay_error}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ForwardOutcome:
+        zoom_dumps, scopes, zoom, replay = data["zoom_dumps"], data["zoom_scopes"], data["zoom"], data["replay"]
+        return cls(_sides(data["dumps"], Path), CompareResult.from_dict(data["compare"]),
+                   None if zoom_dumps is None else _sides(zoom_dumps, Path),
+                   None if scopes is None else _sides(scopes, lambda s: typed(s, str, "scope")),
+                   None if zoom is None else CompareResult.from_dict(zoom), _text(data["zoom_error"]),
+                   None if replay is None else ReplayResult.from_dict(replay), _text(data["replay_modules"]),
+                   _text(data["replay_error"]))
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainOutcome:
@@ -180,6 +208,14 @@ class TrainOutcome:
                 "compare": self.compare.to_dict(), "update": None if self.update is None else self.update.to_dict(),
                 "update_error": self.update_error}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainOutcome:
+        first, update = data["first_loss_step"], data["update"]
+        return cls(typed(data["steps"], int, "steps"), _sides(data["losses"], lambda v: tuple(map(float, v))),
+                   None if first is None else typed(first, int, "first_loss_step"), _sides(data["dumps"], Path),
+                   _sides(data["checkpoints"], Path), CompareResult.from_dict(data["compare"]),
+                   None if update is None else UpdateReport.from_dict(update), _text(data["update_error"]))
+
 
 @dataclasses.dataclass(frozen=True)
 class ReproOutcome:
@@ -190,6 +226,12 @@ class ReproOutcome:
     def to_dict(self) -> dict[str, Any]:
         return {"module": self.module, "repro": None if self.repro is None else self.repro.to_dict(),
                 "refused": self.refused}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReproOutcome:
+        repro = data["repro"]
+        return cls(typed(data["module"], str, "module"), None if repro is None else ReproResult.from_dict(repro),
+                   _text(data["refused"]))
 
 
 Outcome = AuditReport | WeightsOutcome | DeterminismOutcome | ForwardOutcome | TrainOutcome | ReproOutcome | Sides
@@ -210,6 +252,13 @@ class StageRun:
         return {"stage": self.stage.value, "status": self.status.value, "seconds": round(self.seconds, 3),
                 "skipped": None if self.skipped is None else self.skipped.value, "error": self.error,
                 "outcome": None if self.outcome is None else self.outcome.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StageRun:
+        stage, outcome, skipped = Stage(data["stage"]), data["outcome"], data["skipped"]
+        return cls(stage, Status(data["status"]), float(data["seconds"]),
+                   None if outcome is None else OUTCOMES[stage].from_dict(outcome),
+                   None if skipped is None else SkipReason(skipped), _text(data["error"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +285,15 @@ class Blame:
                 "audit": [f.to_dict() for f in self.audit], "terms": [f.to_dict() for f in self.terms],
                 "replay": self.replay, "replay_blame": self.replay_blame}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Blame:
+        return cls(Stage(data["stage"]), CulpritKind(data["kind"]), _text(data["torch_path"]),
+                   _text(data["ms_path"]), _text(data["op"]), _text(data["source"]), _text(data["source_ms"]),
+                   tuple(SettingDiff(**s) for s in data["settings"]),
+                   tuple(Finding.from_dict(f) for f in data["audit"]),
+                   tuple(Finding.from_dict(f) for f in data["terms"]),
+                   _text(data["replay"]), _text(data["replay_blame"]))
+
 
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
@@ -248,6 +306,12 @@ class InputSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> InputSpec:
+        shape = data["shape"]
+        return cls(None if shape is None else _shape(shape), _text(data["path"]),
+                   tuple(typed(n, str, "input name") for n in data["names"]), tuple(map(_shape, data["shapes"])))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,3 +355,41 @@ class DoctorResult(PassedByExitCode):
                 "blame": None if self.blame is None else self.blame.to_dict(),
                 "error": None if self.error is None else {"stage": self.error.stage.value, "cause": self.error.error},
                 "stages": [s.to_dict() for s in self.stages]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DoctorResult:
+        """The result `to_dict` gave, or `align doctor --json` wrote (its words ignored); ValueError, KeyError or
+        TypeError for data that is not one."""
+        data = check_schema(data, "doctor", SAVED_KEYS)
+        blame, specs = data["blame"], data["specs"]
+        return cls(Path(typed(data["out"], str, "out")), tuple(StageRun.from_dict(s) for s in data["stages"]),
+                   None if blame is None else Blame.from_dict(blame), InputSpec.from_dict(data["inputs"]),
+                   (_text(specs["pytorch"]), _text(specs["mindspore"])), _text(data["weights"]),
+                   _text(data["map"]), typed(data["seed"], int, "seed"))
+
+
+# the keys every saved doctor result holds (how `align report` tells one)
+SAVED_KEYS = ("out", "specs", "inputs", "blame", "stages")
+# what each stage's outcome is
+OUTCOMES: dict[Stage, Any] = {Stage.BUILD: Sides, Stage.AUDIT: AuditReport, Stage.WEIGHTS: WeightsOutcome,
+                              Stage.DETERMINISM: DeterminismOutcome, Stage.FORWARD: ForwardOutcome,
+                              Stage.TRAIN: TrainOutcome, Stage.REPRO: ReproOutcome}
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else typed(value, str, "text")
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    return tuple(typed(n, int, "dimension") for n in value)
+
+
+def _pair(value: Any) -> Any:
+    """A (torch, MindSpore) pair saved as a two-element list."""
+    first, second = value
+    return first, second
+
+
+def _sides(data: Mapping[str, Any], read: Callable[[Any], Any]) -> Any:
+    """(torch, MindSpore) read from a dict's "pytorch" and "mindspore" entries."""
+    return read(data["pytorch"]), read(data["mindspore"])
