@@ -182,8 +182,15 @@ DEFINE_KERNEL(f64, double, uint64_t, fabs, MUL_ADD)
  * raises SIGBUS on the first page past its new end: while this thread folds a mapping, SIGBUS jumps back here and
  * the call reports the file as cut short; a SIGBUS anywhere else goes to the handler installed before this one
  * (Python's faulthandler, or the default: the process dies as it would have). */
-static __thread sigjmp_buf *mapped_jump; /* set only while this thread reads its mappings */
-static __thread void *mapped_fault;      /* the address that raised it */
+/* In static TLS (initial-exec): the handler reads them on any thread, and a thread's first access to a dynamic TLS
+ * block may allocate, which a signal handler must never do. */
+#if defined(__GNUC__)
+#define SIGNAL_SAFE_TLS __thread __attribute__((tls_model("initial-exec")))
+#else
+#define SIGNAL_SAFE_TLS __thread
+#endif
+static SIGNAL_SAFE_TLS sigjmp_buf *mapped_jump; /* set only while this thread reads its mappings */
+static SIGNAL_SAFE_TLS void *mapped_fault;      /* the address that raised it */
 static struct sigaction previous_bus;
 static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
 static int bus_installed;
