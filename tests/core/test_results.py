@@ -181,21 +181,30 @@ CONTRACT = ("exit_code", "passed", "__bool__", "to_dict", "from_dict")
 
 
 def _result_classes() -> dict[str, tuple[set[str], bool]]:
-    """{class name: (its methods and properties, those of core.result.PassedByExitCode included; frozen)} of every
-    dataclass under pipelines/ with exit_code and to_dict (read from the source, so an unimported pipeline counts
-    too)."""
-    found = {}
-    for path in PIPELINES.rglob("*.py"):
+    """{class name: (its methods and properties, those of its base classes included; frozen)} of every class under
+    pipelines/ with exit_code and to_dict (read from the source, so an unimported pipeline counts too); a base class is
+    followed by its name, through pipelines/ and core/result.py (PassedByExitCode, a mixin such as data's)."""
+    classes: dict[str, tuple[set[str], list[str], bool]] = {}
+    results = set()  # the names of the classes defined under pipelines/
+    for path in [ROOT / "aligner" / "core" / "result.py", *PIPELINES.rglob("*.py")]:
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if not isinstance(node, ast.ClassDef):
-                continue
-            names = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} | \
-                {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-            if any(ast.unparse(b) == "PassedByExitCode" for b in node.bases):  # core.result's mixin gives both
-                names |= {"passed", "__bool__"}
-            frozen = any("frozen=True" in ast.unparse(d) for d in node.decorator_list)
-            if {"exit_code", "to_dict"} <= names:
-                found[node.name] = (names, frozen)
+            if isinstance(node, ast.ClassDef):
+                own = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} | \
+                    {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+                classes[node.name] = (own, [ast.unparse(b) for b in node.bases],
+                                      any("frozen=True" in ast.unparse(d) for d in node.decorator_list))
+                if path.is_relative_to(PIPELINES):
+                    results.add(node.name)
+
+    def names(name: str) -> set[str]:
+        own, bases, _ = classes.get(name, (set(), [], False))
+        return own.union(*(names(b) for b in bases if b != name))
+
+    found = {}
+    for name in sorted(results):
+        frozen = classes[name][2]
+        if {"exit_code", "to_dict"} <= names(name):
+            found[name] = (names(name), frozen)
     return found
 
 

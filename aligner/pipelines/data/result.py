@@ -104,12 +104,26 @@ class FieldComparison:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def _exit(findings: tuple[DataFinding, ...]) -> ExitCode:
-    return ExitCode.FOUND if any(f.severity == Severity.ERROR for f in findings) else ExitCode.OK
+class RankedFindings(PassedByExitCode):
+    """Mixin of the data results: their own findings and, for a multi-rank dump, each rank's result's decide the exit
+    code (1 on an error-severity finding)."""
+
+    __slots__ = ()
+    findings: tuple[DataFinding, ...]
+    ranks: tuple[tuple[int, RankedFindings], ...]
+
+    @property
+    def all_findings(self) -> tuple[DataFinding, ...]:
+        """The result's findings, then each rank's, in rank order."""
+        return self.findings + tuple(f for _, r in self.ranks for f in r.all_findings)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.FOUND if any(f.severity == Severity.ERROR for f in self.all_findings) else ExitCode.OK
 
 
 @dataclasses.dataclass(frozen=True)
-class DataCompareResult(PassedByExitCode):
+class DataCompareResult(RankedFindings):
     """Two data dumps compared (for multi-rank dumps: the ranks' results in `ranks`, sharding in `findings`)."""
 
     a: str
@@ -124,14 +138,6 @@ class DataCompareResult(PassedByExitCode):
     first_difference: FirstDifference | None
     findings: tuple[DataFinding, ...]
     ranks: tuple[tuple[int, "DataCompareResult"], ...] = ()
-
-    @property
-    def all_findings(self) -> tuple[DataFinding, ...]:
-        return self.findings + tuple(f for _, r in self.ranks for f in r.all_findings)
-
-    @property
-    def exit_code(self) -> ExitCode:
-        return _exit(self.all_findings)
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "framework_a": self.framework_a, "framework_b": self.framework_b,
@@ -170,7 +176,7 @@ class FieldSummary:
 
 
 @dataclasses.dataclass(frozen=True)
-class DataCheckResult(PassedByExitCode):
+class DataCheckResult(RankedFindings):
     """One data dump checked."""
 
     directory: str
@@ -179,14 +185,6 @@ class DataCheckResult(PassedByExitCode):
     fields: tuple[FieldSummary, ...]
     findings: tuple[DataFinding, ...]
     ranks: tuple[tuple[int, "DataCheckResult"], ...] = ()
-
-    @property
-    def all_findings(self) -> tuple[DataFinding, ...]:
-        return self.findings + tuple(f for _, r in self.ranks for f in r.all_findings)
-
-    @property
-    def exit_code(self) -> ExitCode:
-        return _exit(self.all_findings)
 
     def to_dict(self) -> dict[str, Any]:
         return {"directory": self.directory, "framework": self.framework, "samples": self.samples,
