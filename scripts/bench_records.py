@@ -1,13 +1,19 @@
 """Memory per manifest record of `align compare` and `align check` on long stats-only dumps: what a 1M-record run
-costs, measured against a smaller run in the same invocation.
+costs, measured against a smaller run and against the parse floor in the same invocation.
 
     .venv/bin/python scripts/bench_records.py [--records 1000000] [--baseline 100000] [--keep DIR]
+                                              [--only check|compare] [--rounds N]
 
 Writes two stats-only dumps of `records` module outputs per side (MindSpore vs PyTorch names, the last 10% diverging,
 the manifests a long stats-only run writes) and the same for `baseline` records, then runs `align compare A B` and
 `align check A` on each in a child process of its own (peak RSS from `os.wait4`: the kernel's figure for that process
 alone) and prints the peak, the wall time, and the bytes per record above the baseline:
 (peak(records) - peak(baseline)) / (records - baseline).
+
+The floor: a child process that imports the manifest's decoder and msgspec-decodes side A's record lines block by
+block, nothing else (process start and imports included, as in `align`'s runs). Each command's time is printed as a
+ratio to it. With --rounds N the floor and the commands run N times, interleaved (floor, command, floor, ...), and
+the best time of each is kept: the round other jobs on the machine slowed least.
 """
 from __future__ import annotations
 
@@ -22,6 +28,8 @@ import time
 from pathlib import Path
 
 from aligner.dumping.manifest import FORMAT, MANIFEST, VERSION
+
+COMMANDS = ("compare", "check")
 
 
 def write_stats_dump(root: Path, framework: str, records: int, diverge: bool) -> None:
@@ -42,11 +50,11 @@ def write_stats_dump(root: Path, framework: str, records: int, diverge: bool) ->
                                  "parent": f"layers.{i // 10}"}) + "\n")
 
 
-def run(argv: list[str]) -> tuple[float, float, int]:
-    """(peak RSS in MiB, wall seconds, exit code) of one `align` child process."""
+def run(argv: list[str], module: bool = True) -> tuple[float, float, int]:
+    """(peak RSS in MiB, wall seconds, exit code) of one `align` child process (`module` False: `python argv`)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "aligner.cli", *argv], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, *(["-m", "aligner.cli"] if module else []), *argv],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     code = os.waitstatus_to_exitcode(status)
@@ -56,12 +64,37 @@ def run(argv: list[str]) -> tuple[float, float, int]:
     return usage.ru_maxrss / 1024, wall, code
 
 
+# the parse floor: msgspec-decode every record line of one manifest in blocks, as the readers do, and nothing else
+FLOOR = """
+import sys
+import msgspec
+from aligner.dumping.manifest import Record
+decoder, count = msgspec.json.Decoder(Record), 0
+with open(sys.argv[1], "rb") as fh:
+    fh.readline()
+    while block := fh.read(1 << 23):
+        if not block.endswith(b"\\n"):
+            block += fh.readline()
+        count += len(decoder.decode_lines(block))
+"""
+
+
+def floor(manifest: Path) -> tuple[float, float, int]:
+    """(peak RSS in MiB, wall seconds, exit code) of the parse floor on `manifest`."""
+    return run(["-c", FLOOR, str(manifest)], module=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records per side of the long run")
     parser.add_argument("--baseline", type=int, default=100_000, help="records per side of the baseline run")
     parser.add_argument("--keep", type=Path, help="write the dumps here (reused when present) instead of a temp dir")
+    parser.add_argument("--only", choices=COMMANDS, help="run only this command (and the floor)")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of the floor and each command, interleaved; the "
+                        "best of each is kept")
     args = parser.parse_args()
+    commands = [args.only] if args.only else list(COMMANDS)
+    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores", flush=True)
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench_records_"))
     try:
         peaks: dict[tuple[str, int], float] = {}
@@ -71,15 +104,24 @@ def main() -> None:
                 shutil.rmtree(root / f"{count}", ignore_errors=True)
                 write_stats_dump(a, "mindspore", count, diverge=True)
                 write_stats_dump(b, "pytorch", count, diverge=False)
-            for command, argv in (("compare", ["compare", str(a), str(b)]), ("check", ["check", str(a)])):
-                peak, wall, code = run(argv)
+            argvs = {"compare": ["compare", str(a), str(b)], "check": ["check", str(a)]}
+            best: dict[str, tuple[float, float, int]] = {}
+            for _ in range(args.rounds):  # interleaved: load on the machine hits the floor and the commands alike
+                for command in ("floor", *commands):
+                    got = floor(a / MANIFEST) if command == "floor" else run(argvs[command])
+                    if command not in best or got[1] < best[command][1]:
+                        best[command] = got
+            base = best["floor"][1]
+            for command in ("floor", *commands):
+                peak, wall, code = best[command]
                 peaks[(command, count)] = peak
-                print(f"{command:8s} {count:>9,d} records/side: peak RSS {peak:8.1f} MiB, {wall:7.1f} s "
-                      f"(exit {code})", flush=True)
+                print(f"{command:8s} {count:>9,d} records/side: peak RSS {peak:8.1f} MiB, {wall:7.1f} s = "
+                      f"{wall / base:5.2f}x the floor (exit {code}, best of {args.rounds})", flush=True)
         span = args.records - args.baseline
-        for command in ("compare", "check"):
+        for command in ("floor", *commands):
             per = (peaks[(command, args.records)] - peaks[(command, args.baseline)]) * (1 << 20) / span
             print(f"{command}: {per:,.0f} bytes per record above the {args.baseline:,d}-record baseline")
+        print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} after the runs")
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

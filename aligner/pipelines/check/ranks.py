@@ -19,21 +19,24 @@ import dataclasses
 import math
 import os
 import shlex
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
+from aligner.core.collect import gc_paused
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.findings import Finding, Severity
 from aligner.core.result import PassedByExitCode, typed
 from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.read.ranks import read_header, read_ranks
-from aligner.dumping.read.source import Item, Source, TensorError, load_tensor, read_source
+from aligner.dumping.read.source import Item, TensorError, load_tensor, read_source
+from aligner.dumping.read.stream import UnorderedError, open_stream
 from aligner.metrics.stats import Stats, known
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.report import CheckReport
 from aligner.pipelines.check.rules import Evaluation
-from aligner.pipelines.check.run import check_source
+from aligner.pipelines.check.run import check_source, check_stream
 from aligner.pipelines.check.view import SkipError, nonfinite
 
 # normalisation statistics: each rank's own batches update them (DDP's broadcast_buffers copies rank 0's at the next
@@ -99,12 +102,34 @@ class RankedCheckReport(PassedByExitCode):
 
 @dataclasses.dataclass
 class _Rank:
-    """One rank's dump as the cross-rank rules read it."""
+    """One rank's dump as the cross-rank rules read it, gathered as its records pass (`see`): its weights' values
+    and its gradients after the all-reduce by (step, name), the steps of its records, its first record holding
+    NaN/Inf, and its parameter values holding NaN/Inf (the last value read of each)."""
 
     rank: int
-    source: Source
-    params: dict[tuple[int, str], Item]   # (step, name) -> value at the step's start
-    reduced: dict[tuple[int, str], Item]  # (step, name) -> gradient after the all-reduce
+    params: dict[tuple[int, str], Item] = dataclasses.field(default_factory=dict)
+    reduced: dict[tuple[int, str], Item] = dataclasses.field(default_factory=dict)
+    steps: set[int] = dataclasses.field(default_factory=set)
+    first: Record | None = None
+    nonfinite_params: dict[tuple[int, str], Record] = dataclasses.field(default_factory=dict)
+
+    def see(self, item: Item) -> None:
+        """One item of the rank's dump, in execution order."""
+        rec = item.record
+        key = (rec.step, rec.module)
+        if rec.kind == Kind.PARAM:
+            self.nonfinite_params.pop(key, None)  # the last value read of a parameter is the one checked
+            if nonfinite(rec.stats):
+                self.nonfinite_params[key] = rec
+            self.params.pop(key, None)
+            if rec.type == "Parameter" and rec.module.rsplit(".", 1)[-1] not in _RUNNING:
+                self.params[key] = item
+            return
+        self.steps.add(rec.step)
+        if self.first is None and nonfinite(rec.stats):
+            self.first = rec
+        if rec.kind == Kind.PARAM_GRAD and rec.io == Io.REDUCED:
+            self.reduced[key] = item
 
 
 def _dp_groups(headers: list[dict[str, Any]], world: int) -> tuple[list[list[int]], bool]:
@@ -278,9 +303,11 @@ def _rule_grads(ctx: _Ctx) -> list[Finding]:
 
 
 def _first_nonfinite(rank: _Rank) -> Record | None:
-    records = sorted([it.record for it in rank.source.items] + [it.record for it in rank.source.params.values()],
-                     key=lambda r: (r.step, r.seq))
-    return next((r for r in records if nonfinite(r.stats)), None)
+    """The rank's first record holding NaN/Inf in execution order, parameter values included (on a tie, not one)."""
+    found = [(r.step, r.seq, 1, r) for r in rank.nonfinite_params.values()]
+    if rank.first is not None:
+        found.append((rank.first.step, rank.first.seq, 0, rank.first))
+    return min(found, key=lambda f: f[:3])[3] if found else None
 
 
 def _words(rec: Record) -> str:
@@ -311,6 +338,19 @@ def _rule_nonfinite(ctx: _Ctx) -> list[Finding]:
 _RULES = {"rank-weights": _rule_weights, "rank-grads": _rule_grads, "rank-nonfinite": _rule_nonfinite}
 
 
+def _check_rank(rank: int, folder: Path, config: RuleConfig) -> tuple[CheckReport, _Rank]:
+    """One rank's own check and what the cross-rank rules read of it, in one pass over its records (read whole when
+    they are out of execution order)."""
+    gathered = _Rank(rank)
+    try:
+        with open_stream(folder) as stream:
+            return check_stream(stream, config, str(folder), gathered.see), gathered
+    except UnorderedError:
+        gathered = _Rank(rank)
+        return check_source(read_source(folder), config, str(folder), gathered.see), gathered
+
+
+@gc_paused()  # as check's: records pass by the million
 def check_ranks(directory: str | os.PathLike, rules: Mapping[str, Any] | None = None) -> RankedCheckReport:
     """Check a multi-rank dump: each rank with `check`'s rules, then the cross-rank rules within each data-parallel
     group; AlignerError for mixed world sizes or a directory without rank folders."""
@@ -325,17 +365,10 @@ def check_ranks(directory: str | os.PathLike, rules: Mapping[str, Any] | None = 
     unreadable: dict[int, str] = {}
     for rank, folder in sorted(dump.folders.items()):
         try:
-            source = read_source(folder)
-            reports[rank] = check_source(source, config, str(folder))
+            reports[rank], ranks[rank] = _check_rank(rank, folder, config)
         except AlignerError as exc:
             unreadable[rank] = str(exc)
-            continue
-        reduced = {(it.record.step, it.record.module): it for it in source.items
-                   if it.record.kind == Kind.PARAM_GRAD and it.record.io == Io.REDUCED}
-        weights = {key: it for key, it in source.params.items()
-                   if it.record.type == "Parameter" and key[1].rsplit(".", 1)[-1] not in _RUNNING}
-        ranks[rank] = _Rank(rank, source, weights, reduced)
-    out = Evaluation(steps=sorted({it.record.step for r in ranks.values() for it in r.source.items}))
+    out = Evaluation(steps=sorted({s for r in ranks.values() for s in r.steps}))
     ctx = _Ctx(str(directory), ranks, groups, config, out)
     for name, rule in _RULES.items():
         if not config.enabled(name):

@@ -18,8 +18,8 @@ from aligner.pipelines.check.view import (
     LOSS_SCALE,
     ArrayLoader,
     DumpView,
+    Outputs,
     SkipError,
-    max_abs,
     nonfinite,
     numel,
 )
@@ -60,11 +60,12 @@ class _Ctx:
                        values=values)
 
 
-def _need(ctx: _Ctx, records: Sequence[Record], key: str, what: str) -> None:
-    """SkipError unless `records` exist and every one's statistics hold `key`."""
-    if not records:
+def _need(ctx: _Ctx, records: Sequence[Record] | Outputs, key: str, what: str) -> None:
+    """SkipError unless `records` exist and every one's statistics hold `key` (`Outputs`: as they passed)."""
+    if not (records.seen if isinstance(records, Outputs) else records):
         raise SkipError(f"the dump has no {what}")
-    if any(not (ctx.view.stats(r) or Stats()).has(key) for r in records):
+    if key in records.lacking if isinstance(records, Outputs) else \
+            any(not (ctx.view.stats(r) or Stats()).has(key) for r in records):
         raise SkipError(f"the statistics lack {key!r} (an older dump, or one without statistics): re-dump with this "
                    "aligner to check it")
 
@@ -81,11 +82,8 @@ def _kind_words(rec: Record) -> str:
 
 def rule_nonfinite(ctx: _Ctx) -> list[Finding]:
     """Per step, the first record in execution order with NaN/Inf (everything before it is finite)."""
-    origins: list[tuple[int, Record]] = []
-    for s in ctx.view.order:
-        first = next((r for r in ctx.view.steps[s].records if nonfinite(ctx.view.stats(r))), None)
-        if first is not None:
-            origins.append((s, first))
+    first = ctx.view.passing.nonfinite
+    origins = [(s, first[s]) for s in ctx.view.order if s in first]
     if not origins:
         return []
     s, rec = origins[0]
@@ -117,27 +115,16 @@ def rule_fp16_overflow(ctx: _Ctx) -> list[Finding]:
     limit = ctx.config("fp16-overflow", "max_abs")
     fix = ("normalise the input or rescale this layer; under mixed precision keep it in float32 (torch autocast "
            "custom_fwd / MindSpore cell.to_float(mstype.float32)); gradients: a smaller loss scale; checklist mp.01")
-    for s in ctx.view.order:
-        big: dict[str, list[tuple[Record, float]]] = {"forward": [], "gradient": []}
-        for rec in ctx.view.steps[s].records:
-            if rec.kind not in (Kind.FORWARD, Kind.BACKWARD, Kind.PARAM_GRAD) or rec.io == Io.INPUT \
-                    or rec.dtype == "bfloat16":
-                continue
-            value = max_abs(ctx.view.stats(rec))
-            if value is not None and value >= limit:
-                big["forward" if rec.kind == Kind.FORWARD else "gradient"].append((rec, value))
-        found = []
-        for group in big.values():
-            if group:
-                rec, value = group[0]
-                more = f" ({len(group) - 1} more such records at this step)" if len(group) > 1 else ""
-                found.append(ctx.finding(
-                    "fp16-overflow", f"{_kind_words(rec)} reaches |v| = {_g(value)}, {value / FP16_MAX:.2g}x "
-                    f"float16's largest value 65504 (threshold {_g(limit)}): float16 (mixed precision, Ascend) "
-                    f"overflows to Inf here{more}", rec.module, s, fix, (value,)))
-        if found:
-            return found
-    return []
+    found = []
+    for group in ("forward", "gradient"):  # at the first step where any record reaches the limit
+        if group in ctx.view.passing.overflow:
+            rec, value, count = ctx.view.passing.overflow[group]
+            more = f" ({count - 1} more such records at this step)" if count > 1 else ""
+            found.append(ctx.finding(
+                "fp16-overflow", f"{_kind_words(rec)} reaches |v| = {_g(value)}, {value / FP16_MAX:.2g}x "
+                f"float16's largest value 65504 (threshold {_g(limit)}): float16 (mixed precision, Ascend) "
+                f"overflows to Inf here{more}", rec.module, rec.step, fix, (value,)))
+    return found
 
 
 def rule_fp16_underflow(ctx: _Ctx) -> list[Finding]:
@@ -337,68 +324,44 @@ def rule_update_ratio(ctx: _Ctx) -> list[Finding]:
     return found
 
 
-def _activations(ctx: _Ctx, types: Sequence[str]) -> list[Record]:
-    wanted = set(types)
-    return [r for s in ctx.view.order for r in ctx.view.steps[s].outputs if r.type in wanted]
-
-
 def rule_dead_relu(ctx: _Ctx) -> list[Finding]:
     """ReLU outputs that are mostly exact zeros."""
-    limit = ctx.config("dead-relu", "zeros")
-    records = _activations(ctx, ctx.config("dead-relu", "types"))
-    _need(ctx, records, "zeros", f"outputs of {'/'.join(ctx.config('dead-relu', 'types'))} modules")
-    found, seen = [], set()
-    for rec in records:
-        zeros = float((ctx.view.stats(rec) or Stats()).zeros or 0.0)
-        if zeros >= limit and rec.module not in seen:
-            seen.add(rec.module)
-            found.append(ctx.finding(
-                "dead-relu", f"{zeros:.0%} of the outputs of {rec.module} ({rec.type}) are exactly 0 (dead ReLUs: "
-                "no gradient flows through them)", rec.module, rec.step,
-                "normalise the input, lower the learning rate, use He init with zero biases, or LeakyReLU/GELU",
-                (zeros,)))
-    return found
+    relu = ctx.view.passing.relu  # per module, its first output with `zeros` or more exact zeros
+    _need(ctx, relu, "zeros", f"outputs of {'/'.join(ctx.config('dead-relu', 'types'))} modules")
+    return [ctx.finding(
+        "dead-relu", f"{zeros:.0%} of the outputs of {rec.module} ({rec.type}) are exactly 0 (dead ReLUs: "
+        "no gradient flows through them)", rec.module, rec.step,
+        "normalise the input, lower the learning rate, use He init with zero biases, or LeakyReLU/GELU",
+        (zeros,)) for rec, zeros in relu.hits.values()]
 
 
 def rule_saturated(ctx: _Ctx) -> list[Finding]:
     """Sigmoid outputs near 0 or 1 and tanh outputs near -1 or 1."""
     rule = "saturated-activations"
-    limit = ctx.config(rule, "fraction")
-    sig, tanh = _activations(ctx, ctx.config(rule, "sigmoid")), _activations(ctx, ctx.config(rule, "tanh"))
-    _need(ctx, sig + tanh, "near_one", "sigmoid or tanh outputs")
-    if sig:
-        _need(ctx, sig, "near_zero", "sigmoid outputs")
-    found, seen = [], set()
-    for rec in sorted(sig + tanh, key=lambda r: (r.step, r.seq)):
-        st = ctx.view.stats(rec) or Stats()
-        share = float(st.near_one or 0.0) + (float(st.near_zero or 0.0) if rec in sig else 0.0)
-        if share >= limit and rec.module not in seen:
-            seen.add(rec.module)
-            ends = "0 or 1" if rec in sig else "-1 or 1"
-            found.append(ctx.finding(
-                rule, f"{share:.0%} of the outputs of {rec.module} ({rec.type}) are within 0.01 of {ends}: saturated, "
-                "their gradient is nearly 0", rec.module, rec.step,
-                "normalise the layer's input (BatchNorm/LayerNorm before it), use Xavier init, or a ReLU-family "
-                "activation", (share,)))
+    outputs = ctx.view.passing.saturated  # per module, its first output that is `fraction` saturated or more
+    _need(ctx, outputs, "near_one", "sigmoid or tanh outputs")
+    if ctx.view.passing.sigmoid.seen:
+        _need(ctx, ctx.view.passing.sigmoid, "near_zero", "sigmoid outputs")
+    sig = set(ctx.config(rule, "sigmoid"))
+    found = []
+    for rec, share in outputs.hits.values():
+        ends = "0 or 1" if rec.type in sig else "-1 or 1"
+        found.append(ctx.finding(
+            rule, f"{share:.0%} of the outputs of {rec.module} ({rec.type}) are within 0.01 of {ends}: saturated, "
+            "their gradient is nearly 0", rec.module, rec.step,
+            "normalise the layer's input (BatchNorm/LayerNorm before it), use Xavier init, or a ReLU-family "
+            "activation", (share,)))
     return found
 
 
 def rule_constant(ctx: _Ctx) -> list[Finding]:
     """Forward outputs that are all zeros or a single value."""
     least = ctx.config("constant-activations", "min_numel")
-    relu = set(ctx.config("dead-relu", "types"))
-    outputs = [r for s in ctx.view.order for r in ctx.view.steps[s].outputs if numel(r) >= least]
-    if not outputs:
+    outputs = ctx.view.passing.constant  # per module, its first finite output of one value (dead-relu's left out)
+    if not outputs.seen:
         raise SkipError(f"the dump has no forward outputs of {least}+ elements")
-    found, seen = [], set()
-    for rec in outputs:
-        st = ctx.view.stats(rec) or Stats()
-        low = known(st.min)
-        if low is None or low != known(st.max) or nonfinite(st) or rec.module in seen:
-            continue
-        if rec.type in relu and ctx.config.enabled("dead-relu") and st.has("zeros"):
-            continue  # dead-relu reports it
-        seen.add(rec.module)
+    found = []
+    for rec, low in outputs.hits.values():
         what = "all zeros" if low == 0 else f"the constant {_g(float(low))}"
         found.append(ctx.finding(
             "constant-activations", f"the output of {rec.module or 'the model'} ({rec.type}) is {what} "
@@ -561,9 +524,13 @@ RULES: dict[str, Callable[[_Ctx], list[Finding]]] = {
 
 def evaluate(records: Sequence[Record], config: RuleConfig, *, framework: str,
              arrays: ArrayLoader | None = None) -> Evaluation:
-    """Run every enabled rule on `records` (one run, execution order, any number of steps); `arrays` loads a record's
-    full tensor (None: statistics only)."""
-    view = DumpView(records, arrays)
+    """Run every enabled rule on `records` (one run, any order, any number of steps); `arrays` loads a record's full
+    tensor (None: statistics only)."""
+    return evaluate_view(DumpView.of(records, config, arrays), config, framework=framework)
+
+
+def evaluate_view(view: DumpView, config: RuleConfig, *, framework: str) -> Evaluation:
+    """Run every enabled rule on a view its records were added to (`align check` adds a dump's as they are read)."""
     out = Evaluation(steps=list(view.order))
     for s in view.order:
         step = view.steps[s]
