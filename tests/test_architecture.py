@@ -1,6 +1,6 @@
-"""The package's shape: imports point one way (cli -> render -> pipelines -> {mapping, metrics, dumping, io} -> core),
-aligner's own modules are imported at module level (only torch/mindspore and heavy optional libraries lazily), and
-nothing below render/ formats output with rich."""
+"""The package's shape: imports point one way (cli -> render -> pipelines -> dumping -> mapping -> {metrics, io}
+-> core), aligner's own modules are imported at module level (only torch/mindspore and heavy optional libraries
+lazily), and nothing below render/ formats output with rich."""
 from __future__ import annotations
 
 import ast
@@ -17,7 +17,8 @@ import aligner
 
 PACKAGE = Path(aligner.__file__).resolve().parent
 # Layer of each top-level room; a module may import only rooms of a lower layer, or its own room.
-LAYERS = {"core": 0, "io": 1, "metrics": 1, "mapping": 2, "dumping": 2, "pipelines": 3, "render": 4, "cli": 5,
+# dumping sits above mapping: pairing two dumps (dumping/pair/) renames parameter gradients with mapping's planner
+LAYERS = {"core": 0, "io": 1, "metrics": 1, "mapping": 2, "dumping": 3, "pipelines": 4, "render": 5, "cli": 6,
           "mappings": 0}
 FACADE = {"aligner", "aligner.api", "aligner.cli.__main__"}  # the public API entry points, above every room
 FORMATTING = ("rich", "matplotlib", "plotly")
@@ -144,10 +145,12 @@ def test_lazy_facades_name_what_exists() -> None:
             assert getattr(facade, attribute) is not None, f"{name}.{attribute}"
 
 
-# The dump format's owner: aligner.dumping writes it (manifest.py, writer.py) and reads it (read/: aligner dumps,
-# plain .npy folders, msprobe and native dumps, rank folders). What a pipeline needs of it comes from there.
+# The dump format's owner: aligner.dumping writes it (manifest.py, writer.py), reads it (read/: aligner dumps,
+# plain .npy folders, msprobe and native dumps, rank folders) and pairs two dumps (pair/: read_pair, the record
+# matching, the same-model check). What a pipeline needs of it comes from there.
 DUMP_FORMAT = ("aligner.dumping.manifest", "aligner.dumping.read.source", "aligner.dumping.read.ranks",
-               "aligner.dumping.read.foreign", "aligner.dumping.read.foreign.layout", "aligner.io.npy_header")
+               "aligner.dumping.read.foreign", "aligner.dumping.read.foreign.layout", "aligner.io.npy_header",
+               "aligner.dumping.pair.paired", "aligner.dumping.pair.matching", "aligner.dumping.pair.ops")
 # What reading a dump or a .npy header by hand looks like: the manifest's file name, numpy's header reader.
 FORMAT_INTERNALS = ("MANIFEST", "read_manifest", "read_array_header", "read_magic", "RANK_DIR")
 
@@ -162,10 +165,12 @@ def _format_names() -> set[str]:
 
 
 def test_pipelines_read_dumps_only_through_dumping() -> None:
-    """No pipeline takes a dump reader's name (Item, read_source, read_ranks, ...) from another pipeline, and none
-    reads the format by hand (the manifest's name, numpy's header parser): one owner, below the pipelines."""
+    """No pipeline takes a dump reader's or the pairing's name (Item, read_source, read_ranks, read_pair, Pair,
+    match, ...) from another pipeline, and none reads the format by hand (the manifest's name, numpy's header
+    parser): one owner, below the pipelines."""
     names, found = _format_names(), []
     assert {"Item", "Source", "read_source", "load_tensor", "read_ranks", "holds_ranks", "NpyHeader"} <= names
+    assert {"read_pair", "Paired", "check_same_model", "match", "Pair", "MatchedBy", "namers", "is_op"} <= names
     for name, path in _modules():
         if _room(name) != "pipelines":
             continue

@@ -14,7 +14,7 @@ import aligner
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework, Reference, reference_index
 from aligner.dumping.manifest import MANIFEST, Io, Kind, read_manifest
-from aligner.pipelines.compare.matching import MatchedBy
+from aligner.dumping.pair.matching import MatchedBy
 from tests.support.cli import run_align
 
 

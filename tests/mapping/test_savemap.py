@@ -18,9 +18,9 @@ from mindspore import nn as mnn  # noqa: E402
 
 import aligner  # noqa: E402
 from aligner.dumping.manifest import Record  # noqa: E402
+from aligner.dumping.pair.matching import namers  # noqa: E402
 from aligner.dumping.read.source import Item  # noqa: E402
 from aligner.mapping.usermap import UserMap, module_renames  # noqa: E402
-from aligner.pipelines.compare.matching import namers  # noqa: E402
 from tests.support.cli import align_in_process  # noqa: E402
 
 ms.set_context(mode=ms.PYNATIVE_MODE)

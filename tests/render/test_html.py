@@ -24,10 +24,10 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from aligner.dumping.manifest import Record
+from aligner.dumping.pair.matching import Pair
 from aligner.dumping.read.source import Item
 from aligner.metrics.measure import Metrics
 from aligner.pipelines.compare.evaluate import Row
-from aligner.pipelines.compare.matching import Pair
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.verdict import judge
 from aligner.render.html import write_html

@@ -17,13 +17,12 @@ if TYPE_CHECKING:
     from aligner.pipelines.compare.distributed import evaluate_on, measure_on
     from aligner.pipelines.compare.parallel import evaluate_parallel
     from aligner.pipelines.compare.ranks import compare_ranks
-    from aligner.pipelines.compare.run import compare, read_pair
+    from aligner.pipelines.compare.run import compare
     from aligner.pipelines.compare.saved import load as load_result
     from aligner.pipelines.compare.settings import with_settings
 
 # public name -> (module, its name there)
 _LAZY = {"compare": ("aligner.pipelines.compare.run", "compare"),
-         "read_pair": ("aligner.pipelines.compare.run", "read_pair"),
          "compare_ranks": ("aligner.pipelines.compare.ranks", "compare_ranks"),
          "calibrate_pairs": ("aligner.pipelines.compare.calibrate", "calibrate"),
          "evaluate_on": ("aligner.pipelines.compare.distributed", "evaluate_on"),
@@ -33,7 +32,7 @@ _LAZY = {"compare": ("aligner.pipelines.compare.run", "compare"),
          "load_result": ("aligner.pipelines.compare.saved", "load")}
 
 __all__ = ["calibrate_pairs", "compare", "compare_ranks", "evaluate_on", "evaluate_parallel", "load_result",
-           "measure_on", "read_pair", "with_settings"]
+           "measure_on", "with_settings"]
 
 
 __getattr__ = lazy.attributes(__name__, _LAZY)

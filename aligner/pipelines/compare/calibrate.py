@@ -22,10 +22,10 @@ from aligner.core.dtypes import FLOATING
 from aligner.core.errors import AlignerError
 from aligner.core.tolerance import CALIBRATION_K, Tolerance, ToleranceSpec
 from aligner.dumping.manifest import Io, Kind
+from aligner.dumping.pair.matching import Pair
 from aligner.dumping.read.source import Item, Source, TensorError, open_tensor, read_source
 from aligner.metrics.measure import Metrics, compare_streams
 from aligner.pipelines import compare as package  # the cluster's part loaded on first use: see compare/__init__.py
-from aligner.pipelines.compare.matching import Pair
 
 if TYPE_CHECKING:
     from aligner.pipelines.compare.engine import Engine

@@ -13,12 +13,12 @@ from typing import Callable
 
 from aligner.core.errors import AlignerError
 from aligner.core.tolerance import ToleranceSpec
+from aligner.dumping.pair.matching import Pair
 from aligner.dumping.read.source import Item
 from aligner.metrics.measure import Metrics
 from aligner.pipelines.compare.calibrate import Noise, measure
 from aligner.pipelines.compare.engine import Engine
 from aligner.pipelines.compare.evaluate import Row, evaluate
-from aligner.pipelines.compare.matching import Pair
 
 TASKS_PER_WORKER = 4  # batches per worker: a slow node or a big tensor holds up at most a quarter of a worker's share
 # A Ray task costs about 1 ms to schedule and return here; 4M elements (16 MB of float32 per side) take ~10 ms to

@@ -6,9 +6,9 @@ import enum
 from typing import TYPE_CHECKING
 
 from aligner.core.tolerance import ToleranceSpec
+from aligner.dumping.pair.matching import MatchedBy, Pair
 from aligner.dumping.read.source import Item, TensorError, open_tensor
 from aligner.metrics.measure import Metrics, compare_stats, compare_streams, same_rows
-from aligner.pipelines.compare.matching import MatchedBy, Pair
 
 if TYPE_CHECKING:  # only --calibrate makes one (calibrate.py is loaded on that path only)
     from aligner.pipelines.compare.calibrate import Noise

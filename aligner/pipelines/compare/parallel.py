@@ -11,8 +11,8 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Sequence
 
 from aligner.core.tolerance import ToleranceSpec
+from aligner.dumping.pair.matching import Pair
 from aligner.pipelines.compare.evaluate import Row, evaluate
-from aligner.pipelines.compare.matching import Pair
 
 _BATCH = 8  # pairs per task handed to a worker process
 _FORKED: dict[int, list] = {}  # pairs lists that forked worker processes read by key (inherited, never pickled)

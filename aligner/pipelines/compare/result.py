@@ -10,9 +10,9 @@ from aligner.core.errors import ExitCode
 from aligner.core.result import SCHEMAS, PassedByExitCode
 from aligner.core.tolerance import ToleranceSpec
 from aligner.dumping.manifest import Kind
+from aligner.dumping.pair.matching import MatchedBy
 from aligner.pipelines import compare as package  # compare/saved.py, loaded only to read a saved result
 from aligner.pipelines.compare.evaluate import Row
-from aligner.pipelines.compare.matching import MatchedBy
 from aligner.pipelines.compare.verdict import Divergence, Verdict
 
 if TYPE_CHECKING:  # only --calibrate makes one (calibrate.py is loaded on that path only)

@@ -16,11 +16,11 @@ import msgspec
 from aligner.core.result import check_schema, number, typed
 from aligner.core.tolerance import ToleranceSpec
 from aligner.dumping.manifest import Record
+from aligner.dumping.pair.matching import MatchedBy, Pair
 from aligner.dumping.read.source import Item
 from aligner.mapping.msprobe_maps import MsprobeMap
 from aligner.metrics.measure import Method, Metrics
 from aligner.pipelines.compare.evaluate import Row
-from aligner.pipelines.compare.matching import MatchedBy, Pair
 from aligner.pipelines.compare.result import CompareResult
 from aligner.pipelines.compare.settings import SettingDiff
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Label, NanFinding, OneSided, Phase, Verdict

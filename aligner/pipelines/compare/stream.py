@@ -35,6 +35,8 @@ from aligner.core.frameworks import Framework, reference_index
 from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import CALIBRATION_K, ToleranceSpec
 from aligner.dumping.manifest import INPUTS, Kind, Record
+from aligner.dumping.pair.matching import MatchedBy, Pair, passthrough, returns_input, same_layer, spelling
+from aligner.dumping.pair.paired import SAME_MODEL_MIN_PAIRED, SAME_MODEL_MIN_RECORDS, different_models
 from aligner.dumping.read.foreign.layout import detect
 from aligner.dumping.read.source import Item, Source
 from aligner.dumping.read.stream import Stream, UnorderedError, open_stream
@@ -42,9 +44,6 @@ from aligner.pipelines import compare as package  # with_settings: loaded for a 
 from aligner.pipelines.compare import run
 from aligner.pipelines.compare.engine import Engine, LocalEngine
 from aligner.pipelines.compare.evaluate import Row
-from aligner.pipelines.compare.matching import MatchedBy, Pair, passthrough, same_layer
-from aligner.pipelines.compare.matching import _returns_input as returns_input
-from aligner.pipelines.compare.matching import _spelling as spelling
 from aligner.pipelines.compare.result import CompareResult, Streamed, Tally
 from aligner.pipelines.compare.verdict import NanFinding, Verdict, judge, phase_of
 
@@ -351,10 +350,10 @@ class _Counter:
 
 
 def _check_same_model(counter: _Counter, migrated: Stream, reference: Stream) -> None:
-    """run.check_same_model over the counts taken as the rows passed (its message, its numbers)."""
+    """`check_same_model` over the counts taken as the rows passed (its message, its numbers)."""
     smaller = min(counter.records)
-    if smaller >= run.SAME_MODEL_MIN_RECORDS and counter.alike < run.SAME_MODEL_MIN_PAIRED * smaller:
-        raise run.different_models(migrated.root, reference.root, counter.alike, smaller)
+    if smaller >= SAME_MODEL_MIN_RECORDS and counter.alike < SAME_MODEL_MIN_PAIRED * smaller:
+        raise different_models(migrated.root, reference.root, counter.alike, smaller)
 
 
 def _verdict(rows: dict[int, Row], window: Window) -> Verdict:

@@ -17,8 +17,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Hashable, NamedTuple, Sequence
 
 from aligner.dumping.manifest import INPUTS, Io, Kind, Record
+from aligner.dumping.pair.matching import MatchedBy
 from aligner.pipelines.compare.evaluate import Row
-from aligner.pipelines.compare.matching import MatchedBy
 
 if TYPE_CHECKING:  # compare/settings.py loads the audit's rules: only for a finding with call records
     from aligner.pipelines.compare.settings import SettingDiff

@@ -22,13 +22,13 @@ from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.dumping.context import dump
 from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.options import compile_pattern
+from aligner.dumping.pair.matching import Pair
+from aligner.dumping.pair.paired import read_pair
 from aligner.dumping.read.source import Item, Source, TensorError, load_tensor
 from aligner.dumping.signature import MalformedCallError, restore
 from aligner.dumping.tensors import model_framework, tensors_in, to_host
 from aligner.metrics.measure import Metrics, compare_arrays
 from aligner.pipelines.compare.evaluate import evaluate
-from aligner.pipelines.compare.matching import Pair
-from aligner.pipelines.compare.run import read_pair
 from aligner.pipelines.compare.verdict import Culprit, Phase, judge
 from aligner.pipelines.replay.result import ReplayResult, ReplayRow, ReplayVerdict
 from aligner.pipelines.replay.runner import Runner, put_back, runner

@@ -24,10 +24,10 @@ from aligner.core.nesting import json_loads
 from aligner.core.result import PassedByExitCode, check_schema, number, typed
 from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.dumping.manifest import Io, Kind, Record
+from aligner.dumping.pair.matching import Pair
+from aligner.dumping.pair.paired import check_same_model, read_pair
 from aligner.dumping.read.source import Item, Source, TensorError, load_tensor
 from aligner.pipelines.compare.evaluate import RowStatus, evaluate
-from aligner.pipelines.compare.matching import Pair
-from aligner.pipelines.compare.run import check_same_model, read_pair
 from aligner.pipelines.repro.layers import Build, Planned, Recorded, buildable, plan
 from aligner.pipelines.repro.script import FOLDER, Layout, SideCode, StandIn, readme, repro_py
 

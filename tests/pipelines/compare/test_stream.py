@@ -43,7 +43,7 @@ def _reports(result: Any, out: Path, spool: ReportSpool | None = None) -> dict[s
         with open(path, "w", encoding="utf-8") as fh:
             writer(result, fh, spool if result.tally is not None else None)
         texts[name] = path.read_text(encoding="utf-8")
-    console = Console(width=200, record=True, color_system=None, file=open(os.devnull, "w"))  # noqa: SIM115
+    console = Console(width=200, record=True, color_system=None, file=open(os.devnull, "w"))
     print_table(result, console)
     texts["table"] = console.export_text()
     texts["summary"] = summary(result)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from aligner.dumping.manifest import Record
+from aligner.dumping.pair.matching import match, passthrough
 from aligner.dumping.read.source import Item
 from aligner.metrics.stats import tensor_stats
-from aligner.pipelines.compare.matching import match, passthrough
 from aligner.pipelines.compare.run import compare
 from aligner.render.compare import summary
 from tests.support.compare_fixtures import write_dump

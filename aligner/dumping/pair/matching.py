@@ -25,9 +25,9 @@ from aligner import io, mapping  # the name planner, loaded only for PyTorch/Min
 from aligner.core.frameworks import Framework
 from aligner.core.sequences import longest_increasing
 from aligner.dumping.manifest import INPUTS, Io, Kind, Record
+from aligner.dumping.pair import ops as op_records  # aligner.dump(ops=True) records: see pair/ops.py
 from aligner.dumping.read.source import Item, stats_identity
 from aligner.metrics.stats import known
-from aligner.pipelines.compare import ops as op_records  # aligner.dump(ops=True) records: see compare/ops.py
 
 Namer = Callable[[Record], "str | None"]  # the name a record is matched under (None: match by order only)
 _MAX_DP_CELLS = 250_000
@@ -129,7 +129,7 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
     # --- end of the issue 12 edit ---
 
 
-def _spelling(path: str) -> str:
+def spelling(path: str) -> str:
     """A module path up to case and underscores: the same layer spelled by another zoo (`maxpool` / `max_pool`,
     `downsample` / `down_sample`)."""
     return path.replace("_", "").lower()
@@ -139,7 +139,7 @@ def _wrapper_prefixes(spelled: list[set[str]]) -> tuple[str, str]:
     """The prefix one side's module paths carry and the other's lack, when it wraps most of that side and stripping
     it pairs more names (DDP's `module.`, MindSpore's `_backbone.`, a user's `net.`): ("", "") when nothing does.
     Without it no record would pair by name, and aligning every record by content costs ~200x more. `spelled`: each
-    side's names as `_spelling` writes them."""
+    side's names as `spelling` writes them."""
     best = ("", "", len(spelled[0] & spelled[1]))
     if best[2] >= 0.5 * min(len(spelled[0]), len(spelled[1])):
         return "", ""
@@ -160,12 +160,12 @@ def _wrapper_prefixes(spelled: list[set[str]]) -> tuple[str, str]:
 
 
 def _unwrapped(names: list[str | None], prefix: str) -> list[str | None]:
-    """Names with a wrapper prefix (as `_spelling` writes it) removed where they carry it."""
+    """Names with a wrapper prefix (as `spelling` writes it) removed where they carry it."""
     if not prefix:
         return names
     depth = prefix.count(".")  # the prefix's path components, as the original (unspelled) name writes them
     return [n.split(".", depth)[depth] if n is not None and n.count(".") >= depth and
-            _spelling(n).startswith(prefix) else n for n in names]
+            spelling(n).startswith(prefix) else n for n in names]
 
 
 def _named_inputs(items: Sequence[Item]) -> bool:
@@ -185,14 +185,14 @@ def _keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[str,
     append = keys.append
     for item, module in zip(items, names):
         r = item.record
-        if module is None or r.kind == Kind.OP:  # op records never pair by name (compare/ops.py)
+        if module is None or r.kind == Kind.OP:  # op records never pair by name (pair/ops.py)
             append(None)
             continue
-        spelling = spelled.get(module)
-        if spelling is None:
-            spelling = spelled[module] = _spelling(module)
+        spelt = spelled.get(module)
+        if spelt is None:
+            spelt = spelled[module] = spelling(module)
         place = r.arg if by_arg and r.io == Io.INPUT and r.arg is not None else r.index
-        base = (r.kind, spelling, r.io, place, r.step)
+        base = (r.kind, spelt, r.io, place, r.step)
         n = seen.get(base, 0)
         seen[base] = n + 1
         append((base, n))
@@ -207,7 +207,7 @@ def _inside_leaves(items: Sequence[Item], names: Sequence[str | None], other: Se
     """Records of modules inside a module the other side records as a leaf (a MindSpore Swish cell `act` computing
     `x * self.sigmoid(x)`, where PyTorch's `act` is one SiLU): the internals of a composite, with no twin there. They
     stay out of the pairing by content, which would compare a child's output with the whole composite's."""
-    recorded = {spelled.get(n) or _spelling(n) for it, n in zip(other, other_names)
+    recorded = {spelled.get(n) or spelling(n) for it, n in zip(other, other_names)
                 if n is not None and it.record.kind in _MODULE_KINDS}
     parents = {".".join(parts[:k]) for parts in (n.split(".") for n in recorded) for k in range(len(parts))}
     leaves = recorded - parents
@@ -217,7 +217,7 @@ def _inside_leaves(items: Sequence[Item], names: Sequence[str | None], other: Se
     for i, (it, n) in enumerate(zip(items, names)):
         if n is None or it.record.kind not in _MODULE_KINDS:
             continue
-        parts = (spelled.get(n) or _spelling(n)).split(".")
+        parts = (spelled.get(n) or spelling(n)).split(".")
         if any(".".join(parts[:k]) in leaves for k in range(1, len(parts))):
             out.add(i)
     return out
@@ -233,7 +233,7 @@ def _tokens(path: str) -> frozenset[str]:
 
 
 def _type(record: Record) -> str:
-    if op_records.is_op(record):  # the canonical op (compare/ops.py): Tensor.matmul is ops.BatchMatMul
+    if op_records.is_op(record):  # the canonical op (pair/ops.py): Tensor.matmul is ops.BatchMatMul
         return op_records.op_type(record)
     name = record.type.lower()
     return _TYPE_ALIASES.get(name, name)
@@ -363,7 +363,7 @@ def passthrough(items: Sequence[Item]) -> dict[int, int]:
     return folded
 
 
-def _returns_input(items: Sequence[Item], k: int, calls: dict[tuple[int, str, int], list[int]]
+def returns_input(items: Sequence[Item], k: int, calls: dict[tuple[int, str, int], list[int]]
                    ) -> tuple[bool, bool] | None:
     """(whether the call of record k hands back one of its own input tensors: its outputs link to what its inputs
     are, an Identity; whether its outputs hold its inputs' numbers: that, or a Dropout in eval, or a layer whose
@@ -401,7 +401,7 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
     names_b: list[str | None] = [name_b(it.record) for it in items_b] if name_b else \
         [it.record.module for it in items_b]
     distinct = {*filter(None, names_a), *filter(None, names_b)}
-    spelled = dict(zip(distinct, map(_spelling, distinct)))  # each distinct name spelled once
+    spelled = dict(zip(distinct, map(spelling, distinct)))  # each distinct name spelled once
     strip_a, strip_b = _wrapper_prefixes([set(map(spelled.__getitem__, filter(None, names)))
                                           for names in (names_a, names_b)])
     names_a, names_b = _unwrapped(names_a, strip_a), _unwrapped(names_b, strip_b)
@@ -418,7 +418,7 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
         calls_b = _by_call(items_b, {items_b[j].record.module for _, j in odd})
         apart = set()
         for i, j in odd:
-            x, y = _returns_input(items_a, i, calls_a), _returns_input(items_b, j, calls_b)
+            x, y = returns_input(items_a, i, calls_a), returns_input(items_b, j, calls_b)
             if x is not None and y is not None and (x[0] and not y[1] or y[0] and not x[1]):
                 apart.add((i, j))  # one hands its input back, the other computes other numbers
         named = [p for p in named if p not in apart]
