@@ -136,8 +136,8 @@ def check_zip(path: str | os.PathLike[str], fh: BinaryIO, advice: str) -> None:
     try:
         with zipfile.ZipFile(fh) as archive:
             total = sum(member.file_size for member in archive.infolist())
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError):
-        return
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError):
+        return  # NotImplementedError: a member needing a newer zip version (say 25.5) than zipfile reads
     finally:
         fh.seek(0)
     check_expansion(os.fspath(path), size, total, advice)

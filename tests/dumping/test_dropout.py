@@ -148,7 +148,7 @@ def test_torch_functional_dropout_in_forward(call: Callable[[TorchFunctional, to
 
 
 def test_timm_vit_with_every_drop_rate() -> None:
-    from zoo import torch_compat  # noqa: F401  (before timm: torchvision op schemas)
+    from tests.zoo import torch_compat  # noqa: F401  (before timm: torchvision op schemas)
 
     pytest.importorskip("timm")
     from timm.layers import Attention
@@ -166,7 +166,7 @@ def test_timm_vit_with_every_drop_rate() -> None:
 
 @pytest.mark.parametrize("family", ["bert-sdpa", "siglip-eager"])
 def test_transformers_models_with_dropout(family: str) -> None:
-    from zoo import torch_compat  # noqa: F401  (before transformers: torchvision op schemas)
+    from tests.zoo import torch_compat  # noqa: F401  (before transformers: torchvision op schemas)
 
     transformers = pytest.importorskip("transformers")
     small = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
@@ -314,12 +314,12 @@ def test_mindcv_vit_with_every_drop_rate() -> None:
 
 def test_mindone_siglip_attention_dropout() -> None:
     """mindone's Siglip attention keeps `attention_dropout` in the float `dropout` and passes it to mint dropout."""
-    from zoo import torch_compat  # noqa: F401  (mindone imports timm and transformers)
+    from tests.zoo import torch_compat  # noqa: F401  (mindone imports timm and transformers)
 
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("mindone.transformers")
     from mindone.transformers import SiglipVisionModel
-    from zoo import ms_compat
+    from tests.zoo import ms_compat
 
     ms_compat.install()  # CPU routes for mindone's other mint ops
     try:
