@@ -9,9 +9,8 @@ from __future__ import annotations
 import shlex
 
 from aligner.core.frameworks import Framework
-from aligner.dumping.manifest import Kind
 from aligner.pipelines.compare.result import CompareResult
-from aligner.pipelines.compare.verdict import Culprit, Divergence, Phase
+from aligner.pipelines.compare.verdict import Divergence, Phase
 
 _SHORT = {Framework.PYTORCH: "pt", Framework.MINDSPORE: "ms", Framework.NUMPY: "np"}
 # a side of plain .npy files: what to do there instead of `aligner.dump(model, ...)`, as comment lines
@@ -31,22 +30,9 @@ def side_path(label: str) -> str:
     return shlex.quote(label.rpartition(" (")[0] or label)
 
 
-def scopes(result: CompareResult, finding: Divergence) -> tuple[str, str]:
-    """(scope on side A, scope on the reference side) of the module whose code the finding blames."""
-    row = result.rows[finding.origin]
-    a = row.pair.a.record if row.pair.a is not None else None
-    if a is None:
-        return finding.blame, finding.blame
-    if finding.culprit in (Culprit.PARENT_CODE, Culprit.OP):
-        return a.parent or "", finding.blame
-    if a.kind == Kind.PARAM_GRAD:
-        return a.module.rpartition(".")[0], finding.blame
-    return a.module, finding.blame
-
-
 def zoom_code(result: CompareResult, finding: Divergence) -> str:
     """Code that re-dumps the blamed module with every tensor operation inside it on both sides, then compares."""
-    return scoped_zoom(result, *scopes(result, finding), finding.phase == Phase.BACKWARD)
+    return scoped_zoom(result, *result.zoom_scopes(finding), finding.phase == Phase.BACKWARD)
 
 
 def scoped_zoom(result: CompareResult, scope_a: str, scope_b: str, backward: bool) -> str:

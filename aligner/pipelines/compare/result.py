@@ -13,7 +13,7 @@ from aligner.dumping.manifest import Kind
 from aligner.dumping.pair.matching import MatchedBy
 from aligner.pipelines import compare as package  # compare/saved.py, loaded only to read a saved result
 from aligner.pipelines.compare.evaluate import Row
-from aligner.pipelines.compare.verdict import Divergence, Verdict
+from aligner.pipelines.compare.verdict import Culprit, Divergence, Verdict
 
 if TYPE_CHECKING:  # only --calibrate makes one (calibrate.py is loaded on that path only)
     from aligner.mapping import MsprobeMap
@@ -194,6 +194,19 @@ class CompareResult(PassedByExitCode):
 
     def module(self, row: int) -> str:
         return self.rows[row].pair.ref.record.module
+
+    def zoom_scopes(self, finding: Divergence) -> tuple[str, str]:
+        """(migrated side, reference side) module whose forward an op-level zoom-in records, for the code `finding`
+        blames: the blamed module; the parent whose code computed the differing input (parent code, an op); for a
+        parameter's gradient, its module."""
+        a = self.rows[finding.origin].pair.a
+        if a is None:
+            return finding.blame, finding.blame
+        if finding.culprit in (Culprit.PARENT_CODE, Culprit.OP):
+            return a.record.parent or "", finding.blame
+        if a.record.kind == Kind.PARAM_GRAD:
+            return a.record.module.rpartition(".")[0], finding.blame
+        return a.record.module, finding.blame
 
     def row_dict(self, i: int) -> dict[str, Any]:
         """One row as flat data (a JSON/CSV record)."""

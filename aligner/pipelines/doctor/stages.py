@@ -238,15 +238,10 @@ def _dump(side: Side, directory: Path, inputs: Inputs, progress: Progress, **opt
 
 
 def _zoom_scopes(result: CompareResult) -> tuple[str, str]:
-    """(torch, MindSpore) module whose forward the zoom-in records ops of: the blamed module, or the parent whose
-    code computed the differing input (the scope align compare's zoom-in prints)."""
-    f = result.verdict.findings[0]
-    a = result.rows[f.origin].pair.a
-    if a is None:
-        return f.blame, f.blame
-    if f.culprit in (Culprit.PARENT_CODE, Culprit.OP):
-        return f.blame, a.record.parent or ""
-    return f.blame, a.record.module
+    """(torch, MindSpore) module whose forward the zoom-in records ops of: the scopes align compare's zoom-in prints
+    (compare(MindSpore, torch): the migrated side is MindSpore's)."""
+    ms_scope, torch_scope = result.zoom_scopes(result.verdict.findings[0])
+    return torch_scope, ms_scope
 
 
 def _subtree(scopes: tuple[str, str]) -> str | None:
