@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from aligner.cli.options import check_outputs, json_option
+from aligner.cli.options import input_shape as parse_shape
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Reference
 from aligner.io.factory import Built, build, load_example_inputs
@@ -32,16 +33,6 @@ mappings/audit_optimizers.yaml (optimizers and schedules).
 Exit codes: 0 no error finding (warnings and info do not fail); 1 an error finding (the forward numbers, or an
 optimizer's updates, differ) not in --baseline; 2 bad input (factory import failure, wrong type, two models of one
 framework, an input the model rejects, an optimizer that is not one or holds another model's parameters)."""
-
-
-def _shape(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(d) for d in text.split(","))
-    except ValueError:
-        raise AlignerError(f"--input-shape {text!r}: expected comma-separated integers such as 1,3,224,224") from None
-    if not shape or any(d <= 0 for d in shape):
-        raise AlignerError(f"--input-shape {text!r}: every dimension must be positive")
-    return shape
 
 
 def build_training(spec: str) -> Built:
@@ -111,7 +102,7 @@ def command(factory_a: str | None, factory_b: str | None, input_shape: str | Non
     check_outputs(force, json=json_out)
     inputs: Any = None
     if input_shape:
-        inputs = example_from_shape(_shape(input_shape))
+        inputs = example_from_shape(parse_shape(input_shape))
     elif input_file:
         inputs = load_example_inputs(input_file)
     built_a, built_b = build_training(factory_a), build_training(factory_b)

@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from aligner.cli.audit import _shape as parse_shape
 from aligner.cli.options import check_outputs, json_option
+from aligner.cli.options import input_shape as parse_shape
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.io.factory import load_example_inputs
 from aligner.pipelines.audit import example_from_shape

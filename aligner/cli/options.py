@@ -79,3 +79,14 @@ def whole_number(option: str, text: str | None) -> int | None:
     if not text.isdigit():
         raise AlignerError(f"{option} must be a whole number >= 0, got {text!r}")
     return int(text)
+
+
+def input_shape(text: str) -> tuple[int, ...]:
+    """The shape `--input-shape 1,3,224,224` gives (align audit, align doctor): positive whole numbers."""
+    try:
+        shape = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise AlignerError(f"--input-shape {text!r}: expected comma-separated integers such as 1,3,224,224") from None
+    if not shape or any(d <= 0 for d in shape):
+        raise AlignerError(f"--input-shape {text!r}: every dimension must be positive")
+    return shape
