@@ -24,7 +24,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Iterator
+from typing import Annotated, Any, BinaryIO, Iterator
 
 import msgspec
 
@@ -209,10 +209,10 @@ def iter_manifest(directory: str | os.PathLike) -> Iterator[tuple[int, Record | 
     with open_input(Path(directory) / MANIFEST) as fh:  # a FIFO or device refused before it is opened
         for lineno, line in enumerate(fh, 1):
             if line.strip():
-                yield lineno, _entry(lineno, line)
+                yield lineno, decode_line(lineno, line)
 
 
-def _entry(lineno: int, line: bytes) -> Record | dict[str, Any] | ValueError:
+def decode_line(lineno: int, line: bytes) -> Record | dict[str, Any] | ValueError:
     """One non-blank line: the header (line 1 only), a Record, or the ValueError that names the line."""
     try:
         if lineno == 1:
@@ -228,7 +228,57 @@ def _entry(lineno: int, line: bytes) -> Record | dict[str, Any] | ValueError:
         return ValueError(f"{MANIFEST} line {lineno}: {exc}")
 
 
-_BLOCK = 1 << 23  # bytes of record lines decoded in one call (the block's last line is read to its end)
+BLOCK = 1 << 23  # bytes of record lines decoded in one call (the block's last line is read to its end)
+
+
+def blocks(fh: BinaryIO, size: int = BLOCK) -> Iterator[tuple[int, int, bytes]]:
+    """(byte offset, number of its first line, block) for each `size` bytes of whole lines of a manifest, from the
+    line after line 1 (where `fh` stands once line 1 is read) to its end."""
+    offset, lineno = fh.tell(), 2
+    while block := fh.read(size):
+        if not block.endswith(b"\n"):
+            block += fh.readline()
+        yield offset, lineno, block
+        offset += len(block)
+        lineno += block.count(b"\n") + (not block.endswith(b"\n"))
+
+
+def decode_block(block: bytes, lineno: int, canonical_of: dict[str, str]) -> list[Record | str]:
+    """Each non-blank line of `block` (whole record lines, the first one numbered `lineno`) as a Record, or the
+    problem line naming why it did not parse (as `decode_line` words it); `canonical_of` caches dtype names.
+
+    Decoded in one msgspec call (decode_lines: 100,000 records in ~0.25 s against ~0.35 s a line at a time); a block
+    that does not decode as a whole (a bad line, a blank one, a -Infinity that only the json module reads) is decoded
+    again line by line, which names each bad line."""
+    count = block.count(b"\n") + (not block.endswith(b"\n"))
+    try:
+        records = _DECODER.decode_lines(block)
+    except (msgspec.DecodeError, RecursionError):
+        records = []
+    if len(records) != count:  # a bad or blank line: one at a time
+        return [entry if isinstance(entry, Record) else str(entry)
+                for entry in (decode_line(n, line) for n, line in enumerate(io.BytesIO(block), lineno)
+                              if line.strip())]
+    problems: dict[int, str] = {}
+    for i, rec in enumerate(records):  # what _decode does, inlined (the loop every record goes through)
+        if (rec.args is not None or rec.attrs is not None) and _record_too_deep(rec):
+            problems[i] = f"{MANIFEST} line {lineno + i}: {TOO_DEEP}"
+        elif rec.kind is Kind.CALL:
+            rec.dtype = ""
+        elif rec.skipped is None:  # a skipped record keeps the name of the dtype no reader supports
+            try:
+                rec.dtype = canonical_of[rec.dtype]
+            except KeyError:
+                try:
+                    rec.dtype = canonical_of[rec.dtype] = canonical(rec.dtype)
+                except AlignerError as exc:
+                    problems[i] = f"{MANIFEST} line {lineno + i}: {exc}"
+    out: list[Record | str] = list(records)
+    for i, problem in problems.items():
+        out[i] = problem
+    return out
+
+
 # The most lines `read_manifest` takes from one manifest (records and problem lines): a stats-only record costs ~1.1 KB
 # once read, and `align compare` holds two sides and a row per pair (~3.3 GiB for 1M records a side), so the default
 # keeps a comparison of two 4M-record dumps near 13 GiB; ALIGNER_MAX_RECORDS raises it.
@@ -264,9 +314,7 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
     runs out).
     Records share equal strings and shapes (`_share`): treat them as read-only.
 
-    Record lines are decoded a block at a time (msgspec's decode_lines: 100,000 records in ~0.25 s against ~0.35 s a
-    line at a time); a block that does not decode as a whole (a bad line, a blank one, a -Infinity that only the
-    json module reads) is read again line by line, which names each bad line. OSError when the file cannot be read.
+    Record lines are decoded a block at a time (`decode_block`). OSError when the file cannot be read.
     """
     header: dict[str, Any] | None = None
     records: list[Record] = []
@@ -276,55 +324,25 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
     shapes: dict[tuple[int, ...], list[int]] = {}
     limit = max_records()
 
-    def take(lineno: int, entry: Record | dict[str, Any] | ValueError) -> None:
-        nonlocal header
-        if lineno == 1 and isinstance(entry, NestingError):
+    with open_input(Path(directory) / MANIFEST) as fh:  # a FIFO or device refused before it is opened
+        first = fh.readline()
+        entry = decode_line(1, first) if first.strip() else None
+        if isinstance(entry, NestingError):
             raise AlignerError(f"{directory}: {entry}; not a manifest aligner wrote")
         if isinstance(entry, ValueError):
             problems.append(str(entry))
         elif isinstance(entry, dict):
             header = entry
-        else:
+        elif isinstance(entry, Record):
             _share(entry, strings, shapes)
             records.append(entry)
-
-    with open_input(Path(directory) / MANIFEST) as fh:  # a FIFO or device refused before it is opened
-        first = fh.readline()
-        if first.strip():
-            take(1, _entry(1, first))
-        lineno = 2  # of the next block's first line
-        while block := fh.read(_BLOCK):
-            if not block.endswith(b"\n"):
-                block += fh.readline()
-            count = block.count(b"\n") + (not block.endswith(b"\n"))
-            try:
-                decoded = _DECODER.decode_lines(block)
-            except (msgspec.DecodeError, RecursionError):
-                decoded = []
-            if len(decoded) != count:  # a bad or blank line: one at a time
-                for n, line in enumerate(io.BytesIO(block), lineno):
-                    if line.strip():
-                        take(n, _entry(n, line))
-            else:
-                for n, rec in enumerate(decoded, lineno):  # what _decode and take() do, inlined
-                    if _record_too_deep(rec):
-                        problems.append(f"{MANIFEST} line {n}: {TOO_DEEP}")
-                        continue
-                    if rec.kind == Kind.CALL:
-                        rec.dtype = ""
-                    elif rec.skipped is not None:  # the name of a dtype no reader supports, kept
-                        pass
-                    elif rec.dtype in canonical_of:
-                        rec.dtype = canonical_of[rec.dtype]
-                    else:
-                        try:
-                            rec.dtype = canonical_of[rec.dtype] = canonical(rec.dtype)
-                        except AlignerError as exc:
-                            problems.append(f"{MANIFEST} line {n}: {exc}")
-                            continue
-                    _share(rec, strings, shapes)
-                    records.append(rec)
-            lineno += count
+        for _, lineno, block in blocks(fh):
+            for decoded in decode_block(block, lineno, canonical_of):
+                if isinstance(decoded, str):
+                    problems.append(decoded)
+                else:
+                    _share(decoded, strings, shapes)
+                    records.append(decoded)
             if len(records) + len(problems) > limit:
                 raise AlignerError(f"{directory}: {MANIFEST} holds more than {limit:,} records, the most read at "
                                    f"once (each takes ~1 KB of memory, and compare holds two sides); set "

@@ -245,13 +245,11 @@ def _read_plain(root: Path) -> Source:
     return Source(root, Framework.NUMPY, "npy", items, [])
 
 
-
-
-def _resolve(item: Item, by_seq: dict[int, Item]) -> None:
+def link(item: Item, producer: Item | None) -> None:
     """Give a record that is a link (`same_as`: an input, an output handed back, a gradient passed on) the tensor
-    file and statistics of the record holding its data."""
+    file and statistics of the record holding its data, `producer`: the latest record read before it with that seq
+    (None: none was; a record of another step is refused too)."""
     rec = item.record
-    producer = by_seq.get(rec.same_as) if isinstance(rec.same_as, int) else None
     if producer is None or producer.record.step != rec.step:
         item.error = f"{rec.io} links to record {rec.same_as!r}, which {manifest.MANIFEST} does not hold before it"
         return
@@ -289,7 +287,7 @@ def _read_dump(root: Path) -> Source:
         if entry.file:
             item.path, item.error = inside(root, entry.file, real)
         if entry.same_as is not None:
-            _resolve(item, by_seq)
+            link(item, by_seq.get(entry.same_as))
         by_seq[entry.seq] = item
         if entry.kind == Kind.PARAM:
             params[(entry.step, entry.module)] = item

@@ -7,7 +7,8 @@
 
 The items are those `read_source` gives for the same directory, in the same order: its `items` (sorted by (step,
 seq)) with the parameter values (kind "param", its `params`) in their place among them. Call records (kind "call")
-are not items: replay and repro read them with `read_source`, which stays the reader for random access. A directory
+are not items: those carrying a module's attributes are kept in `Stream.calls` (compare's settings read them);
+replay and repro read every call with `read_source`, which stays the reader for random access. A directory
 without a manifest (a plain folder of .npy files, another tool's dump) is read whole by `read_source` and streamed
 from memory.
 
@@ -16,36 +17,32 @@ Order. aligner.dump writes records in execution order ((step, seq) never decreas
 it with `read_source` instead (its sort gives the order). Once iteration ends without records, the error is
 read_source's ("no records to compare").
 
-Memory, the bound: the records of the block of lines being decoded and of the block before it (`manifest.BLOCK`
-bytes each, ~20,000 stats-only records), a link table of 16 bytes per record of the current step (seq -> where its
+Memory, the bound: the records of the block of lines being decoded and of the block before it (`BLOCK` bytes
+each, 8 MiB: ~20,000 stats-only records), a link table of 16 bytes per record of the current step (seq -> where its
 line is), up to `CACHED_BLOCKS` blocks decoded again to resolve a link to a record older than the previous block,
 and the first `MAX_PROBLEMS` problem lines. Nothing else grows with the number of records.
 """
 from __future__ import annotations
 
 import dataclasses
-import io
 import os
 from array import array
 from bisect import bisect_right
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, Iterator, Mapping, cast
+from typing import BinaryIO, Iterator
 
-import msgspec
-
-from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
 from aligner.core.files import open_input
-from aligner.core.nesting import TOO_DEEP, NestingError
+from aligner.core.nesting import NestingError
 from aligner.dumping import manifest
 from aligner.dumping.manifest import Kind, Record
 from aligner.dumping.read.foreign.layout import inside
-from aligner.dumping.read.source import Item, Source, _resolve, read_source
+from aligner.dumping.read.source import Item, Source, link, read_source
 
 MAX_PROBLEMS = 1000  # problem lines kept word for word (a manifest of garbage lines must not grow memory either)
 CACHED_BLOCKS = 4    # blocks decoded again for links to records older than the previous block, kept at once
-BLOCK = 1 << 23      # bytes of record lines decoded in one call (the block's last line is read to its end)
+BLOCK = manifest.BLOCK  # bytes of record lines decoded at a time: the records in flight are two such blocks
 CALL, PARAM = Kind.CALL, Kind.PARAM
 
 
@@ -119,39 +116,6 @@ def stream_source(source: Source) -> Stream:
                   calls={key: rec for key, rec in source.calls.items() if rec.attrs})
 
 
-def decode_block(block: bytes, lineno: int, canonical_of: dict[str, str]) -> list[Record | str]:
-    """Each non-blank line of `block` (whole lines, the first one numbered `lineno`) as a Record, or the problem line
-    naming why it did not parse, as read_manifest reads them: decoded in one msgspec call, or line by line when the
-    block does not decode as a whole (a bad or blank line, a -Infinity only the json module reads)."""
-    count = block.count(b"\n") + (not block.endswith(b"\n"))
-    try:
-        records = manifest._DECODER.decode_lines(block)
-    except (msgspec.DecodeError, RecursionError):
-        records = []
-    if len(records) != count:  # a bad or blank line: one at a time
-        return [entry if isinstance(entry, Record) else str(entry)
-                for entry in (manifest._entry(n, line) for n, line in enumerate(io.BytesIO(block), lineno)
-                              if line.strip())]
-    problems: dict[int, str] = {}
-    for i, rec in enumerate(records):  # what manifest._decode does, inlined (the loop every record goes through)
-        if (rec.args is not None or rec.attrs is not None) and manifest._record_too_deep(rec):
-            problems[i] = f"{manifest.MANIFEST} line {lineno + i}: {TOO_DEEP}"
-        elif rec.kind is CALL:
-            rec.dtype = ""
-        elif rec.skipped is None:  # a skipped record keeps the name of the dtype no reader supports
-            try:
-                rec.dtype = canonical_of[rec.dtype]
-            except KeyError:
-                try:
-                    rec.dtype = canonical_of[rec.dtype] = canonical(rec.dtype)
-                except AlignerError as exc:
-                    problems[i] = f"{manifest.MANIFEST} line {lineno + i}: {exc}"
-    out: list[Record | str] = list(records)
-    for i, problem in problems.items():
-        out[i] = problem
-    return out
-
-
 class _Reader:
     """The manifest of one dump read block by block: its header at once, its items as `items()` is iterated."""
 
@@ -167,7 +131,7 @@ class _Reader:
             raise AlignerError(f"{root}: cannot read {manifest.MANIFEST}: {exc}") from exc
         self.first: list[Record | str] = []
         if first.strip():
-            entry = manifest._entry(1, first)
+            entry = manifest.decode_line(1, first)
             if isinstance(entry, NestingError):
                 raise AlignerError(f"{root}: {entry}; not a manifest aligner wrote")
             if isinstance(entry, dict):
@@ -178,21 +142,15 @@ class _Reader:
                 self.framework, self.mode = str(entry.get("framework", "unknown")), str(entry.get("mode", "full"))
             else:
                 self.first = [entry if isinstance(entry, Record) else str(entry)]
-        self.start = len(first)
 
     def _blocks(self) -> Iterator[tuple[int, int, int, list[Record | str]]]:
         """(offset, length, first line number, decoded entries) of line 1 when it is a record (offset -1), then of
         each block of whole lines after it; AlignerError when the file cannot be read."""
         if self.first:
             yield -1, 0, 1, self.first
-        offset, lineno = self.start, 2
         try:
-            while block := self.fh.read(BLOCK):
-                if not block.endswith(b"\n"):
-                    block += self.fh.readline()
-                yield offset, len(block), lineno, decode_block(block, lineno, self.canonical_of)
-                offset += len(block)
-                lineno += block.count(b"\n") + (not block.endswith(b"\n"))
+            for offset, lineno, block in manifest.blocks(self.fh, BLOCK):
+                yield offset, len(block), lineno, manifest.decode_block(block, lineno, self.canonical_of)
         except (OSError, UnicodeDecodeError) as exc:
             raise AlignerError(f"{self.root}: cannot read {manifest.MANIFEST}: {exc}") from exc
 
@@ -228,7 +186,7 @@ class _Reader:
                 if rec.file:
                     item.path, item.error = inside(root, rec.file, real)
                 if rec.same_as is not None:
-                    _resolve(item, cast(dict, links))
+                    link(item, links.get(rec.same_as))
                 recent[seq] = item
                 seqs.append(seq)
                 where.append(base | position)
@@ -254,7 +212,7 @@ class _Reader:
             block = os.pread(self.fh.fileno(), length, offset)
         except OSError as exc:
             raise AlignerError(f"{self.root}: cannot read {manifest.MANIFEST}: {exc}") from exc
-        return decode_block(block, lineno, self.canonical_of)
+        return manifest.decode_block(block, lineno, self.canonical_of)
 
 
 class _Links:
@@ -309,22 +267,9 @@ class _Links:
                 continue
             item = self.reader.item(entry)
             if entry.same_as is not None:
-                _resolve(item, cast(dict, _Lookup(local, self, index)))
+                link(item, local.get(entry.same_as) or self._before(entry.same_as, index))
             local[entry.seq] = items[position] = item
         if len(self.cache) >= CACHED_BLOCKS:
             del self.cache[next(iter(self.cache))]
         self.cache[index] = items
         return items
-
-
-@dataclasses.dataclass
-class _Lookup:
-    """Where a record decoded again finds its producer: earlier in its own block, else in a block before it."""
-
-    local: Mapping[int, Item]
-    links: _Links
-    block: int
-
-    def get(self, seq: int) -> Item | None:
-        found = self.local.get(seq)
-        return found if found is not None else self.links._before(seq, self.block)
