@@ -32,6 +32,7 @@ from aligner.render.doctor import verdict_lines
 from tests.support import doctor_pairs
 from tests.support.cli import align_in_process, assert_one_line_error
 from tests.support.paths import ROOT
+from tests.support.quickstart import QUOTE, run_quickstart, section
 
 PAIRS = Path(doctor_pairs.__file__)
 SHAPE = ",".join(map(str, doctor_pairs.INPUT_SHAPE))
@@ -146,32 +147,9 @@ def test_stage_selection(tmp_path: Path) -> None:
 def test_docs_quickstart_runs_as_written(tmp_path: Path) -> None:
     """docs/doctor.md's quickstart in an empty directory: its file written, its commands run in order with the exit
     codes their `# exit N` comments give, every output its prose quotes found in what the command before printed
-    (the conventions of README's quickstart, tests/test_readme_quickstart.py)."""
-    import os
-
-    from tests.test_readme_quickstart import CUT, EXIT, QUOTE, steps
-
-    page = (ROOT / "docs" / "doctor.md").read_text(encoding="utf-8")
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    ran = quoted = 0
-    for language, body, prose in steps(page.split("\n## Quickstart", 1)[1].split("\n## ", 1)[0] + "\n"):
-        if language == "python":
-            first, _, code = body.partition("\n")
-            (tmp_path / first.removeprefix("# file: ")).write_text(code, encoding="utf-8")
-            continue
-        printed = ""
-        for line in filter(None, body.splitlines()):
-            code = EXIT.search(line)
-            proc = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True,
-                                  timeout=300)
-            assert proc.returncode == (int(code.group(1)) if code else 0), (line, proc.stdout, proc.stderr)
-            printed += proc.stdout + proc.stderr
-            ran += 1
-        flat = " ".join(printed.split())
-        for quote in QUOTE.findall(prose) + re.findall(r"`((?:FAILED|PASSED|Setting|Fix|Replay|Repro)[^`]*)`", prose):
-            for piece in filter(None, (p.strip() for p in CUT.split(" ".join(quote.split())))):
-                assert piece in flat, (piece, printed)
-                quoted += 1
+    (tests/support/quickstart.py, README's quickstart's runner; here the verdict's lines quoted whole count too)."""
+    verdict = re.compile(r"`((?:FAILED|PASSED|Setting|Fix|Replay|Repro)[^`]*)`")
+    ran, quoted = run_quickstart(section(ROOT / "docs" / "doctor.md"), tmp_path, (QUOTE, verdict))
     assert ran == 2 and quoted >= 6, (ran, quoted)
 
 
