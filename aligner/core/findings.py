@@ -5,6 +5,8 @@ import dataclasses
 import enum
 from typing import Any
 
+from aligner.core.words import Text
+
 
 class Severity(enum.Enum):
     """How a finding affects the exit code: an error fails the command (exit 1); warnings and info do not."""
@@ -20,14 +22,16 @@ class Finding:
 
     Two-sided findings (the model audit) put the PyTorch path first in `where` and the compared setting in
     `attribute`, with `values` = (PyTorch value, MindSpore value) in each framework's own convention.
+    `message` and `fix` are `Words` where a pipeline made the finding (render/ words them, and writes the JSON's
+    sentence), text where it was read back from a saved report; a fix that is a line of code is text.
     """
 
     rule: str
     severity: Severity
-    message: str
+    message: Text
     where: tuple[str | None, ...] = ()
     step: int | None = None
-    fix: str = ""
+    fix: Text = ""
     attribute: str | None = None
     values: tuple[Any, ...] = ()
 

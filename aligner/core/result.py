@@ -37,7 +37,7 @@ class Result(Protocol):
     def __bool__(self) -> bool: ...
 
     def to_dict(self) -> dict[str, Any]:
-        """Everything as plain data (enums as their values)."""
+        """Everything as plain data (enums as their values; a sentence as `Words`, worded by render/jsonout)."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Any:
@@ -91,6 +91,14 @@ def number(value: Any) -> float | None:
     if value in ("nan", "inf", "-inf"):
         return float(value)
     raise ValueError(f"expected a number, got {str(value)[:40]!r}")
+
+
+def required_number(value: Any, what: str) -> float:
+    """`number` where null has no place: ValueError "`what` is missing" for None."""
+    found = number(value)
+    if found is None:
+        raise ValueError(f"{what} is missing")
+    return found
 
 
 def typed(value: Any, kind: type[T], what: str) -> T:

@@ -7,15 +7,17 @@ from typing import Any, Sequence
 from rich.console import Console
 
 from aligner.core.findings import Finding
+from aligner.core.words import Text
 from aligner.pipelines.audit.optimizers import OptimizerAudit
 from aligner.pipelines.audit.report import AuditReport, FindingGroup
 from aligner.render.jsonout import write_json
 from aligner.render.severity import SEVERITY_ORDER, SEVERITY_STYLE
+from aligner.render.words import say
 
 
 def finding_line(f: Finding) -> str:
     """One line: the message, then the fix."""
-    return f"{f.message}" + (f"  fix: {f.fix}" if f.fix else "")
+    return say(f.message) + (f"  fix: {say(f.fix)}" if f.fix else "")
 
 
 def audit_lines(report: AuditReport) -> list[tuple[str, str | None]]:
@@ -29,7 +31,7 @@ def audit_lines(report: AuditReport) -> list[tuple[str, str | None]]:
         lines.append((f"example inputs: {shapes}", None))
     if report.optimizer is not None:
         lines.append((optimizer_line(report.optimizer), None))
-    lines += [(f"note: {n}", "dim") for n in report.notes]
+    lines += [(f"note: {say(n)}", "dim") for n in report.notes]
     for severity in SEVERITY_ORDER:
         count = sum(1 for f in report.findings if f.severity == severity)
         if count:
@@ -49,7 +51,7 @@ def audit_lines(report: AuditReport) -> list[tuple[str, str | None]]:
     if report.not_audited:
         lines.append((f"NOT AUDITED ({len(report.not_audited)}): layers of kinds the rules cover that nothing "
                       "checked", "bold red"))
-        lines += [(f"  {n.torch_path or '-'} / {n.ms_path or '-'} ({n.kind}, {n.class_name}): {n.why}", "red")
+        lines += [(f"  {n.torch_path or '-'} / {n.ms_path or '-'} ({n.kind}, {n.class_name}): {say(n.why)}", "red")
                   for n in report.not_audited]
     counts = Counter(f.severity for f in report.findings)
     verdict = ", ".join(f"{counts[s]} {s.value}{'s' if counts[s] != 1 else ''}" for s in SEVERITY_ORDER)
@@ -69,10 +71,10 @@ def _groups(report: AuditReport) -> tuple[FindingGroup, ...]:
 def group_line(g: FindingGroup) -> str:
     """One line: the finding (alone) or what the group shares and every place, then the fix."""
     if len(g.where) > 1:
-        text = f"{g.text} [{len(g.where)} places: {', '.join(g.where)}]"
+        text = f"{say(g.text)} [{len(g.where)} places: {', '.join(g.where)}]"
     else:
-        text = g.text
-    return text + (f"  fix: {g.fix}" if g.fix else "")
+        text = say(g.text)
+    return text + (f"  fix: {say(g.fix)}" if g.fix else "")
 
 
 def optimizer_line(o: OptimizerAudit) -> str:
@@ -94,21 +96,21 @@ def write_audit_json(report: AuditReport, path: str) -> None:
     write_json(report.to_dict(), path)
 
 
-def source_lines(findings: Sequence[Finding], skipped: Sequence[str]) -> list[tuple[str, str | None]]:
+def source_lines(findings: Sequence[Finding], skipped: Sequence[Text]) -> list[tuple[str, str | None]]:
     """The source audit's findings (file:line in `where`), one line each with its fix, then the skipped files."""
     lines: list[tuple[str, str | None]] = []
     for severity in SEVERITY_ORDER:
         lines += [(f"  {f.where[0] + ': ' if f.where and f.where[0] else ''}{f.severity.value}: {finding_line(f)}",
                    SEVERITY_STYLE[severity]) for f in findings if f.severity == severity]
-    lines += [(f"skipped: {s}", "dim") for s in skipped]
+    lines += [(f"skipped: {say(s)}", "dim") for s in skipped]
     return lines
 
 
-def assumed_lines(assumed: Sequence[tuple[str, str]]) -> list[tuple[str, str | None]]:
+def assumed_lines(assumed: Sequence[tuple[str, Text]]) -> list[tuple[str, str | None]]:
     """What the scan took the torch reference to be, one line per assumption with every call that relies on it."""
     places: dict[str, list[str]] = {}
     for where, text in assumed:
-        places.setdefault(text, []).append(where)
+        places.setdefault(say(text), []).append(where)
     return [(f"assumed ({len(w)} call{'s' if len(w) != 1 else ''}): {text}: {', '.join(w)}", "dim")
             for text, w in places.items()]
 

@@ -15,6 +15,7 @@ from aligner.render.htmltext import plotly_text
 from aligner.render.jsonout import dumps
 from aligner.render.plotlyjs import plotly_loader
 from aligner.render.severity import SEVERITY_ORDER, SEVERITY_STYLE
+from aligner.render.words import say
 
 
 def verdict_line(report: CheckReport) -> str:
@@ -42,8 +43,8 @@ def print_check(report: CheckReport, console: Console) -> None:
         for col in ("rule", "where", "step", "finding", "next thing to try"):
             table.add_column(col, overflow="fold")
         for f in group:
-            table.add_row(f.rule, f.where[0] if f.where and f.where[0] else "-",
-                          "-" if f.step is None else str(f.step), f.message, f.fix, style=SEVERITY_STYLE[severity])
+            table.add_row(f.rule, f.where[0] if f.where and f.where[0] else "-", "-" if f.step is None else str(f.step),
+                          say(f.message), say(f.fix), style=SEVERITY_STYLE[severity])
         console.print(table)
     for rule, why in report.skipped.items():
         console.print(f"skipped {rule}: {why}", style="dim", markup=False, highlight=False)
@@ -103,7 +104,8 @@ def write_check_html(report: CheckReport, fh: IO[str]) -> None:
     for f in report.findings:
         fh.write(f'<tr class="{f.severity.value}"><td>{f.severity.value}</td><td class="name">{_e(f.rule)}</td>'
                  f"<td>{_e(f.where[0] if f.where and f.where[0] else '-')}</td>"
-                 f"<td>{'-' if f.step is None else f.step}</td><td>{_e(f.message)}</td><td>{_e(f.fix)}</td></tr>")
+                 f"<td>{'-' if f.step is None else f.step}</td><td>{_e(say(f.message))}</td>"
+                 f"<td>{_e(say(f.fix))}</td></tr>")
     if not report.findings:
         fh.write('<tr><td colspan="6">No findings from the rules checked (the skipped rules below were not checked).'
                  "</td></tr>")

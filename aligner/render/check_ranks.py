@@ -12,6 +12,7 @@ from aligner.pipelines.check.ranks import RankedCheckReport
 from aligner.render.check import verdict_line
 from aligner.render.jsonout import dumps
 from aligner.render.severity import SEVERITY_ORDER, SEVERITY_STYLE
+from aligner.render.words import say
 
 
 def ranks_verdict(report: RankedCheckReport) -> str:
@@ -45,7 +46,7 @@ def print_check_ranks(report: RankedCheckReport, console: Console) -> None:
         else:
             own = report.ranks[rank]
             first = own.errors[0] if own.errors else None
-            table.add_row(str(rank), verdict_line(own), "-" if first is None else f"{first.rule}: {first.message}",
+            table.add_row(str(rank), verdict_line(own), "-" if first is None else f"{first.rule}: {say(first.message)}",
                           style="red" if first else "")
     console.print(table)
     for severity in SEVERITY_ORDER:
@@ -58,7 +59,7 @@ def print_check_ranks(report: RankedCheckReport, console: Console) -> None:
             found.add_column(col, overflow="fold")
         for f in group:
             found.add_row(f.rule, f.where[0] if f.where and f.where[0] else "-", "-" if f.step is None else str(f.step),
-                          f.message, f.fix, style=SEVERITY_STYLE[severity])
+                          say(f.message), say(f.fix), style=SEVERITY_STYLE[severity])
         console.print(found)
     for rule, why in report.evaluation.skipped.items():
         console.print(f"skipped {rule}: {why}", style="dim", markup=False, highlight=False)

@@ -10,6 +10,7 @@ from aligner.core.findings import Finding
 from aligner.core.text import short_number as _fmt
 from aligner.pipelines.diff.checkpoints import DiffResult, DiffStatus, ParamDiff, SideCounts
 from aligner.render.jsonout import write_json
+from aligner.render.words import say
 
 _NUMERIC = ("max |A-B|", "rel L2", "cosine")
 
@@ -57,7 +58,7 @@ def _count(side: SideCounts) -> str:
 
 def hint_lines(hints: Sequence[Finding]) -> list[str]:
     """One line per hint, with its fix."""
-    return [f"hint: {h.message}." + (f" Fix: {h.fix}." if h.fix else "") for h in hints]
+    return [f"hint: {say(h.message)}." + (f" Fix: {say(h.fix)}." if h.fix else "") for h in hints]
 
 
 _NOT_COMPARED = {DiffStatus.MISSING: "only in B", DiffStatus.UNEXPECTED: "only in A",

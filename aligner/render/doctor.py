@@ -31,6 +31,7 @@ from aligner.render.jsonout import write_json
 from aligner.render.replay import summary as replay_summary
 from aligner.render.repro import size_text
 from aligner.render.update_rule import finding_lines
+from aligner.render.words import say
 
 STATUS_STYLE = {Status.PASSED: "green", Status.FAILED: "bold red", Status.SKIPPED: "dim", Status.ERROR: "bold red"}
 SKIP_WORDS = {
@@ -117,13 +118,13 @@ def _details(result: DoctorResult, b: Blame) -> list[str]:
         lines.append(f"Code line: {b.op} at {_file(b.source)} (torch)"
                      + (f", {_file(b.source_ms)} (MindSpore)" if b.source_ms else "") + ".")
     for f in b.audit:
-        lines.append(f"Audit: {f.message}")
+        lines.append(f"Audit: {say(f.message)}")
         if f.fix:
-            lines.append(f"Fix: {f.fix}")
+            lines.append(f"Fix: {say(f.fix)}")
     for f in b.terms:
-        lines.append(f"Update: {f.message}.")
+        lines.append(f"Update: {say(f.message)}.")
         if f.fix:
-            lines.append(f"Fix: {f.fix}.")
+            lines.append(f"Fix: {say(f.fix)}.")
     if b.replay is not None:
         agrees = b.replay_blame == b.torch_path
         lines.append(f"Replay on torch's recorded inputs: {b.replay}"
@@ -218,7 +219,8 @@ def _train_summary(o: TrainOutcome) -> str:
                            f"{o.compare.rows[f.first].pair.ref.record.step} ({f.phase})" if f else "nothing compared")
     if o.update is not None:
         diffs = o.update.differences
-        text += "; update rule: " + ("the same on both sides" if not diffs else "; ".join(f.message for f in diffs))
+        text += "; update rule: " + ("the same on both sides" if not diffs
+                                     else "; ".join(say(f.message) for f in diffs))
     elif o.update_error:
         text += f"; update rule not fitted: {o.update_error}"
     return text

@@ -53,6 +53,7 @@ from aligner.render.compare import (
 from aligner.render.htmltext import page_text as _e
 from aligner.render.htmltext import plotly_text as _pe
 from aligner.render.plotlyjs import plotly_loader
+from aligner.render.words import say
 from aligner.render.zoom import scoped_zoom, side_path, zoom_code, zoom_hint
 
 _CAP = 1e3            # relative errors above this (and inf) are drawn at the top edge of the chart
@@ -231,7 +232,7 @@ def _headline(result: CompareResult) -> str:
     if finding is not None:
         cls, label, origin = "bad", f"{finding.phase.value} divergence", finding.origin
         first = rows[finding.first]
-        reason = f"The error is introduced here: {finding.reason}."
+        reason = f"The error is introduced here: {say(finding.reason)}."
         if finding.first != finding.origin:
             reason += (f" It first exceeds the tolerance later, at {_where(first)} ({_describe(first)}), carried "
                        f"there from this record.")
@@ -241,7 +242,7 @@ def _headline(result: CompareResult) -> str:
         for other in v.findings:
             if other is not finding:
                 extra.append(f"Also a {_e(other.phase.value)} divergence, introduced at {_link(rows, other.origin)}: "
-                             f"{_e(other.reason)}.")
+                             f"{_e(say(other.reason))}.")
     elif result.strict and (result.unmatched or result.skipped):
         origin = min(result.unmatched[:1] + result.skipped[:1])
         cls, label = "bad", "records on one side only"

@@ -8,6 +8,7 @@ from aligner.core.text import short_number
 from aligner.metrics.measure import Metrics
 from aligner.pipelines.replay.result import ReplayResult, ReplayStatus, ReplayVerdict
 from aligner.render.jsonout import write_json
+from aligner.render.words import say
 
 _STYLE = {ReplayStatus.LOCAL: "bold red", ReplayStatus.INHERITED: "yellow", ReplayStatus.SKIPPED: "dim",
           ReplayStatus.ERROR: "red", ReplayStatus.OK: "green"}
@@ -58,7 +59,8 @@ def summary(result: ReplayResult) -> str:
         tally += (f" (step {result.step} of the dumped steps {', '.join(map(str, result.steps))}: --step picks one; "
                   "the model must hold the weights that step started from)")
     skipped = [result.rows[i] for i in result.skipped]
-    notes = "".join(f"\n  {r.status.value} {r.module} ({r.phase}): {r.reason}" for r in skipped[:5])
+    notes = "".join(f"\n  {r.status.value} {r.module} ({r.phase}): {r.reason if r.reason is None else say(r.reason)}"
+                    for r in skipped[:5])
     if len(skipped) > 5:
         notes += f"\n  ... and {len(skipped) - 5} more skipped"
     verdict = result.verdict

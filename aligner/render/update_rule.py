@@ -11,6 +11,7 @@ from aligner.pipelines.diff import SideFit, UpdateReport
 from aligner.pipelines.diff.checkpoints import DiffResult
 from aligner.pipelines.diff.side import ClipKind
 from aligner.render.jsonout import write_json
+from aligner.render.words import say
 
 
 def _side_name(side: SideFit) -> str:
@@ -54,7 +55,7 @@ def finding_lines(report: UpdateReport) -> list[str]:
     """One line per finding (with its fix), then the verdict."""
     lines = []
     for f in report.findings:
-        lines.append(f"{f.severity.value}: {f.message}." + (f" Fix: {f.fix}." if f.fix else ""))
+        lines.append(f"{f.severity.value}: {say(f.message)}." + (f" Fix: {say(f.fix)}." if f.fix else ""))
     if not report.differences:
         lines.append(f"The two sides apply the same update rule on all {len(report.pairs)} paired parameters.")
     return lines

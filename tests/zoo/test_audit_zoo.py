@@ -29,6 +29,7 @@ for _name in ("timm", "mindcv"):
 
 from aligner.core.findings import Finding, Severity  # noqa: E402
 from aligner.pipelines.audit import AuditReport, audit  # noqa: E402
+from aligner.render.words import say  # noqa: E402
 from tests.zoo import cnn, convnext, ms_compat, vit  # noqa: E402
 from tests.zoo.common import Pair  # noqa: E402
 
@@ -60,7 +61,7 @@ def test_resnet18_stem_max_pool_same_padding() -> None:
     (error,) = _errors(report)
     assert (error.rule, error.torch_path, error.ms_path) == ("padding", "maxpool", "max_pool")
     assert error.values == (((1, 1), (1, 1)), ((0, 1), (0, 1)))
-    assert error.fix == "nn.MaxPool2d(3, 2, pad_mode='pad', padding=1)"
+    assert say(error.fix) == "nn.MaxPool2d(3, 2, pad_mode='pad', padding=1)"
     relus = [p for p in report.pairs if p.kind == "ReLU"]   # mindcv calls one relu cell per block twice
     assert len(relus) == 17 and not report.unpaired and not report.not_audited
     fixed = cnn.build(arch="resnet18")
@@ -81,9 +82,9 @@ def test_vit_gelu_and_layernorm_eps() -> None:
     gelu = [f for f in errors if f.rule == "gelu-approximate"]
     eps = [f for f in errors if f.rule == "norm-eps"]
     assert len(gelu) == depth and len(eps) == 2 * depth + 1 and len(errors) == len(gelu) + len(eps), \
-        [f.message for f in errors]
-    assert {f.fix for f in gelu} == {"nn.GELU(..., approximate=False)"}
-    assert {f.fix for f in eps} == {"nn.LayerNorm(..., epsilon=1e-06)"}
+        [say(f.message) for f in errors]
+    assert {say(f.fix) for f in gelu} == {"nn.GELU(..., approximate=False)"}
+    assert {say(f.fix) for f in eps} == {"nn.LayerNorm(..., epsilon=1e-06)"}
     assert {f.values for f in eps} == {(1e-6, 1e-7)}
     fixed = vit.build()
     assert not _errors(audit(fixed.torch_model, fixed.ms_model, fixed.torch_inputs["x"]))
@@ -94,8 +95,8 @@ def test_convnext_third_party_gelu_found_by_probe() -> None:
     report = audit(pair.torch_model, pair.ms_model, pair.torch_inputs["x"])
     errors = _errors(report)
     blocks = sum(convnext.DEPTHS)
-    assert [f.rule for f in errors] == ["probe"] * blocks, [f.message for f in errors]
-    assert all(f.fix.startswith("nn.GELU(approximate=False)") for f in errors)
+    assert [f.rule for f in errors] == ["probe"] * blocks, [say(f.message) for f in errors]
+    assert all(say(f.fix).startswith("nn.GELU(approximate=False)") for f in errors)
     assert {f.ms_path.rpartition(".")[2] for f in errors if f.ms_path} == {"act"}
     assert report.exit_code == 1 and not report.not_audited
 
@@ -105,10 +106,10 @@ def test_convnext_equal_gelus_pass_in_either_order(torch_first: bool) -> None:
     pair = convnext.build(exact_gelu=True)
     models = (pair.torch_model, pair.ms_model) if torch_first else (pair.ms_model, pair.torch_model)
     report = audit(*models, pair.torch_inputs["x"])
-    assert report.exit_code == 0, [f.message for f in _errors(report)] + [n.why for n in report.not_audited]
-    probed = [p for p in report.pairs if p.probe]
+    assert report.exit_code == 0, [say(f.message) for f in _errors(report)] + [say(n.why) for n in report.not_audited]
+    probed = [p for p in report.pairs if say(p.probe)]
     assert {p.kind for p in probed} == {"GELU", "LayerNorm"}
-    assert all(p.probe.startswith("outputs equal") for p in probed), [p.probe for p in probed]
+    assert all(say(p.probe).startswith("outputs equal") for p in probed), [say(p.probe) for p in probed]
     # the init-law warnings are grouped: far fewer lines than findings
     warnings = [f for f in report.findings if f.severity == Severity.WARNING]
     assert len([g for g in report.groups if g.severity == Severity.WARNING]) < len(warnings) / 2
@@ -144,8 +145,8 @@ def test_clean_pair_audit(clean_pair: Callable[[str], Pair], family: str, torch_
     pair = clean_pair(family)
     models = (pair.torch_model, pair.ms_model) if torch_first else (pair.ms_model, pair.torch_model)
     report = audit(*models, pair.torch_inputs)
-    assert not report.not_audited, [f"{n.torch_path} / {n.ms_path}: {n.why}" for n in report.not_audited]
+    assert not report.not_audited, [f"{n.torch_path} / {n.ms_path}: {say(n.why)}" for n in report.not_audited]
     expected = CLEAN_FINDINGS.get(family, [])
     assert [(f.rule, f.torch_path, f.ms_path, f.values) for f in _errors(report)] == expected, \
-        [f.message for f in _errors(report)]
+        [say(f.message) for f in _errors(report)]
     assert report.exit_code == (1 if expected else 0)

@@ -19,6 +19,8 @@ import numpy as np
 
 from aligner.core.frameworks import Framework
 from aligner.core.rules import ListOf, OneOf, load_rules
+from aligner.core.words import Words, words
+from aligner.pipelines.audit.says import Say
 
 LAWS_FILE = "audit_init.yaml"
 Z = 5.0                 # standard errors: a sampling tolerance with negligible false alarms over thousands of tensors
@@ -50,9 +52,9 @@ class Law:
     high: float
     lines: dict[str, str]             # framework -> initializer line template ({param}, {shape})
 
-    def describe(self) -> str:
-        """The name, the sample's std and size (the size says how sure the name is)."""
-        return f"{self.name}, std {self.std:.3g}, n={self.n}" if self.family != "constant" else self.name
+    def evidence(self) -> Words:
+        """The name, the sample's std and size (the size says how sure the name is), to be worded."""
+        return words(Say.LAW, name=self.name, std=self.std, n=self.n, constant=self.family == "constant")
 
 
 def family(x: np.ndarray, std: float) -> str:

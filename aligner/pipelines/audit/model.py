@@ -21,6 +21,7 @@ from aligner.core.errors import AlignerError
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework, reference_index
 from aligner.core.text import code_literal as _lit
+from aligner.core.words import Text, Words, words
 from aligner.io.factory import model_framework
 from aligner.pipelines.audit import initlaw
 from aligner.pipelines.audit.layers import Layer, collect, trace
@@ -37,6 +38,7 @@ from aligner.pipelines.audit.report import (
     load_baseline,
 )
 from aligner.pipelines.audit.rules import Rule, RuleBook, load_rulebook, qualname, short_class
+from aligner.pipelines.audit.says import Say
 from aligner.pipelines.audit.windows import Geometry, geometry, spatial_rank
 
 PT, MS = Framework.PYTORCH, Framework.MINDSPORE
@@ -61,7 +63,7 @@ class _Auditor:
     def __init__(self, book: RuleBook, reference: Framework, traced: bool) -> None:
         self.book, self.reference, self.traced = book, reference, traced
         self.migrated = reference.other
-        self.shared: dict[int, tuple[str, str]] = {}   # id(finding) -> (text, fix) without its paths, for grouping
+        self.shared: dict[int, tuple[Text, Text]] = {}   # id(finding) -> (words, fix) without its paths, to group
 
     def pair_findings(self, pair: LayerPair) -> list[Finding]:
         out: list[Finding] = []
@@ -96,24 +98,26 @@ class _Auditor:
             return fix.text.format(value=_lit(fix.argument(neutral)), path=layer.path)
         return f"{short_class(layer.base)}(..., {fix.arg}={_lit(fix.argument(neutral))})"
 
-    def _finding(self, rule: Rule, pair: LayerPair, message: str, fix: str, values: tuple[Any, Any],
+    def _finding(self, rule: Rule, pair: LayerPair, said: Words, fix: Text, values: tuple[Any, Any],
                  severity: Severity | None = None) -> Finding:
-        detail = f"({pair.torch.kind}): {message}" + (f"; {rule.why}" if rule.why else "")
-        found = Finding(rule.id, severity or rule.severity, f"{where_text(pair.torch.path, pair.ms.path)} {detail}",
-                        (pair.torch.path, pair.ms.path), fix=fix, attribute=rule.attribute, values=values)
-        self.shared[id(found)] = (detail, fix)
+        message = words(Say.LAYER, where=(pair.torch.path, pair.ms.path), kind=pair.torch.kind, said=said,
+                        why=rule.why)
+        found = Finding(rule.id, severity or rule.severity, message, (pair.torch.path, pair.ms.path), fix=fix,
+                        attribute=rule.attribute, values=values)
+        self.shared[id(found)] = (message.without("where"), fix)
         return found
 
     @staticmethod
-    def _default_note(layer: Layer, arg: str | None, value: Any, side: str) -> str:
-        """'; MindSpore 1e-07 is nn.LayerNorm's default' when the value found is its class's constructor default."""
+    def _default_note(layer: Layer, arg: str | None, value: Any, side: str) -> tuple[tuple[str, Any, str], ...]:
+        """((side, value, class),) when the value found is its class's constructor default (MindSpore 1e-07 is
+        nn.LayerNorm's default), else ()."""
         try:
             default = inspect.signature(type(layer.module).__init__).parameters[arg or ""].default
         except (KeyError, TypeError, ValueError):
-            return ""
+            return ()
         if default is inspect.Parameter.empty or not _equal(default, value, 1e-9):
-            return ""
-        return f"; {side} {_lit(value)} is {short_class(qualname(type(layer.module)))}'s default"
+            return ()
+        return ((side, value, short_class(qualname(type(layer.module)))),)
 
     def _values(self, rule: Rule, pair: LayerPair) -> tuple[Any, Any]:
         return (rule.sides[PT].value(pair.torch.module, pair.torch.base),
@@ -124,11 +128,12 @@ class _Auditor:
         if _equal(tv, mv, rule.rtol):
             return None
         t_arg, m_arg = self._arg(rule, PT, pair.torch, tv), self._arg(rule, MS, pair.ms, mv)
-        note = f" (torch's meaning: {_lit(mv)})" if _lit(m_arg) != _lit(mv) else ""
-        defaults = "".join(self._default_note(layer, fix.arg if fix is not None else None, arg, fw.label)
-                           for fw, layer, arg in ((PT, pair.torch, t_arg), (MS, pair.ms, m_arg))
-                           for fix in [rule.sides[fw].fix_for(layer.base)])
-        message = f"{rule.attribute} torch {_lit(t_arg)} vs MindSpore {_lit(m_arg)}{note}{defaults}"
+        meaning = (mv,) if _lit(m_arg) != _lit(mv) else ()   # MindSpore's argument means another value in torch
+        defaults = tuple(note for fw, layer, arg in ((PT, pair.torch, t_arg), (MS, pair.ms, m_arg))
+                         for fix in [rule.sides[fw].fix_for(layer.base)]
+                         for note in self._default_note(layer, fix.arg if fix is not None else None, arg, fw.label))
+        message = words(Say.SETTING, attribute=rule.attribute, torch=t_arg, ms=m_arg, meaning=meaning,
+                        defaults=defaults)
         ref_value = tv if self.reference == PT else mv
         return self._finding(rule, pair, message, self._fix(rule, pair, ref_value), (t_arg, m_arg))
 
@@ -154,42 +159,35 @@ class _Auditor:
         return [((n,) * rank, (n,) * rank) for n in SAMPLE_SIZES]
 
     def _by_size(self, pair: LayerPair, rank: int, differs: Callable[[tuple[int, ...], tuple[int, ...]], bool]
-                 ) -> tuple[Severity | None, str, tuple[int, ...]]:
+                 ) -> tuple[Severity | None, Words | None, tuple[int, ...]]:
         """(None when no size differs | the severity, words on the sizes, one size that differs)."""
         sizes = self._sizes(pair, rank)
         bad = [s for s in sizes if differs(*s)]
         if not bad:
-            return None, "", ()
-        size_text = "x".join(map(str, bad[0][0]))
+            return None, None, ()
+        size = bad[0][0]
         if len(sizes) == 1:
-            return Severity.ERROR, f"for its input size {size_text}", bad[0][0]
+            return Severity.ERROR, words(Say.SIZE_ONE, size=size), size
         if len(bad) == len(sizes):
-            return Severity.ERROR, "for every input size", bad[0][0]
+            return Severity.ERROR, words(Say.SIZE_EVERY, size=size), size
         odd_even = {s[0][0] % 2 for s in bad}
-        which = {0: "even input sizes", 1: "odd input sizes"}.get(next(iter(odd_even)), "") \
-            if len(odd_even) == 1 else f"some input sizes (e.g. {size_text})"
-        return (Severity.WARNING, f"for {which} (e.g. {size_text}); it depends on the input size, pass example "
-                f"inputs to decide", bad[0][0])
-
-    @staticmethod
-    def _pads_text(pads: tuple[tuple[int, int], ...]) -> str:
-        return " x ".join(f"({b}, {a})" for b, a in pads)
+        return Severity.WARNING, words(Say.SIZE_SOME, parity=odd_even.pop() if len(odd_even) == 1 else None,
+                                       size=size), size
 
     def _padding(self, rule: Rule, pair: LayerPair) -> Finding | None:
         geoms = self._geometries(pair)
         if geoms is None:
             return None
         gt, gm, rank = geoms
-        severity, words, size = self._by_size(pair, rank, lambda ts, ms: gt.pads(ts) != gm.pads(ms))
+        severity, sized, size = self._by_size(pair, rank, lambda ts, ms: gt.pads(ts) != gm.pads(ms))
         if severity is None:
             return None
         tp, mp = gt.pads(size), gm.pads(size)
-        message = (f"padding (before, after) per axis torch {self._pads_text(tp)} vs MindSpore "
-                   f"{self._pads_text(mp)} {words}")
+        message = words(Say.PADDING, torch=tp, ms=mp, sizes=sized)
         fix = self._padding_fix(pair, tp if self.reference == PT else mp, gt if self.reference == PT else gm)
         return self._finding(rule, pair, message, fix, (tp, mp), severity)
 
-    def _padding_fix(self, pair: LayerPair, pads: tuple[tuple[int, int], ...], ref_geom: Geometry) -> str:
+    def _padding_fix(self, pair: LayerPair, pads: tuple[tuple[int, int], ...], ref_geom: Geometry) -> Text:
         layer = self._side_layer(pair, self.migrated)
         cls = short_class(layer.base)
         pooling = pair.torch.kind in ("MaxPool", "AvgPool")
@@ -209,13 +207,12 @@ class _Auditor:
                 return f"{head}pad_mode='pad', padding={flat})"
             if symmetric:
                 return f"{head}pad_mode='pad', padding={per_axis})"
-            return (f"ops.pad(x, {self._torch_order(pads)}, value={'-inf' if pair.torch.kind == 'MaxPool' else 0}) "
-                    f"before {cls}, then pad_mode='valid'")
+            return words(Say.PAD_FIX_MS, pads=self._torch_order(pads),
+                         value="-inf" if pair.torch.kind == "MaxPool" else 0, cls=cls)
         if symmetric:
             return f"{head}padding={per_axis[0] if len(set(per_axis)) == 1 else per_axis})"
         fill = "float('-inf')" if pair.torch.kind == "MaxPool" else "0"
-        return (f"F.pad(x, {self._torch_order(pads)}, value={fill}) before {cls}, then padding=0 "
-                "(timm: Conv2dSame / MaxPool2dSame pad TF-style)")
+        return words(Say.PAD_FIX_TORCH, pads=self._torch_order(pads), fill=fill, cls=cls)
 
     @staticmethod
     def _torch_order(pads: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
@@ -228,11 +225,10 @@ class _Auditor:
         if bool(tv) == bool(mv) or geoms is None:
             return None
         gt, gm, rank = geoms
-        severity, words, size = self._by_size(pair, rank, lambda ts, ms: gt.out(ts) != gm.out(ms))
+        severity, sized, size = self._by_size(pair, rank, lambda ts, ms: gt.out(ts) != gm.out(ms))
         if severity is None:
             return None
-        message = (f"ceil_mode torch {tv} vs MindSpore {mv}: output size torch {'x'.join(map(str, gt.out(size)))} "
-                   f"vs MindSpore {'x'.join(map(str, gm.out(size)))} {words}")
+        message = words(Say.CEIL_MODE, torch=tv, ms=mv, torch_out=gt.out(size), ms_out=gm.out(size), sizes=sized)
         return self._finding(rule, pair, message, self._fix(rule, pair, tv if self.reference == PT else mv),
                              (tv, mv), severity)
 
@@ -246,10 +242,10 @@ class _Auditor:
         def padded(ts: tuple[int, ...], ms: tuple[int, ...]) -> bool:
             return any(p for pads in (gt.pads(ts), gm.pads(ms)) for pair_ in pads for p in pair_)
 
-        severity, words, _ = self._by_size(pair, rank, padded)
+        severity, sized, _ = self._by_size(pair, rank, padded)
         if severity is None:
             return None
-        message = f"count_include_pad torch {tv} vs MindSpore {mv}, and the windows are padded {words}"
+        message = words(Say.COUNT_INCLUDE_PAD, torch=tv, ms=mv, sizes=sized)
         return self._finding(rule, pair, message, self._fix(rule, pair, tv if self.reference == PT else mv),
                              (tv, mv), severity)
 
@@ -257,7 +253,7 @@ class _Auditor:
         tv, mv = pair.torch.dtype, pair.ms.dtype
         if tv is None or mv is None or tv == mv:
             return None
-        message = f"computes in torch {tv} vs MindSpore {mv}"
+        message = words(Say.DTYPE, torch=tv, ms=mv)
         return self._finding(rule, pair, message, self._fix(rule, pair, tv if self.reference == PT else mv), (tv, mv))
 
     # --- initialisation -------------------------------------------------------------------------------------------
@@ -277,45 +273,43 @@ class _Auditor:
             own = layer.leaves[leaf]
             name = f"{layer.path}.{own}" if layer.path else own
             line = ref.lines.get(self.migrated.value, "")
-            fix = line.format(param=name, shape=tuple(layer.params[leaf].shape)) if line else \
-                f"initialise {name} with mean {ref.mean:.3g}, std {ref.std:.3g}"
-            each = f"{line.format(param='P', shape='P.shape')} for each P" if line else \
-                "initialise each with the reference's mean and std"
-            message = (f"{where_text(pair.torch.path, pair.ms.path)} {self.migrated.label} {name} ~ "
-                       f"{mig.describe()}; {self.reference.label} ~ {ref.describe()}")
+            fix: Text = line.format(param=name, shape=tuple(layer.params[leaf].shape)) if line else \
+                words(Say.INIT_FIX, name=name, mean=ref.mean, std=ref.std)
+            each = words(Say.INIT_FIX_EACH, line=line) if line else words(Say.INIT_FIX_EACH_DEFAULT)
+            message = words(Say.INIT_LAW, where=(pair.torch.path, pair.ms.path), migrated=self.migrated.label,
+                            name=name, law=mig.evidence(), reference=self.reference.label, ref_law=ref.evidence())
             found = Finding("init-law", Severity.WARNING, message, (pair.torch.path, pair.ms.path), fix=fix,
                             attribute=f"init:{leaf}", values=(laws[PT].name, laws[MS].name))
-            self.shared[id(found)] = (f"{own}: {self.migrated.label} ~ {mig.name}; {self.reference.label} ~ "
-                                      f"{ref.name}", each)
+            self.shared[id(found)] = (words(Say.INIT_LAW_GROUP, own=own, migrated=self.migrated.label, law=mig.name,
+                                            reference=self.reference.label, ref_law=ref.name), each)
             out.append(found)
         return out
 
     # --- probes -----------------------------------------------------------------------------------------------------
-    def probe_pair(self, pair: LayerPair) -> tuple[str, list[Finding], NotAudited | None]:
+    def probe_pair(self, pair: LayerPair) -> tuple[Text, list[Finding], NotAudited | None]:
         """(what the probe showed, its finding, the pair as not audited when it had to be probed and could not)."""
         if not (pair.torch.needs_probe or pair.ms.needs_probe):
             return "", [], None
         result = probe(pair.torch, pair.ms, self.reference, self.book)
-        tol = f"{self.book.probe_atol:.0e} + {self.book.probe_rtol:.0e} x |torch|"
         if not result.ran:
             lost = None
             if "name" in (pair.torch.recognised, pair.ms.recognised):
                 lost = NotAudited(pair.torch.path, pair.ms.path, pair.torch.kind,
-                                  f"{pair.torch.class_name} / {pair.ms.class_name}", f"not probed: {result.why}")
-            return f"not probed: {result.why}", [], lost
-        shape = "x".join(map(str, result.shapes[0]))
+                                  f"{pair.torch.class_name} / {pair.ms.class_name}",
+                                  words(Say.NOT_PROBED, why=result.why))
+            return words(Say.NOT_PROBED, why=result.why), [], lost
         if result.equal:
-            return f"outputs equal within {tol} (max {result.max_diff:.2g})", [], None
-        classes = f"{qualname(type(pair.torch.module))} vs {qualname(type(pair.ms.module))}"
-        detail = f"({pair.torch.kind}): outputs differ on one input (standard normal x 3, same parameters); {classes}"
-        fix = result.fix + " (reproduces the reference's outputs on the probe)" if result.fix else \
-            f"make the {self.migrated.label} layer compute what the reference's does (no framework layer tried did)"
-        message = (f"{where_text(pair.torch.path, pair.ms.path)} ({pair.torch.kind}): outputs differ by up to "
-                   f"{result.max_diff:.2g} on one {shape} input (standard normal x 3, same parameters); {classes}")
+            return words(Say.PROBE_EQUAL, atol=self.book.probe_atol, rtol=self.book.probe_rtol,
+                         max_diff=result.max_diff), [], None
+        classes = {"torch_class": qualname(type(pair.torch.module)), "ms_class": qualname(type(pair.ms.module))}
+        fix = words(Say.PROBE_FIX, fix=result.fix) if result.fix else words(Say.PROBE_NO_FIX,
+                                                                            migrated=self.migrated.label)
+        message = words(Say.PROBE, where=(pair.torch.path, pair.ms.path), kind=pair.torch.kind,
+                        max_diff=result.max_diff, shape=result.shapes[0], **classes)
         found = Finding("probe", Severity.ERROR, message, (pair.torch.path, pair.ms.path), fix=fix, attribute="outputs",
-                        values=(qualname(type(pair.torch.module)), qualname(type(pair.ms.module))))
-        self.shared[id(found)] = (detail, fix)
-        return f"outputs differ (max {result.max_diff:.2g})", [found], None
+                        values=(classes["torch_class"], classes["ms_class"]))
+        self.shared[id(found)] = (words(Say.PROBE_GROUP, kind=pair.torch.kind, **classes), fix)
+        return words(Say.PROBE_DIFFERS, max_diff=result.max_diff), [found], None
 
     # --- weight sharing -------------------------------------------------------------------------------------------
     def sharing_findings(self, pairs: list[LayerPair]) -> list[Finding]:
@@ -340,14 +334,11 @@ class _Auditor:
             return [(f"{layer.path}.{layer.leaves[leaf]}" if layer.path else layer.leaves[leaf]) + _call_text(layer)
                     for p, leaf in members for layer in [self._side_layer(p, fw)]]
 
-        shared, separate = names(shared_side), names(shared_side.other)
-        detail = (f"{shared_side.label} shares one parameter between {' and '.join(shared)}; "
-                  f"{shared_side.other.label} has {len(separate)} separate ones ({', '.join(separate)}): equal "
-                  "after a conversion, they train apart from the second step (each gets only its own gradient)")
+        detail = words(Say.SHARING, side=shared_side.label, shared=tuple(names(shared_side)),
+                       other=shared_side.other.label, separate=tuple(names(shared_side.other)))
         mig = names(self.migrated)
         tied = shared_side == self.reference
-        fix = (f"tie them: {mig[0]} is the one Parameter of {', '.join(mig[1:])} as well" if tied
-               else f"untie them: give {', '.join(mig[1:])} a parameter of its own (a copy of {mig[0]})")
+        fix = words(Say.TIE_FIX if tied else Say.UNTIE_FIX, one=mig[0], others=tuple(mig[1:]))
         found = Finding("weight-sharing", Severity.WARNING, detail,
                         tuple(x for p, _ in members for x in (p.torch.path, p.ms.path)), fix=fix,
                         attribute="shared", values=(tuple(names(PT)), tuple(names(MS))))
@@ -398,7 +389,7 @@ def audit(model_a: Any, model_b: Any, example_inputs: Any = None, ref: str | Fra
     pairs, lone_t, lone_m = pair_layers(layers[PT], layers[MS])
     auditor = _Auditor(book, reference, given is not None)
     findings: list[Finding] = []
-    probes: dict[int, str] = {}
+    probes: dict[int, Text] = {}
     not_audited: list[NotAudited] = []
     for pair in pairs:
         findings += auditor.pair_findings(pair)
@@ -409,9 +400,9 @@ def audit(model_a: Any, model_b: Any, example_inputs: Any = None, ref: str | Fra
     for pair in pairs:
         findings += auditor.init_findings(pair)
     not_audited += [NotAudited(x.path if fw == PT else None, x.path if fw == MS else None, x.kind, x.class_name,
-                               f"unpaired{_call_text(x)}: no layer of its kind on the other side at its place")
+                               words(Say.UNPAIRED, call=(x.call + 1, len(x.calls)) if len(x.calls) > 1 else None))
                     for fw, lone in ((PT, lone_t), (MS, lone_m)) for x in lone if _counts(x, fw, book)]
-    notes = [] if given is not None else ["no example inputs: padding that depends on the input size is a warning"]
+    notes: list[Text] = [] if given is not None else [words(Say.NO_INPUTS)]
     optim = _optimizer_audit(models, optimizers, schedulers, steps, reference, notes)
     if optim is not None:
         findings += optim.findings
@@ -445,30 +436,32 @@ def _counts(layer: Layer, fw: Framework, book: RuleBook) -> bool:
     return True
 
 
-def _groups(findings: list[Finding], shared: dict[int, tuple[str, str]]) -> tuple[FindingGroup, ...]:
+def _groups(findings: list[Finding], shared: dict[int, tuple[Text, Text]]) -> tuple[FindingGroup, ...]:
     """Findings saying the same thing (rule, severity, text and fix without the paths) as one group each, in the
     order of their first; a group of one keeps the finding's own message and fix."""
     keyed: dict[tuple[Any, ...], list[Finding]] = {}
+    said: dict[tuple[Any, ...], tuple[Text, Text]] = {}
     for f in findings:
         text, fix = shared.get(id(f), (f.message, f.fix))
-        keyed.setdefault((f.rule, f.severity, text, fix), []).append(f)
+        key = (f.rule, f.severity, repr(text), repr(fix))   # the same words say the same thing (repr: hashable)
+        keyed.setdefault(key, []).append(f)
+        said.setdefault(key, (text, fix))
     out = []
-    for (rule, severity, text, fix), members in keyed.items():
+    for key, members in keyed.items():
         where = tuple(where_text(f.torch_path, f.ms_path) for f in members if f.where)
-        if len(members) == 1:
-            text, fix = members[0].message, members[0].fix
-        out.append(FindingGroup(rule, severity, text, fix, where))
+        text, fix = (members[0].message, members[0].fix) if len(members) == 1 else said[key]
+        out.append(FindingGroup(key[0], key[1], text, fix, where))
     return tuple(out)
 
 
 def _optimizer_audit(models: dict[Framework, Any], optimizers: Sequence[Any], schedulers: Sequence[Any], steps: int,
-                     reference: Framework, notes: list[str]) -> OptimizerAudit | None:
+                     reference: Framework, notes: list[Text]) -> OptimizerAudit | None:
     """The optimizer audit when both sides gave an optimizer; a note when only one did."""
     given = [o for o in optimizers if o is not None]
     if not given:
         return None
     if len(given) == 1:
-        notes.append("an optimizer was given for one side only: the optimizers were not compared")
+        notes.append(words(Say.ONE_OPTIMIZER))
         return None
     if len(given) > 2:
         raise AlignerError(f"give at most two optimizers (one per framework), got {len(given)}")

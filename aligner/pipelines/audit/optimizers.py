@@ -19,6 +19,7 @@ from aligner.core.errors import AlignerError
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
 from aligner.core.text import code_literal as _lit
+from aligner.core.words import Text, Words, words
 from aligner.io.base import TensorInfo
 from aligner.io.factory import model_framework
 from aligner.mapping import FAILING, build_plan
@@ -34,6 +35,7 @@ from aligner.pipelines.audit.optsides import (
     scheduler_framework,
     supported_names,
 )
+from aligner.pipelines.audit.says import Say
 from aligner.pipelines.diff.rules import first_update_ratio
 from aligner.pipelines.diff.side import describe
 
@@ -56,7 +58,7 @@ class OptimizerAudit:
     torch_rates: tuple[float, ...] = ()
     ms_rates: tuple[float, ...] = ()
     findings: tuple[Finding, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Text, ...] = ()
 
     @property
     def errors(self) -> list[Finding]:
@@ -126,13 +128,13 @@ class _Comparer:
 
     # --- helpers ---------------------------------------------------------------------------------------------------
     @property
-    def head(self) -> str:
-        return f"optimizer ({self.sides[PT].short} / {self.sides[MS].short})"
+    def head(self) -> Words:
+        return words(Say.OPT_HEAD, torch=self.sides[PT].short, ms=self.sides[MS].short)
 
-    def _names(self, group: Sequence[tuple[str, str]]) -> str:
+    def _names(self, group: Sequence[tuple[str, str]]) -> Text:
         """Which parameters, by what they are: 'biases and norm weights/biases (bn1.weight/bn1.gamma, ...)'."""
         if len(group) == len(self.pairs) and len(group) > 1:
-            return f"all {len(group)} parameters"
+            return words(Say.OPT_ALL, count=len(group))
         shown = [t if t == m else f"{t}/{m}" for t, m in group]
         return describe(shown, {s: self.shapes.get(t, ()) for s, (t, _) in zip(shown, group)})
 
@@ -171,18 +173,18 @@ class _Comparer:
 
     def _setting_finding(self, rule: dict[str, Any], group: list[tuple[str, str]], tv: Any, mv: Any) -> Finding:
         attr = rule["attribute"]
-        label = attr.replace("_", " ")
-        why = f"; {rule['why']}" if rule.get("why") else ""
+        why = (rule["why"],) if rule.get("why") else ()
         m_side = self.sides[MS]
         if rule.get("why_gamma_beta") and _api(m_side) == "nn" and not mv and any(
                 m.rpartition(".")[2] in ("gamma", "beta") for _, m in group):
-            why += f"; {rule['why_gamma_beta']}"
-        message = f"{self.head}: {label} torch {_lit(tv)} vs MindSpore {_lit(mv)} for {self._names(group)}{why}"
+            why += (rule["why_gamma_beta"],)
+        message = words(Say.OPT_SETTING, head=self.head, label=attr.replace("_", " "), torch=tv, ms=mv,
+                        names=self._names(group), why=why)
         value = tv if self.reference == PT else mv
         return Finding(rule["id"], Severity(rule["severity"]), message, self._where(group),
                        fix=self._setting_fix(attr, group, value), attribute=f"optimizer:{attr}", values=(tv, mv))
 
-    def _setting_fix(self, attr: str, group: list[tuple[str, str]], value: Any) -> str:
+    def _setting_fix(self, attr: str, group: list[tuple[str, str]], value: Any) -> Text:
         side = self.sides[self.migrated]
         partial = len(group) < len(self.pairs)
         text = _assignment(side.argument(attr), value)
@@ -190,17 +192,15 @@ class _Comparer:
         if side.framework == MS and side.spec is not None and side.spec.argument(attr) is None and twin is not None:
             # the class cannot be given the setting (nn.Momentum has no dampening): the class of torch's formula can
             spec = catalogue().named_import(twin)
-            return f"{side.short} has no {attr} argument: {twin}(..., {_assignment(spec.argument(attr), value)})"
+            return words(Say.OPT_NO_ARGUMENT_FIX, cls=side.short, attribute=attr, twin=twin,
+                         assignment=_assignment(spec.argument(attr), value))
         if not partial:
             return f"{side.short}(..., {text})"
-        names = ", ".join(self._migrated_names(group)[:8]) + (" ..." if len(group) > 8 else "")
+        names = self._migrated_names(group)
         if side.framework == MS and _api(side) == "nn" and attr == "weight_decay":
-            return (f"group the parameters: {side.short}([{{'params': decay}}, {{'params': no_decay, "
-                    f"'weight_decay': {_lit(value)}}}], ..., weight_decay=...) with no_decay = [{names}]"
-                    if not value else
-                    f"group the parameters: {side.short}([{{'params': [{names}], 'weight_decay': {_lit(value)}}}, "
-                    f"{{'params': rest}}], ...)")
-        return f"a parameter group for [{names}] with {text}: {side.short}([{{'params': [...], {text}}}, ...], ...)"
+            return words(Say.OPT_GROUP_NO_DECAY_FIX if not value else Say.OPT_GROUP_DECAY_FIX, cls=side.short,
+                         value=value, names=tuple(names))
+        return words(Say.OPT_GROUP_FIX, cls=side.short, assignment=text, names=tuple(names))
 
     # --- the update formula -----------------------------------------------------------------------------------------
     def formulas(self) -> list[Finding]:
@@ -216,19 +216,18 @@ class _Comparer:
             if entry is None:
                 continue
             mu = self.sides[MS].params[group[0][1]].rule
-            why = entry.why.format(ratio=first_update_ratio(mu), eps_factor=1 / math.sqrt(max(1 - mu.beta2, 1e-30)))
-            message = (f"{self.head}: the update formulas differ for {self._names(group)}: torch {ft.value} vs "
-                       f"MindSpore {fm.value.removeprefix('MindSpore ')}; {why}")
+            message = words(Say.OPT_FORMULA, head=self.head, names=self._names(group), torch=ft.value,
+                            ms=fm.value.removeprefix("MindSpore "), why=entry.why, ratio=first_update_ratio(mu),
+                            eps_factor=1 / math.sqrt(max(1 - mu.beta2, 1e-30)))
             out.append(Finding("optimizer-formula", entry.severity, message, self._where(group),
                                fix=self._formula_fix(ft, fm, group), attribute="optimizer:formula",
                                values=(ft.value, fm.value)))
         return out
 
-    def _formula_fix(self, ft: Family, fm: Family, group: list[tuple[str, str]]) -> str:
+    def _formula_fix(self, ft: Family, fm: Family, group: list[tuple[str, str]]) -> Text:
         if self.migrated == PT:
             torch_twin = fm if fm in (Family.SGD, Family.ADAM, Family.ADAMW) else Family.ADAM
-            return f"use {convertible(PT, torch_twin).python_class} " \
-                   "with the same settings (torch has no update without bias correction)"
+            return words(Say.OPT_FORMULA_FIX_TORCH, cls=convertible(PT, torch_twin).python_class)
         ref = self.sides[PT].params[group[0][0]].rule
         cls = ref.family.spec.mindspore_class
         if ref.family is Family.SGD:
@@ -249,12 +248,11 @@ class _Comparer:
                     and (m if fw == PT else t) in self.sides[fw.other].not_optimized]
             if not lone:
                 continue
-            names = self._names(lone) if len(lone) < len(pairs_all) else f"all {len(lone)} parameters"
-            message = f"{self.head}: " + meta["why"].format(
-                names=names, verb="is" if len(lone) == 1 else "are", side=fw.label,
-                them="it" if len(lone) == 1 else "them")
-            fix = f"add them to the {self.migrated.label} optimizer" if fw == self.reference else \
-                f"leave them out of the {self.migrated.label} optimizer (or freeze them on the other side)"
+            names = self._names(lone) if len(lone) < len(pairs_all) else words(Say.OPT_ALL, count=len(lone))
+            message = words(Say.OPT_NOT_OPTIMIZED, head=self.head, why=meta["why"], names=names, count=len(lone),
+                            side=fw.label)
+            fix = words(Say.OPT_ADD_FIX if fw == self.reference else Say.OPT_LEAVE_OUT_FIX,
+                        side=self.migrated.label)
             out.append(Finding("optimizer-not-optimized", Severity(meta["severity"]), message, self._where(lone),
                                fix=fix, attribute="optimizer:params", values=(fw == PT, fw == MS)))
         return out
@@ -266,21 +264,22 @@ class _Comparer:
         if not math.isclose(ms_side.loss_scale, 1.0):
             meta = self._rule_meta("optimizer-loss-scale")
             out.append(Finding("optimizer-loss-scale", Severity(meta["severity"]),
-                               f"{self.head}: MindSpore loss_scale {_lit(ms_side.loss_scale)}; {meta['why']}",
-                               ("optimizer", "optimizer"), fix=f"{ms_side.short}(..., loss_scale=1.0) unless the "
-                               f"loss is multiplied by {_lit(ms_side.loss_scale)}",
+                               words(Say.OPT_LOSS_SCALE, head=self.head, scale=ms_side.loss_scale, why=meta["why"]),
+                               ("optimizer", "optimizer"),
+                               fix=words(Say.OPT_LOSS_SCALE_FIX, cls=ms_side.short, scale=ms_side.loss_scale),
                                attribute="optimizer:loss_scale", values=(1.0, ms_side.loss_scale)))
         if ms_side.grad_centralization:
             meta = self._rule_meta("optimizer-grad-centralization")
-            names = ", ".join(ms_side.grad_centralization[:6])
             out.append(Finding("optimizer-grad-centralization", Severity(meta["severity"]),
-                               f"{self.head}: MindSpore grad_centralization on {names}; {meta['why']}",
-                               ("optimizer", "optimizer"), fix="drop 'grad_centralization' from the parameter groups",
+                               words(Say.OPT_GRAD_CENTRALIZATION, head=self.head,
+                                     names=tuple(ms_side.grad_centralization[:6]), why=meta["why"]),
+                               ("optimizer", "optimizer"), fix=words(Say.OPT_GRAD_CENTRALIZATION_FIX),
                                attribute="optimizer:grad_centralization", values=(False, True)))
         if ms_side.scheduler_ignored:
             meta = self._rule_meta("optimizer-scheduler-ignored")
             out.append(Finding("optimizer-scheduler-ignored", Severity(meta["severity"]),
-                               f"{self.head}: the MindSpore scheduler {ms_side.scheduler} has no effect; {meta['why']}",
+                               words(Say.OPT_SCHEDULER_IGNORED, head=self.head, scheduler=ms_side.scheduler,
+                                     why=meta["why"]),
                                ("scheduler", "scheduler"),
                                fix=f"{_applies_scheduled_lr(ms_side)} (applies group['lr'])",
                                attribute="optimizer:scheduler", values=(None, ms_side.scheduler)))
@@ -302,9 +301,9 @@ class _Comparer:
         if ms.length is not None and ms.length < self.steps:
             meta = self._rule_meta("optimizer-lr-list-short")
             out.append(Finding("optimizer-lr-list-short", Severity(meta["severity"]),
-                               f"{self.head}: the MindSpore {ms.source} ends at step {ms.length - 1} of the "
-                               f"{self.steps} audited for {self._names(group)}; {meta['why']}", self._where(group),
-                               step=max(ms.length, 0), fix="give one rate per training step",
+                               words(Say.OPT_LR_SHORT, head=self.head, source=ms.source, last=ms.length - 1,
+                                     steps=self.steps, names=self._names(group), why=meta["why"]),
+                               self._where(group), step=max(ms.length, 0), fix=words(Say.OPT_LR_SHORT_FIX),
                                attribute="optimizer:lr-length", values=(self.steps, ms.length)))
         n = min(len(ts.rates), len(ms.rates))
         peak = float(self.table["tolerance"]["peak_rtol"]) * max(max(ts.rates[:n], default=0.0),
@@ -324,7 +323,7 @@ class _Comparer:
             side = self.sides[self.migrated]
             arg = side.argument("lr")
             out.append(Finding("optimizer-lr", Severity(meta["severity"]),
-                               f"{self.head}: lr torch {_lit(tr[0])} vs MindSpore {_lit(mr[0])} for {names}", where,
+                               words(Say.OPT_LR, head=self.head, torch=tr[0], ms=mr[0], names=names), where,
                                step=0, fix=f"{side.short}(..., {arg}={_lit(value)})", attribute="optimizer:lr",
                                values=(tr[0], mr[0])))
             return out
@@ -333,29 +332,22 @@ class _Comparer:
         behind = n > 1 and all(same(mr[t + 1], tr[t]) for t in range(n - 1))
         ratio = mr[bad] / tr[bad] if tr[bad] else None
         scaled = ratio is not None and all(_close(mr[t], tr[t] * ratio, self.rtol) for t in range(n))
-        head = (f"{self.head}: learning rate at step {bad} torch {_lit(tr[bad])} vs MindSpore {_lit(mr[bad])} for "
-                f"{names} (torch {ts.source}, MindSpore {ms.source})")
+        on_ms = self.migrated == MS
         if ahead:
-            detail = (f"the MindSpore schedule is the torch schedule shifted by one step: MindSpore's step t uses "
-                      f"torch's rate of step t+1 (torch steps the scheduler after the optimizer: step 0 uses the base "
-                      f"lr, {_lit(tr[0])})")
-            fix = "evaluate the MindSpore schedule one step later: lr_list = [base_lr] + lr_list[:-1]" \
-                if self.migrated == MS else "step the torch scheduler before the first optimizer step"
+            detail = words(Say.OPT_SHIFTED, base=tr[0])
+            fix = words(Say.OPT_SHIFTED_FIX_MS if on_ms else Say.OPT_SHIFTED_FIX_TORCH)
         elif behind:
-            detail = ("the MindSpore schedule is the torch schedule delayed by one step: MindSpore's step t+1 uses "
-                      "torch's rate of step t")
-            fix = "drop the first MindSpore rate: lr_list = lr_list[1:]" if self.migrated == MS \
-                else "step the torch scheduler once more before training"
+            detail = words(Say.OPT_DELAYED)
+            fix = words(Say.OPT_DELAYED_FIX_MS if on_ms else Say.OPT_DELAYED_FIX_TORCH)
         elif scaled and ratio is not None:
-            detail = f"the MindSpore rates are the torch rates times {ratio:.6g} at every step"
-            fix = "scale the MindSpore schedule's base rate" if self.migrated == MS else "scale the torch base lr"
+            detail = words(Say.OPT_SCALED, ratio=ratio)
+            fix = words(Say.OPT_SCALED_FIX_MS if on_ms else Say.OPT_SCALED_FIX_TORCH)
         else:
-            first = ", ".join(_lit(v) for v in tr[bad:bad + 3])
-            detail = f"torch's rates from step {bad}: {first}, ..."
-            fix = ("learning_rate=[the torch rate of each step] (read it from the torch scheduler: "
-                   "optimizer.param_groups[0]['lr'] before each scheduler.step())") if self.migrated == MS \
-                else "a torch LambdaLR reproducing the MindSpore rates"
-        out.append(Finding("optimizer-lr-schedule", Severity(meta["severity"]), f"{head}; {detail}", where, step=bad,
+            detail = words(Say.OPT_RATES_FROM, step=bad, rates=tuple(tr[bad:bad + 3]))
+            fix = words(Say.OPT_RATES_FIX_MS if on_ms else Say.OPT_RATES_FIX_TORCH)
+        message = words(Say.OPT_LR_SCHEDULE, head=self.head, step=bad, torch=tr[bad], ms=mr[bad], names=names,
+                        torch_source=ts.source, ms_source=ms.source, detail=detail)
+        out.append(Finding("optimizer-lr-schedule", Severity(meta["severity"]), message, where, step=bad,
                            fix=fix, attribute="optimizer:lr-schedule", values=(tr[bad], mr[bad])))
         return out
 
@@ -424,8 +416,9 @@ def audit_optimizers(opt_a: Any, opt_b: Any, model_a: Any, model_b: Any, *, step
     lone = [fw for fw in (PT, MS) if not sides[fw].supported]
     if lone:
         meta = load_table()["rules"]["optimizer-unsupported"]
-        findings = [Finding("optimizer-unsupported", Severity(meta["severity"]), meta["why"].format(
-            side=fw.label, cls=sides[fw].class_name, supported=", ".join(supported_names())),
+        findings = [Finding("optimizer-unsupported", Severity(meta["severity"]), words(
+            Say.OPT_UNSUPPORTED, why=meta["why"], side=fw.label, cls=sides[fw].class_name,
+            supported=tuple(supported_names())),
             ("optimizer", "optimizer"), attribute="optimizer:class",
             values=(sides[PT].class_name, sides[MS].class_name)) for fw in lone]
         return dataclasses.replace(base, findings=tuple(findings), notes=tuple(notes))
@@ -433,8 +426,7 @@ def audit_optimizers(opt_a: Any, opt_b: Any, model_a: Any, model_b: Any, *, step
     pairs = [(t, m) for t, m in names.items() if t in sides[PT].params and m in sides[MS].params]
     unpaired = [n for n in sides[PT].params if n not in names]
     if unpaired:
-        notes.append(f"{len(unpaired)} torch optimizer parameter(s) have no MindSpore counterpart in the name mapping "
-                     f"and were not compared: {', '.join(unpaired[:6])}")
+        notes.append(words(Say.OPT_UNPAIRED_PARAMS, count=len(unpaired), names=tuple(unpaired[:6])))
     comparer = _Comparer(sides, pairs, reference, steps)
     comparer.shapes = {n: tuple(p.shape) for n, p in models[PT].named_parameters()}
     findings = comparer.formulas() + comparer.settings() + comparer.schedules() + comparer.membership(names) \

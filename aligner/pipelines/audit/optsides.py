@@ -16,7 +16,9 @@ from aligner.core.errors import AlignerError
 from aligner.core.findings import Severity
 from aligner.core.frameworks import Framework
 from aligner.core.rules import ListOf, Opt, load_rules
+from aligner.core.words import Text, words
 from aligner.mapping.optimizers import Family, OptimizerClass, catalogue
+from aligner.pipelines.audit.says import Say
 from aligner.pipelines.diff.rules import UpdateRule
 
 RULES_FILE = "audit_optimizers.yaml"
@@ -45,7 +47,7 @@ def load_table() -> dict[str, Any]:
 class Schedule:
     """The rate one side applies at steps 0..n-1 (shorter than asked when a dynamic lr list ends), and its source."""
 
-    source: str
+    source: Text
     rates: tuple[float, ...]
     length: int | None = None       # a finite lr list's length
 
@@ -91,7 +93,7 @@ class OptimizerSide:
     grad_centralization: tuple[str, ...] = ()
     scheduler: str | None = None
     scheduler_ignored: bool = False       # a scheduler was given but the class applies its constructor lr
-    notes: tuple[str, ...] = ()
+    notes: tuple[Text, ...] = ()
 
     @property
     def supported(self) -> bool:
@@ -210,7 +212,8 @@ def read_torch(optimizer: Any, model: Any, scheduler: Any, steps: int) -> Optimi
                          notes=tuple(notes))
 
 
-def _torch_schedules(optimizer: Any, scheduler: Any, steps: int) -> tuple[tuple[Schedule, ...], str | None, list[str]]:
+def _torch_schedules(optimizer: Any, scheduler: Any, steps: int
+                     ) -> tuple[tuple[Schedule, ...], str | None, list[Text]]:
     """Each group's rate at steps 0..steps-1: read before each scheduler step (torch steps the scheduler after the
     optimizer), on a deep copy sharing only the parameters."""
     base = [float(_plain(g["lr"])) for g in optimizer.param_groups]
@@ -222,7 +225,7 @@ def _torch_schedules(optimizer: Any, scheduler: Any, steps: int) -> tuple[tuple[
         raise AlignerError(f"the torch scheduler {name} does not drive the torch optimizer given with it")
     if name == "ReduceLROnPlateau":
         return (tuple(Schedule("constant", (lr,) * steps) for lr in base), name,
-                ["torch ReduceLROnPlateau depends on the metric: only its current rate was compared"])
+                [words(Say.OPT_PLATEAU)])
     memo = {id(p): p for g in optimizer.param_groups for p in g["params"]}
     try:
         copied: tuple[Any, Any] = copy.deepcopy((optimizer, scheduler), memo)
@@ -282,7 +285,7 @@ def _read_legacy(opt: Any, entry: OptimizerClass | None, steps: int
     family = entry.family if entry else Family.SGD
     cache: dict[int, int] = {}
     schedules: list[Schedule] = []
-    notes: list[str] = []
+    notes: list[Text] = []
 
     def schedule_of(lr_obj: Any) -> int:
         if id(lr_obj) not in cache:
@@ -292,7 +295,7 @@ def _read_legacy(opt: Any, entry: OptimizerClass | None, steps: int
 
     def wd_value(obj: Any) -> float:
         if hasattr(obj, "construct") and not isinstance(obj, Tensor):
-            notes.append("MindSpore weight decay is dynamic (a Cell): compared at the current step only")
+            notes.append(words(Say.OPT_WD_DYNAMIC))
             return float(_plain(obj(Tensor(step0, int32)))) / loss_scale
         return float(_plain(obj)) / loss_scale
 
@@ -322,7 +325,7 @@ def _legacy_schedule(lr_obj: Any, step0: int, steps: int) -> Schedule:
     if kind == "_IteratorLearningRate":
         values = _plain(lr_obj.learning_rate)
         values = values if isinstance(values, tuple) else (values,)
-        return Schedule(f"learning_rate list ({len(values)} entries)",
+        return Schedule(words(Say.OPT_LR_LIST, count=len(values)),
                         tuple(float(v) for v in values[step0:step0 + steps]), len(values) - step0)
     if hasattr(lr_obj, "construct") and kind != "Parameter":
         return Schedule(f"{kind} (evaluated at global_step)",
@@ -339,7 +342,7 @@ def _read_groups(opt: Any, entry: OptimizerClass | None, scheduler: Any, steps: 
     if scheduler is None:
         schedules = tuple(Schedule("constant", (lr,) * steps) for lr in applied)
     elif lr_key != "lr":
-        schedules = tuple(Schedule("constant (the scheduler's rates are not applied)", (lr,) * steps)
+        schedules = tuple(Schedule(words(Say.OPT_CONSTANT_IGNORED), (lr,) * steps)
                           for lr in applied)
         extra.update(scheduler=type(scheduler).__name__, scheduler_ignored=True)
     else:

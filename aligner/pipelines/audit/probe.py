@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from aligner.core.frameworks import Framework
+from aligner.core.words import Text, words
 from aligner.pipelines.audit.layers import Layer
 from aligner.pipelines.audit.rules import ProbeFix, RuleBook, short_class
+from aligner.pipelines.audit.says import Say
 
 PT, MS = Framework.PYTORCH, Framework.MINDSPORE
 SCALE = 3.0          # standard normal x 3: reaches the range where activation variants part (GELU tanh vs erf)
@@ -32,7 +34,7 @@ class Probe:
     equal: bool = False
     max_diff: float = math.nan
     shapes: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
-    why: str = ""
+    why: Text = ""
     fix: str = ""
 
 
@@ -54,7 +56,7 @@ def _candidate_shapes(layer: Layer) -> list[tuple[int, ...]]:
     return [(1, weight.shape[1] * groups, *(9,) * (weight.ndim - 2))]
 
 
-def _shape_pairs(pair_t: Layer, pair_m: Layer) -> tuple[list[tuple[tuple[int, ...], tuple[int, ...]]], str]:
+def _shape_pairs(pair_t: Layer, pair_m: Layer) -> tuple[list[tuple[tuple[int, ...], tuple[int, ...]]], Text]:
     """(each side's input shape, to try in turn; why none when empty). The traced shapes when known: equal, or equal
     but for size-1 axes (one array, reshaped; a transposed layout is not guessed), or equal but for the first axis
     (a batch or token count, such as the tokens an MoE router sent to an expert: each side's shape on both in turn)."""
@@ -64,7 +66,7 @@ def _shape_pairs(pair_t: Layer, pair_m: Layer) -> tuple[list[tuple[tuple[int, ..
             return [(t, m)], ""
         if len(t) == len(m) > 1 and t[1:] == m[1:]:
             return [(t, t), (m, m)], ""
-        return [], f"the traced input shapes differ (torch {list(t)}, MindSpore {list(m)})"
+        return [], words(Say.SHAPES_DIFFER, torch=t, ms=m)
     if t is not None or m is not None:
         known = t if t is not None else m
         assert known is not None
@@ -143,24 +145,24 @@ def probe(torch_layer: Layer, ms_layer: Layer, reference: Framework, book: RuleB
     """Run both layers on one input with the reference side's parameter values on both (put back afterwards)."""
     sides = {PT: torch_layer, MS: ms_layer}
     if set(torch_layer.params) != set(ms_layer.params):
-        return Probe(False, why=f"their parameters differ (torch {sorted(torch_layer.leaves.values())}, "
-                                f"MindSpore {sorted(ms_layer.leaves.values())})")
+        return Probe(False, why=words(Say.PARAMS_DIFFER, torch=tuple(sorted(torch_layer.leaves.values())),
+                                      ms=tuple(sorted(ms_layer.leaves.values()))))
     ref, mig = sides[reference], sides[reference.other]
     if any(ref.params[k].shape != mig.params[k].shape for k in ref.params):
-        return Probe(False, why="their parameter shapes differ")
+        return Probe(False, why=words(Say.PARAM_SHAPES_DIFFER))
     candidates, why = _shape_pairs(torch_layer, ms_layer)
     if not candidates:
         return Probe(False, why=why)
     for leaf, values in ref.params.items():
         _set(mig.tensors[leaf], reference.other, values)
-    failures = []
+    failures: list[tuple[tuple[int, ...], str]] = []
     try:
         for shapes in candidates:
             x = (np.random.default_rng(SEED).standard_normal(int(np.prod(shapes[0]))) * SCALE).astype(np.float32)
             try:
                 outs = _outputs(sides, shapes, x)
             except Exception as exc:  # the layer's own error for this shape: try the next one
-                failures.append(f"{list(shapes[0])}: {type(exc).__name__}")
+                failures.append((shapes[0], type(exc).__name__))
                 continue
             equal, diff = _close(outs[PT], outs[MS], book)
             fix = "" if equal or mig.params else \
@@ -170,4 +172,4 @@ def probe(torch_layer: Layer, ms_layer: Layer, reference: Framework, book: RuleB
     finally:
         for leaf, values in mig.params.items():
             _set(mig.tensors[leaf], reference.other, values)
-    return Probe(False, why="no input shape ran on both (" + "; ".join(failures) + ")")
+    return Probe(False, why=words(Say.NONE_RAN, failures=tuple(failures)))

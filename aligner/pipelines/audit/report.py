@@ -13,6 +13,7 @@ from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
 from aligner.core.nesting import NestingError, yaml_loads
 from aligner.core.result import PassedByExitCode
+from aligner.core.words import Text
 from aligner.pipelines.audit.optimizers import OptimizerAudit
 
 
@@ -24,10 +25,11 @@ class PairRecord:
     ms_path: str
     kind: str
     how: str
-    probe: str = ""      # what running both showed ("outputs equal within 1e-5 (max 2.4e-07)", ...), "" when not run
+    probe: Text = ""     # what running both showed ("outputs equal within 1e-5 (max 2.4e-07)", ...), "" when not run
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"torch_path": self.torch_path, "ms_path": self.ms_path, "kind": self.kind, "how": self.how,
+                "probe": self.probe}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,10 +54,11 @@ class NotAudited:
     ms_path: str | None
     kind: str
     class_name: str
-    why: str
+    why: Text
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"torch_path": self.torch_path, "ms_path": self.ms_path, "kind": self.kind,
+                "class_name": self.class_name, "why": self.why}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +67,8 @@ class FindingGroup:
 
     rule: str
     severity: Severity
-    text: str                     # the finding itself when alone, else what they share
-    fix: str
+    text: Text                    # the finding itself when alone, else what they share
+    fix: Text
     where: tuple[str, ...]        # "torch path / MindSpore path" of each
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,7 +97,7 @@ class AuditReport(PassedByExitCode):
     unpaired: tuple[Unpaired, ...]
     findings: tuple[Finding, ...]
     accepted: tuple[Finding, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Text, ...] = ()
     optimizer: OptimizerAudit | None = None     # what the optimizer audit compared; its findings are in `findings`
     not_audited: tuple[NotAudited, ...] = ()    # covered layers nothing checked: the audit is no pass while any is
     groups: tuple[FindingGroup, ...] = ()       # `findings` with the repeated ones grouped, in order
@@ -153,15 +156,16 @@ def load_baseline(path: str | os.PathLike) -> set[tuple[str, str | None, str | N
         parts = [data.get("findings") or [], data.get("accepted") or []]
         data = [d for part in parts if isinstance(part, list) for d in part] \
             if all(isinstance(part, list) for part in parts) else None
-    expected = f"--baseline {path}: expected an audit --json report or a list of findings ({{rule, where, attribute}})"
+    expected = AlignerError(f"--baseline {path}: expected an audit --json report or a list of findings ({{rule, "
+                            "where, attribute})")
     if not isinstance(data, list) or not all(isinstance(d, dict) and "rule" in d for d in data):
-        raise AlignerError(expected)
+        raise expected
     keys = set()
     for d in data:
         where, attribute = d.get("where") or [], d.get("attribute")
         if not isinstance(where, list) or not all(w is None or isinstance(w, str) for w in where) \
                 or not (attribute is None or isinstance(attribute, str)):
-            raise AlignerError(expected)
+            raise expected
         pair = list(where) + [None, None]
         keys.add((str(d["rule"]), pair[0], pair[1], attribute))
     return keys

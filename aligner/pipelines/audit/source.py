@@ -27,6 +27,8 @@ from aligner.core.files import SOURCE, read_bytes
 from aligner.core.findings import Finding, Severity
 from aligner.core.result import PassedByExitCode
 from aligner.core.rules import ANY, ListOf, MapOf, OneOf, Opt, load_rules
+from aligner.core.words import Text, Words, words
+from aligner.pipelines.audit.says import Say
 
 DEFAULTS_FILE = "defaults_mindspore_torch.yaml"   # in the top-level mappings/, shipped as aligner.mappings
 RULE_PREFIX = "source."                          # a finding's rule is "source.<row id>"
@@ -132,8 +134,8 @@ class SourceAuditReport(PassedByExitCode):
     path: str
     files: int                                   # Python files read
     findings: list[Finding]
-    skipped: list[str]                           # "file:line: why" of each file that did not parse
-    assumed: list[tuple[str, str]] = dataclasses.field(default_factory=list)   # (file:line, what the scan took
+    skipped: list[Text]                          # "file:line: why" of each file that did not parse
+    assumed: list[tuple[str, Text]] = dataclasses.field(default_factory=list)   # (file:line, what the scan took
                                                  # the torch reference to be, for a call it therefore did not flag)
 
     @property
@@ -170,8 +172,8 @@ def audit_source(path: str | os.PathLike[str]) -> SourceAuditReport:
     _ = SOURCE.limit  # a malformed ALIGNER_MAX_SOURCE_BYTES is one error, not a skipped line per file
     table = load_defaults()
     findings: list[Finding] = []
-    skipped: list[str] = []
-    assumed: list[tuple[str, str]] = []
+    skipped: list[Text] = []
+    assumed: list[tuple[str, Text]] = []
     files = 0
     for file in _python_files(root):
         files += 1
@@ -180,7 +182,7 @@ def audit_source(path: str | os.PathLike[str]) -> SourceAuditReport:
         except OSError as exc:                   # unreadable, or a dangling link named *.py
             if file == root:
                 raise AlignerError(f"audit --source: {path}: cannot be read ({exc.strerror or exc})") from None
-            skipped.append(f"{file}:0: cannot be read ({exc.strerror or exc})")
+            skipped.append(words(Say.SKIP_UNREADABLE, file=str(file), error=str(exc.strerror or exc)))
             continue
         except AlignerError as exc:              # a FIFO, device or directory named *.py; a file above the cap
             if file == root:
@@ -194,7 +196,7 @@ def audit_source(path: str | os.PathLike[str]) -> SourceAuditReport:
             text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0], errors="replace")
             findings += scan_tree(tree, text.encode("utf-8").splitlines(), str(file), table, assumed)
         except (RecursionError, MemoryError):   # the parser's or the scan's stack: nesting no real code has
-            skipped.append(f"{file}:0: too deeply nested to parse")
+            skipped.append(words(Say.SKIP_NESTED, file=str(file)))
         except (SyntaxError, ValueError) as exc:  # ValueError: null bytes
             line = getattr(exc, "lineno", None)
             skipped.append(f"{file}:{line or 0}: {getattr(exc, 'msg', None) or exc}")
@@ -202,7 +204,7 @@ def audit_source(path: str | os.PathLike[str]) -> SourceAuditReport:
 
 
 def scan_tree(tree: ast.Module, lines: list[bytes], filename: str, table: DefaultsTable,
-              assumed: list[tuple[str, str]] | None = None) -> list[Finding]:
+              assumed: list[tuple[str, Text]] | None = None) -> list[Finding]:
     """The findings of one parsed file (its lines as UTF-8 bytes, for the calls as written), in line order; what the
     scan assumed of the torch reference for a call it did not flag is appended to `assumed`."""
     nodes = list(ast.walk(tree))
@@ -284,7 +286,7 @@ def _canonical(name: str) -> str:
 
 
 def _check_call(call: ast.Call, api: str, lines: list[bytes], filename: str, table: DefaultsTable,
-                assumed: list[tuple[str, str]]) -> list[Finding]:
+                assumed: list[tuple[str, Text]]) -> list[Finding]:
     """Every rule this call fires, each as a finding whose fix is the call with all of them applied; a 'same' window
     equal to a torch padding is no finding but an assumption about the reference (appended to `assumed`)."""
     params = table.signatures[api]
@@ -307,22 +309,24 @@ def _check_call(call: ast.Call, api: str, lines: list[bytes], filename: str, tab
     for rule, value in fired:
         torch_api = rule.torch.apis[rule.mindspore.apis.index(api)]
         findings.append(Finding(f"{RULE_PREFIX}{rule.id}", rule.severity,
-                                f"{written}: {_difference(rule, torch_api, value, lines)}; {rule.why}",
+                                words(Say.SOURCE_FINDING, call=written,
+                                      difference=_difference(rule, torch_api, value, lines), why=rule.why),
                                 where=(f"{filename}:{call.lineno}",), fix=fix))
     return findings
 
 
-def _difference(rule: DefaultRule, torch_api: str, value: ast.expr | object, lines: list[bytes]) -> str:
+def _difference(rule: DefaultRule, torch_api: str, value: ast.expr | object, lines: list[bytes]) -> Words:
     """What differs, in one clause: the default relied on, or the value passed and what it means in torch."""
     ms, pt = rule.mindspore, rule.torch
+    torch_side = {"torch_api": torch_api, "torch_argument": pt.argument, "torch_default": pt.default}
     if not isinstance(value, ast.expr):
-        resolved = f" (= {ms.also[0].rpartition('.')[2]}({ms.also[1]}={ms.also[2]!r}))" if ms.also else ""
-        return f"{ms.argument} defaults to {ms.default!r}{resolved} in MindSpore, {torch_api} has " \
-               f"{pt.argument}={pt.default!r}"
+        also = (ms.also[0].rpartition(".")[2], ms.also[1], ms.also[2]) if ms.also else None
+        return words(Say.SOURCE_DEFAULT, argument=ms.argument, default=ms.default, also=also, **torch_side)
     written = _source(value, lines)
     if rule.convention == "complement":
-        return f"{ms.argument}={written} is {torch_api}({pt.argument}={_one_minus(value, lines)})"
-    return f"{ms.argument}={written}, where {torch_api} has {pt.argument}={pt.default!r}"
+        return words(Say.SOURCE_COMPLEMENT, argument=ms.argument, written=written, one_minus=_one_minus(value, lines),
+                     **torch_side)
+    return words(Say.SOURCE_PASSED, argument=ms.argument, written=written, **torch_side)
 
 
 def _ints(node: ast.expr | None, default: int) -> tuple[int, ...] | None:
@@ -337,7 +341,7 @@ def _ints(node: ast.expr | None, default: int) -> tuple[int, ...] | None:
     return None
 
 
-def _same_equals_torch(given: dict[str, ast.expr], opaque: bool, by_default: bool) -> str | None:
+def _same_equals_torch(given: dict[str, ast.expr], opaque: bool, by_default: bool) -> Words | None:
     """The torch padding that pad_mode='same' equals for this call's literal kernel, stride and dilation, as the
     assumption the scan makes about the reference; None where it depends on the input size (a stride above 1 with a
     larger kernel: TF-style padding puts the odd pixel after) or the source does not tell.
@@ -356,17 +360,14 @@ def _same_equals_torch(given: dict[str, ast.expr], opaque: bool, by_default: boo
     kernel, stride, dilation = (t * rank if len(t) == 1 else t for t in (kernel, stride, dilation))
     if len({len(kernel), len(stride), len(dilation)}) != 1:
         return None
-    spelled = "pad_mode='same' (the default)" if by_default else "pad_mode='same'"
     if all(s == 1 for s in stride):
         totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
-        odd = all(t % 2 == 0 for t in totals)
         pads = tuple(t // 2 for t in totals)
-        same = f"padding={pads[0] if len(set(pads)) == 1 else pads} or padding='same'" if odd else "padding='same'"
-        return (f"{spelled} at stride 1 taken as the torch reference's {same} (equal); if the reference pads 0, "
-                "write pad_mode='valid'")
+        odd = all(t % 2 == 0 for t in totals)   # an odd kernel: a plain padding equals 'same' too
+        return words(Say.SAME_STRIDE_ONE, by_default=by_default,
+                     padding=(pads[0] if len(set(pads)) == 1 else pads) if odd else None)
     if all(k <= s for k, s in zip(kernel, stride)):
-        return (f"{spelled} with kernel <= stride taken as the torch reference's padding=0: equal where the input "
-                "size divides by the stride (it pads nothing there)")
+        return words(Say.SAME_KERNEL_LE_STRIDE, by_default=by_default)
     return None
 
 

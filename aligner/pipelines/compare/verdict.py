@@ -16,9 +16,11 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Hashable, NamedTuple, Sequence
 
+from aligner.core.words import Text, Words, words
 from aligner.dumping.manifest import INPUTS, Io, Kind, Record
 from aligner.dumping.pair.matching import MatchedBy
 from aligner.pipelines.compare.evaluate import Row
+from aligner.pipelines.compare.says import Say
 
 if TYPE_CHECKING:  # compare/settings.py loads the audit's rules: only for a finding with call records
     from aligner.pipelines.compare.settings import SettingDiff
@@ -80,7 +82,7 @@ class Divergence:
     first: int                 # row index of the first divergent record in execution order
     previous: int | None       # the matched row just before it
     origin: int                # the row that introduces the error (== first unless it accumulated)
-    reason: str                # why `origin` is where the error starts, in words
+    reason: Text               # why `origin` is where the error starts (Words; text when read back)
     culprit: Culprit = Culprit.MODULE
     blame: str = ""            # the module (reference path) whose code is at fault: see `culprit`
     source: str | None = None  # file:line of the op at fault (op-level dumps)
@@ -277,8 +279,8 @@ def _floor(row: Row) -> float:
     return row.metrics.rtol if row.metrics is not None else 0.0
 
 
-def classify(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Label, str]:
-    """("introduced" | "inherited", reason in words) for row i: new error, or error its inputs already carried."""
+def classify(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Label, Words]:
+    """("introduced" | "inherited", the reason) for row i: new error, or error its inputs already carried."""
     ups = [j for j in inputs.get(i, []) if _comparable(rows[j])]
     e_out = error_level(rows[i])
     if i in inputs.computed:
@@ -287,28 +289,23 @@ def classify(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[Label, str]:
         x, rec = rows[inputs.untwinned[i]].pair.ref.record, rows[i].pair.ref.record
         other = rows[i].pair.a
         where = other.record.parent if other is not None else None
-        name = f"the op {x.type}" + (f" at {x.source}" if x.source else "") if x.kind == Kind.OP else \
-            (x.module or "(root)")
-        return Label.INTRODUCED, (f"input {rec.index} of {rec.module or '(root)'} (error {e_out:.1e}) is what "
-                                  f"{name} returned, and {name} has no twin on the other side"
-                                  + (f" (there, code in the forward of {where or 'the model'} computed it)"
-                                     if where is not None else ""))
+        return Label.INTRODUCED, words(Say.UNTWINNED, index=rec.index, module=rec.module, error=e_out,
+                                       op=(x.type, x.source) if x.kind == Kind.OP else None, producer=x.module,
+                                       where=where)
     if not ups:
-        return Label.INTRODUCED, "no upstream record: its inputs were not dumped or it is a model input"
+        return Label.INTRODUCED, words(Say.NO_UPSTREAM)
     handed = _handed_other(i, rows, inputs)
     if handed is not None:
         return Label.INTRODUCED, handed[2]
     worst = max(ups, key=lambda j: error_level(rows[j]))
     e_in = error_level(rows[worst])
-    word = "input" if len(ups) == 1 else "inputs"
     if e_in <= _floor(rows[worst]) and not rows[worst].diverged:
         if i in inputs.inferred:
             return Label.INTRODUCED, _between(rows[worst], rows[i], e_in, e_out)
-        return Label.INTRODUCED, f"its {word} matched (input error {e_in:.1e}, output error {e_out:.1e})"
+        return Label.INTRODUCED, words(Say.INPUTS_MATCHED, inputs=len(ups), e_in=e_in, e_out=e_out)
     if e_out > AMPLIFICATION * max(e_in, _floor(rows[i])):
-        ratio = "inf" if e_in == 0 else f"{e_out / e_in:.0f}"
-        return Label.INTRODUCED, f"its error {e_out:.1e} is {ratio}x its {word}' {e_in:.1e}"
-    return Label.INHERITED, f"carried from {rows[worst].pair.ref.record.module or '(root)'} (input error {e_in:.1e})"
+        return Label.INTRODUCED, words(Say.AMPLIFIED, inputs=len(ups), e_in=e_in, e_out=e_out)
+    return Label.INHERITED, words(Say.CARRIED, module=rows[worst].pair.ref.record.module, e_in=e_in)
 
 
 def parent_of(a: str, b: str) -> str:
@@ -322,30 +319,21 @@ def parent_of(a: str, b: str) -> str:
     return ".".join(common)
 
 
-def _between(before: Row, row: Row, e_in: float, e_out: float) -> str:
+def _between(before: Row, row: Row, e_in: float, e_out: float) -> Words:
     """What is known when a call's input was not recorded: where the numbers part, and who may be at fault."""
     x, y = before.pair.ref.record.module, row.pair.ref.record.module
-    parent = parent_of(x, y)
-    where = f"inside the forward of {parent}" if parent else "in the model's own forward"
-    return (f"the numbers part between {x or '(root)'} (last matching record, error {e_in:.1e}) and {y or '(root)'} "
-            f"(error {e_out:.1e}), {where}: {y or '(root)'} itself or the code of "
-            f"{parent or 'the top-level forward'} that runs between the two calls (its input was not recorded; "
-            f"dump with inputs=True to tell them apart)")
+    return words(Say.BETWEEN, before=x, after=y, e_in=e_in, e_out=e_out, parent=parent_of(x, y))
 
 
-def _computed(row: Row, e_out: float) -> str:
+def _computed(row: Row, e_out: float) -> Words:
     """Why an input computed between calls is where the numbers part."""
     rec = row.pair.ref.record
     if rec.kind == Kind.OP:
-        at = f" at {rec.source}" if rec.source else ""
-        return (f"input {rec.index} of the op {rec.type}{at} (error {e_out:.1e}) was returned by no recorded op: a "
-                f"parameter, buffer or constant it reads, or code between the ops; every record before it matched")
+        return words(Say.COMPUTED_OP, index=rec.index, type=rec.type, source=rec.source, error=e_out)
     if rec.parent is None:
-        return f"the model's own input {rec.index} differs (error {e_out:.1e}): the two sides were given different data"
+        return words(Say.MODEL_INPUT, index=rec.index, error=e_out)
     scope, _, note = computing_scope(row)
-    where = f"the forward of {scope}" if scope else "the model's top-level forward"
-    return (f"input {rec.index} of {rec.module or '(root)'} (error {e_out:.1e}) was computed by code in {where} "
-            f"(no recorded call returned that tensor{note}), and every record before it matched")
+    return words(Say.COMPUTED, index=rec.index, module=rec.module, error=e_out, scope=scope, note=note)
 
 
 def _scope(rec: Record) -> str | None:
@@ -369,7 +357,7 @@ def _ancestor(path: str, levels: int) -> str:
     return ".".join(parts[:max(0, len(parts) - levels)])
 
 
-def computing_scope(row: Row) -> tuple[str, str | None, str]:
+def computing_scope(row: Row) -> tuple[str, str | None, Words | None]:
     """(reference path of the module whose code computed this input, its path on the other side (None: not known),
     a note on how that is known). Each side's dump
     says where its tensor was computed (`scope`, else the caller). Where the sides agree, or neither place is on the
@@ -379,21 +367,19 @@ def computing_scope(row: Row) -> tuple[str, str | None, str]:
     b, a = row.pair.ref.record, row.pair.a.record if row.pair.a is not None else None
     scope_b = _scope(b) or ""
     if a is None or b.parent is None:
-        return scope_b, None, ""
+        return scope_b, None, None
     level_b = _levels(b, scope_b)
     level_a = 1 if a.same_as is not None else _levels(a, _scope(a))  # a link: the caller chose what to hand over
     if level_a is not None and (level_b is None or level_a < level_b):
         inside = _ancestor(a.module, level_a)
-        return _ancestor(b.module, level_a), inside, (f"; on the other side it is computed inside the forward of "
-                                                      f"{inside or 'the model'}, where here it arrives from "
-                                                      f"{scope_b or 'the model'}")
+        return _ancestor(b.module, level_a), inside, words(Say.NOTE_INSIDE, inside=inside, arrives=scope_b)
     there = _ancestor(a.module, level_b) if level_b is not None else _scope(a) if a.same_as is None else None
     if b.scope is not None:
-        return scope_b, there, f"; it entered the forward of {b.parent or 'the model'} from there unchanged"
-    return scope_b, there, ""
+        return scope_b, there, words(Say.NOTE_UNCHANGED, parent=b.parent)
+    return scope_b, there, None
 
 
-def _handed_other(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[str, str | None, str, bool] | None:
+def _handed_other(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[str, str | None, Words, bool] | None:
     """(reference path of the caller, its path on the other side, why, whether the other side hands over another
     recorded output: wiring) when a call's input differs though the
     record the reference side links it to (the call that returned it there) matched: the two sides' callers hand the
@@ -410,21 +396,15 @@ def _handed_other(i: int, rows: Sequence[Row], inputs: Flow) -> tuple[str, str |
     a = other_side.record
     made = producer.pair.ref.record.module or "(root)"
     caller = rec.parent or ""
-    here = f"input {rec.index} of {rec.module or '(root)'} (error {error_level(rows[i]):.1e})"
+    here = {"index": rec.index, "module": rec.module, "error": error_level(rows[i])}
     if a.same_as is not None:
         linked = _row_of_a(rows, a.step, a.same_as)
         twin = linked.pair.ref.record.module if linked is not None else None
         if twin is not None:
-            return caller, a.parent, (f"{here} is the output of {twin or '(root)'} on the other side and of {made} "
-                                      f"here, which matched: the forward of {caller or 'the model'} wires them "
-                                      f"differently"), True
+            return caller, a.parent, words(Say.WIRED, **here, twin=twin, made=made, caller=caller), True
     scope, there, note = computing_scope(rows[i])
     held = _same_numbers(rows, i)
-    where = scope or "the model"
-    what = f"holds the numbers of {held}'s output" if held else \
-        f"is no recorded call's output (computed in the forward of {where}{note})"
-    return scope, there, (f"{here} {what} on the other side, and the output of {made} here, which matched: the "
-                          f"forward of {where} hands the call another tensor"), held is not None
+    return scope, there, words(Say.HANDED, **here, held=held, where=scope, note=note, made=made), held is not None
 
 
 def _extra_op(rows: Sequence[Row], i: int) -> Record | None:
@@ -650,8 +630,7 @@ def judge(rows: Sequence[Row]) -> Verdict:
     labels = {i: classify(i, rows, inputs)[0] for i in diverged}
     findings = [f for f in (find(rows, inputs, p, diverged) for p in Phase) if f is not None]
     if len(findings) == 2:
-        findings[1] = dataclasses.replace(findings[1], reason=findings[1].reason + "; the forward pass had already "
-                                          "diverged, so the backward one follows from it")
+        findings[1] = dataclasses.replace(findings[1], reason=words(Say.AFTER_FORWARD, reason=findings[1].reason))
     for f in findings:
         labels[f.origin] = Label.INTRODUCED
     return Verdict(tuple(findings), nan_origin(rows, inputs), labels, immaterial=tuple(sorted(harmless)))

@@ -18,11 +18,13 @@ from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.findings import Finding, Severity
 from aligner.core.result import PassedByExitCode, check_schema, number, typed
 from aligner.core.tolerance import ToleranceSpec
+from aligner.core.words import words
 from aligner.io import TensorSource, open_checkpoint
 from aligner.mapping import Plan
 from aligner.mapping.plan import EntryStatus
 from aligner.metrics.measure import Metrics, compare_arrays
 from aligner.pipelines.convert.checkpoint import plan_conversion
+from aligner.pipelines.diff.says import Say
 from aligner.pipelines.inspect import Counts, source_rows
 
 
@@ -265,10 +267,6 @@ def _with_updates(row: ParamDiff, arrays_a: dict[str, np.ndarray], b: TensorSour
                                reason=f"updated in {'A' if moved_a else 'B'}, NOT updated in {'B' if moved_a else 'A'}")
 
 
-def _names(names: list[str], limit: int = 6) -> str:
-    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
 def _momentum_hint(rows: list[ParamDiff], arrays_a: dict[str, np.ndarray], b: TensorSource,
                    init: dict[str, np.ndarray] | None) -> Finding | None:
     """BatchNorm running statistics that moved a constant multiple (9 or 1/9: the momentum conventions swapped)."""
@@ -296,16 +294,8 @@ def _momentum_hint(rows: list[ParamDiff], arrays_a: dict[str, np.ndarray], b: Te
         return None
     swapped = next((side for side, want in (("A", MOMENTUM_SWAP), ("B", 1 / MOMENTUM_SWAP))
                     if abs(ratio / want - 1) < 0.05), None)
-    where = "assuming they started from a fresh layer's mean 0 / variance 1 (pass --init to be sure)" if assumed \
-        else "from --init"
-    message = (f"BatchNorm running statistics moved {ratio:.3g}x as far in A as in B ({len(fits)} tensors, {where}): "
-               f"the BatchNorm momentum differs")
-    if swapped:
-        message += (f"; {ratio:.3g} = 0.9/0.1 means {swapped}'s momentum was written in the other framework's "
-                    f"convention (MindSpore momentum=0.9 is torch momentum=0.1)")
-    return Finding("bn-momentum", Severity.WARNING, message, tuple(fits),
-                   fix="MindSpore BatchNorm momentum = 1 - torch momentum: use momentum=0.9 in MindSpore for torch's "
-                       "default 0.1")
+    message = words(Say.BN_MOMENTUM, ratio=ratio, tensors=len(fits), assumed=assumed, swapped=swapped)
+    return Finding("bn-momentum", Severity.WARNING, message, tuple(fits), fix=words(Say.BN_MOMENTUM_FIX))
 
 
 def _lr_hint(rows: list[ParamDiff]) -> Finding | None:
@@ -318,11 +308,8 @@ def _lr_hint(rows: list[ParamDiff]) -> Finding | None:
     ratio = float(np.median(values))
     if abs(ratio - 1) < 0.005 or np.any(np.abs(values / ratio - 1) > SAME_RATIO):
         return None
-    return Finding("learning-rate-ratio", Severity.WARNING,
-                   f"every updated parameter moved {ratio:.4g}x as far in A as in B ({len(ratios)} parameters): "
-                   f"the learning rate differs (A's is {ratio:.4g} x B's), or the loss or gradients are scaled",
-                   tuple(ratios), fix="compare the optimizers' learning rates and schedules, loss scaling and "
-                                      "gradient accumulation")
+    return Finding("learning-rate-ratio", Severity.WARNING, words(Say.LR_RATIO, ratio=ratio, count=len(ratios)),
+                   tuple(ratios), fix=words(Say.LR_RATIO_FIX))
 
 
 def _one_side_hint(rows: list[ParamDiff]) -> list[Finding]:
@@ -333,9 +320,8 @@ def _one_side_hint(rows: list[ParamDiff]) -> list[Finding]:
                  and (r.updated_b if moved == "B" else r.updated_a)]
         if names:
             out.append(Finding("updated-one-side", Severity.WARNING,
-                               f"updated in {moved} only: {_names(names)} (frozen in {still}, or left out of "
-                               f"{still}'s optimizer)", tuple(names),
-                               fix=f"check requires_grad and the parameter list given to {still}'s optimizer"))
+                               words(Say.UPDATED_ONE_SIDE, moved=moved, still=still, names=tuple(names)), tuple(names),
+                               fix=words(Say.ONE_SIDE_FIX, still=still)))
     return out
 
 

@@ -15,8 +15,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aligner.core.findings import Finding, Severity
+from aligner.core.words import Words, words
 from aligner.pipelines.diff.fit import FIT_RTOL, fits
 from aligner.pipelines.diff.rules import Family, UpdateRule, first_update_ratio
+from aligner.pipelines.diff.says import Say
 from aligner.pipelines.diff.side import ClipKind, SideFit, describe
 
 # Step-1 gradients of the two sides (same weights, same batch) within this relative spread of one power-of-two
@@ -28,8 +30,6 @@ SAME_RATIO = 0.02       # two fitted numbers within 2% are the same setting (fit
 CROSS_RTOL = 3 * FIT_RTOL
 
 TERMS = ("family", "lr", "momentum", "dampening", "nesterov", "beta1", "beta2", "eps", "weight_decay")
-_WORDS = {"family": "optimizer", "lr": "learning rate", "momentum": "momentum", "dampening": "dampening",
-          "nesterov": "nesterov", "beta1": "beta1", "beta2": "beta2", "eps": "eps", "weight_decay": "weight decay"}
 
 
 def loss_scale(grads_a: Mapping[str, Sequence[np.ndarray]], grads_b: Mapping[str, Sequence[np.ndarray]],
@@ -121,22 +121,18 @@ def _side_findings(a: SideFit, b: SideFit, scale: float) -> tuple[list[Finding],
     if scaled_side is not None:
         other = b if scaled_side is a else a
         out.append(Finding("loss-scale", Severity.INFO,
-                           f"{_who(scaled_side)}'s dumped gradients are {s:g}x {_who(other)}'s at step 1 (a loss "
-                           f"scale of {s:g}); they are divided by {s:g} before fitting, so its rules read in unscaled "
-                           f"units", (scaled_side.label,), step=1, attribute="loss_scale", values=(s,)))
+                           words(Say.LOSS_SCALE, side=_who(scaled_side), other=_who(other), scale=s),
+                           (scaled_side.label,), step=1, attribute="loss_scale", values=(s,)))
     every_a, every_b = (x.clipping.kind is ClipKind.EVERY and x.clipping.max_norm is None for x in (a, b))
     lr_ratio = _median_lr_ratio(a, b)
     if lr_ratio is not None and every_a and every_b:
         want = 1 / s if scaled_side is a else s
         if scaled_side is not None and _close(lr_ratio, want):
             out.append(Finding("clip-before-unscale", Severity.ERROR,
-                               f"{_who(scaled_side)} clips its gradients while they are still multiplied by the loss "
-                               f"scale {s:g} (clip before unscale, checklist mp.03): the threshold acts on gradients "
-                               f"{s:g}x too large, so its updates are 1/{s:g} of the other side's",
+                               words(Say.CLIP_BEFORE_UNSCALE, side=_who(scaled_side), scale=s),
                                (scaled_side.label,), attribute="clip_order",
                                values=("clip, then unscale", "unscale, then clip"),
-                               fix="unscale the gradients before clipping (torch: scaler.unscale_(optimizer) before "
-                                   "clip_grad_norm_)"))
+                               fix=words(Say.CLIP_BEFORE_UNSCALE_FIX)))
             lr_factor = want   # exactly 1/S: the loss scale is a power of two
     elif lr_ratio is not None and every_a:
         a.clipping.max_norm, a.clipping.assumed = lr_ratio, True
@@ -153,21 +149,20 @@ def _side_findings(a: SideFit, b: SideFit, scale: float) -> tuple[list[Finding],
         clip = side.clipping
         if clip.kind is ClipKind.NONE:
             continue
-        if clip.max_norm is None:
-            msg = (f"gradients clipped on {_who(side)} at every step (global norms "
-                   f"{', '.join(f'{n:.3g}' for n in clip.norms)}): only lr x max_norm is identifiable")
-        elif clip.assumed:
-            msg = (f"gradients clipped on {_who(side)} at every step: global norm {clip.max_norm:.3g} if its learning "
-                   f"rate is {_who(other)}'s")
-        else:
-            msg = (f"gradients clipped on {_who(side)} by global norm {clip.max_norm:.3g} (step(s) "
-                   f"{', '.join(map(str, clip.clipped_steps))})")
         one_side = other.clipping.kind is ClipKind.NONE
-        if one_side:
-            msg += f"; {_who(other)} does not clip"
+        unclipped = _who(other) if one_side else None
+        msg: Words
+        if clip.max_norm is None:
+            msg = words(Say.CLIPPED_EVERY, side=_who(side), norms=tuple(clip.norms), unclipped=unclipped)
+        elif clip.assumed:
+            msg = words(Say.CLIPPED_ASSUMED, side=_who(side), max_norm=clip.max_norm, other=_who(other),
+                        unclipped=unclipped)
+        else:
+            msg = words(Say.CLIPPED_BY, side=_who(side), max_norm=clip.max_norm, steps=tuple(clip.clipped_steps),
+                        unclipped=unclipped)
         out.append(Finding("grad-clipping", Severity.ERROR if one_side else Severity.INFO, msg, (side.label,),
                            attribute="max_norm", values=(clip.max_norm,),
-                           fix="clip on both sides with the same max_norm, or on neither" if one_side else ""))
+                           fix=words(Say.CLIP_BOTH_FIX) if one_side else ""))
     return out, lr_factor
 
 
@@ -204,9 +199,8 @@ def compare_sides(a: SideFit, b: SideFit, pairs: Sequence[tuple[str, str]], scal
     for side in (a, b):
         for p in side.unfitted:
             findings.append(Finding("no-rule-fits", Severity.ERROR,
-                                    f"{_who(side)} {p.name}: {p.reason}; the gradients may come from other steps "
-                                    f"than the weights, or the optimizer is not SGD/Adam/AdamW", (side.label, p.name),
-                                    fix="dump the gradients of the same steps the checkpoints cover"))
+                                    words(Say.NO_RULE_FITS, side=_who(side), name=p.name, reason=p.reason),
+                                    (side.label, p.name), fix=words(Say.NO_RULE_FITS_FIX)))
     return findings
 
 
@@ -224,41 +218,32 @@ def _term_finding(key: tuple[str, Any, Any], names_b: list[str], names_a: list[s
         scaled_side = a if scale > 1 else b if scale < 1 else None
         if scaled_side is not None and _close(ratio if scaled_side is a else 1 / ratio, s):
             return Finding("loss-scale-not-removed", Severity.ERROR,
-                           f"{_who(scaled_side)} did not remove the loss scale before the update: its updates are "
-                           f"{s:g}x the other side's on {what}", where, attribute="loss_scale", values=(s,),
-                           fix="unscale gradients before optimizer.step (torch.amp GradScaler.step / MindSpore "
-                               "DynamicLossScaleManager or loss_scale= in the optimizer)")
+                           words(Say.LOSS_SCALE_NOT_REMOVED, side=_who(scaled_side), scale=s, what=what), where,
+                           attribute="loss_scale", values=(s,), fix=words(Say.LOSS_SCALE_NOT_REMOVED_FIX))
         return Finding("update-lr", Severity.ERROR,
-                       f"learning rate {ratio:.3g}x: {_who(a)} {va} vs {_who(b)} {vb} on {what}", where,
-                       attribute="lr", values=(ra.lr, rb.lr), fix="use the same learning rate and schedule")
+                       words(Say.UPDATE_LR, ratio=ratio, a=_who(a), va=va, b=_who(b), vb=vb, what=what), where,
+                       attribute="lr", values=(ra.lr, rb.lr), fix=words(Say.SAME_LR_FIX))
     if term == "weight_decay":
-        lines = []
-        for side, value in ((a, ra.weight_decay), (b, rb.weight_decay)):
-            lines.append(f"{_who(side)} applies weight decay {value:.3g}" if value else
-                         f"{_who(side)} applies none")
-        return Finding("update-weight-decay", Severity.ERROR, f"weight decay on {what}: " + "; ".join(lines), where,
-                       attribute="weight_decay", values=(ra.weight_decay, rb.weight_decay),
-                       fix="group the parameters the same way on both sides (MindSpore skips only names with "
-                           "'beta'/'gamma' by default, so biases get weight decay; torch decays every parameter of "
-                           "a group)")
+        decays = tuple((_who(side), value) for side, value in ((a, ra.weight_decay), (b, rb.weight_decay)))
+        return Finding("update-weight-decay", Severity.ERROR, words(Say.WEIGHT_DECAY, what=what, decays=decays),
+                       where, attribute="weight_decay", values=(ra.weight_decay, rb.weight_decay),
+                       fix=words(Say.WEIGHT_DECAY_FIX))
     if term == "family":
-        message = f"optimizer {_who(a)} {ra.family.value} vs {_who(b)} {rb.family.value} on {what}"
         awd = [r for r in (ra, rb) if r.family is Family.MS_ADAM_WEIGHT_DECAY]
         ms_own = awd[0] if awd and {ra.family, rb.family} & {Family.ADAMW, Family.ADAM} else \
             next((r for r in (ra, rb) if r.family is Family.MS_ADAM), None)
-        if ms_own is not None:   # how MindSpore's own formula differs from torch's: the catalogue's words
-            message += f": {ms_own.family.value} " + ms_own.family.spec.why.format(
-                ratio=first_update_ratio(ms_own), beta1=ms_own.beta1, beta2=ms_own.beta2)
+        own = None if ms_own is None else words(   # how MindSpore's own formula differs from torch's: the catalogue's
+            Say.OWN_FORMULA, family=ms_own.family.value, why=ms_own.family.spec.why,
+            ratio=first_update_ratio(ms_own), beta1=ms_own.beta1, beta2=ms_own.beta2)
+        message = words(Say.OPTIMIZER, a=_who(a), fa=ra.family.value, b=_who(b), fb=rb.family.value, what=what,
+                        own=own)
         return Finding("update-optimizer", Severity.ERROR, message, where, attribute="family",
-                       values=(ra.family.value, rb.family.value),
-                       fix="use mindspore.mint.optim.AdamW / Adam (torch's formulas) or the matching torch optimizer")
+                       values=(ra.family.value, rb.family.value), fix=words(Say.OPTIMIZER_FIX))
     if term == "unexplained":
         return Finding("update-unexplained", Severity.WARNING,
-                       f"{_who(a)}'s rule ({ra.describe()}) does not reproduce {_who(b)}'s values on {what} although "
-                       f"every fitted setting agrees within what {a.steps} steps resolve", where,
-                       fix="dump more steps (or params=True) to resolve the settings")
-    word = _WORDS[term]
+                       words(Say.UNEXPLAINED, a=_who(a), rule=ra.describe(), b=_who(b), what=what, steps=a.steps),
+                       where, fix=words(Say.UNEXPLAINED_FIX))
+    family = ra.family.value if ra.family is rb.family else None
     return Finding(f"update-{term.replace('_', '-')}", Severity.ERROR,
-                   f"{ra.family.value if ra.family is rb.family else 'optimizer'} {word} {_who(a)} {va} vs "
-                   f"{_who(b)} {vb} on {what}", where, attribute=term, values=(va, vb),
-                   fix=f"set the same {word} on both sides")
+                   words(Say.TERM, family=family, term=term, a=_who(a), va=va, b=_who(b), vb=vb, what=what), where,
+                   attribute=term, values=(va, vb), fix=words(Say.SAME_TERM_FIX, term=term))

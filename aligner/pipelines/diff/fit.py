@@ -14,7 +14,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from aligner.core.result import number, typed
+from aligner.core.words import Text, words
 from aligner.pipelines.diff.rules import MIN_STEPS, Family, UpdateRule, simulate
+from aligner.pipelines.diff.says import Say
 
 # A fitted rule must reproduce the observed values within this fraction of the distance they travelled from init.
 # Correct rules land near 1e-5 (float32 rounding of the optimizer's arithmetic); a rule that is wrong in any term
@@ -209,7 +211,7 @@ class ParamFit:
     name: str
     rule: UpdateRule | None
     misfit: float
-    reason: str = ""
+    reason: Text = ""
 
     def to_dict(self) -> dict:
         return {"name": self.name, "rule": self.rule.to_dict() if self.rule else None, "misfit": self.misfit,
@@ -257,8 +259,7 @@ def fit_param(name: str, obs: Observed, factors: np.ndarray,
     values = obs.w0.size * len(obs.seen)
     families = [f for f in families if values >= VALUES_PER_UNKNOWN * (4 if f is Family.SGD else 5)]
     if not families:
-        return ParamFit(name, None, math.inf, f"too few values ({values}) to fit an update rule alone, and no rule "
-                                              f"of a larger parameter fits it")
+        return ParamFit(name, None, math.inf, words(Say.TOO_FEW_VALUES, values=values))
     for family in families:
         for nesterov in ((False, True) if family is Family.SGD else (False,)):
             rule = _search(family, nesterov, obs, factors)
@@ -269,5 +270,5 @@ def fit_param(name: str, obs: Observed, factors: np.ndarray,
             off = relative_misfit(rule, obs, factors)
             if off < best[0]:
                 best = (off, rule)
-    closest = f" (closest: {best[1].describe()}, off by {best[0]:.2g} of the distance moved)" if best[1] else ""
-    return ParamFit(name, None, best[0], "no update rule reproduces its values from its gradients" + closest)
+    closest = (best[1].describe(), best[0]) if best[1] else None
+    return ParamFit(name, None, best[0], words(Say.NO_RULE_REPRODUCES, closest=closest))

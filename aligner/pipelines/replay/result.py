@@ -9,6 +9,7 @@ from typing import Any, Mapping
 from aligner.core.errors import ExitCode
 from aligner.core.result import PassedByExitCode, typed
 from aligner.core.tolerance import Tolerance, ToleranceSpec
+from aligner.core.words import Text
 from aligner.metrics.measure import Metrics
 
 
@@ -54,7 +55,7 @@ class ReplayRow:
     local: Metrics | None = None
     inherited: Metrics | None = None
     total: Metrics | None = None
-    reason: str | None = None   # why it was not replayed
+    reason: Text | None = None  # why it was not replayed (Words, or the text of the dump's error)
     damaged: bool = False       # ... because the dump is damaged
 
     @property

@@ -19,6 +19,7 @@ import numpy as np
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework, Reference, reference_index
 from aligner.core.tolerance import Tolerance, ToleranceSpec
+from aligner.core.words import Text, Words, words
 from aligner.dumping.context import dump
 from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.options import compile_pattern
@@ -32,6 +33,7 @@ from aligner.pipelines.compare.evaluate import evaluate
 from aligner.pipelines.compare.verdict import Culprit, Phase, judge
 from aligner.pipelines.replay.result import ReplayResult, ReplayRow, ReplayVerdict
 from aligner.pipelines.replay.runner import Runner, put_back, runner
+from aligner.pipelines.replay.says import Say
 
 
 @dataclasses.dataclass
@@ -136,7 +138,7 @@ def _tolerance(spec: ToleranceSpec, module: str, items: Iterable[Item]) -> Toler
     return spec.resolve(module, *dtypes)
 
 
-def _pair_inputs(ref: _Call, other: _Call) -> dict[int, int] | str:
+def _pair_inputs(ref: _Call, other: _Call) -> dict[int, int] | Words:
     """The other side's input index -> the reference's input index, or why they cannot be paired."""
     if len(ref.inputs) == len(other.inputs):
         return {j: i for j, i in zip(sorted(other.inputs), sorted(ref.inputs))}
@@ -148,25 +150,29 @@ def _pair_inputs(ref: _Call, other: _Call) -> dict[int, int] | str:
         by_shape[j] = same[0]
     else:
         return by_shape
-    return (f"the calls take different tensors (reference {len(ref.inputs)}, replayed side {len(other.inputs)}) "
-            "that their shapes do not pair")
+    return words(Say.UNPAIRED_INPUTS, reference=len(ref.inputs), other=len(other.inputs))
 
 
 class _Damaged(str):
     """Why a call was not replayed, when the reason is a damaged dump (unreadable tensor, malformed signature)."""
 
 
+def _damaged(why: Text) -> bool:
+    """Whether the reason a call was not replayed is a damaged dump (not the replay's own limits)."""
+    return isinstance(why, _Damaged) or (isinstance(why, Words) and why.code is Say.INPUT_UNREADABLE)
+
+
 def _arguments(run: Runner, ref: _Call, other: _Call, ref_inputs: dict[int, np.ndarray | None]
-               ) -> tuple[list[Any], dict[str, Any]] | str:
-    """The other side's call, with its own signature and the reference's input tensors (or why not: a `_Damaged`
-    reason when the dump is at fault)."""
+               ) -> tuple[list[Any], dict[str, Any]] | Text:
+    """The other side's call, with its own signature and the reference's input tensors (or why not: `_damaged`
+    when the dump is at fault)."""
     pairing = _pair_inputs(ref, other)
-    if isinstance(pairing, str):
+    if isinstance(pairing, Words):
         return pairing
     tensors = []
     for j in range(len(other.inputs)):
         if j not in pairing or ref_inputs.get(pairing[j]) is None:
-            return _Damaged(f"the reference's input {pairing.get(j, j)} could not be read")
+            return words(Say.INPUT_UNREADABLE, index=pairing.get(j, j))
         dtype = other.inputs[j].record.dtype if j in other.inputs else ref.inputs[pairing[j]].record.dtype
         tensors.append(run.tensor(ref_inputs[pairing[j]], dtype))  # type: ignore[arg-type]
     if other.signature is None or other.signature.args is None:
@@ -284,14 +290,14 @@ def _forward_row(run: Runner, module: Any, ref: _Call, other: _Call, spec: Toler
     ref_in = {i: _array(it) for i, it in ref.inputs.items()}
     ref_out = {i: _array(it) for i, it in ref.outputs.items()}
     pairing = _pair_inputs(ref, other)
-    if not isinstance(pairing, str):
+    if not isinstance(pairing, Words):
         own_in = {pairing[j]: _array(it) for j, it in other.inputs.items() if j in pairing}
         row.inherited = _compare(own_in, ref_in, tol)
     row.total = _worst([_compare({i: _array(it) for i, it in other.outputs.items()}, ref_out, tol),
                         _compare(_arrays(other.buffers), _arrays(ref.buffers), tol)])
     call = _arguments(run, ref, other, ref_in)
-    if isinstance(call, str):
-        row.reason, row.damaged = call, isinstance(call, _Damaged)
+    if isinstance(call, (str, Words)):
+        row.reason, row.damaged = call, _damaged(call)
         return row
     previous = run.set_training(module, training) if training is not None else None
     try:
@@ -299,7 +305,7 @@ def _forward_row(run: Runner, module: Any, ref: _Call, other: _Call, spec: Toler
         # a training-mode call also moves running statistics (BatchNorm momentum shows only there)
         after = {name: to_host(t) for name, t in run.buffers(module).items()} if ref.buffers else {}
     except Exception as exc:  # the user's module may fail any way on these inputs: the row says how
-        row.reason = f"calling it on the reference's inputs raised {_one_line(exc)}"
+        row.reason = words(Say.FORWARD_RAISED, error=_one_line(exc))
         return row
     finally:
         if previous is not None:
@@ -308,8 +314,7 @@ def _forward_row(run: Runner, module: Any, ref: _Call, other: _Call, spec: Toler
                         _compare(after, _arrays(ref.buffers), tol)])
     if row.local is None:
         row.damaged = any(it.error for it in ref.outputs.values())
-        row.reason = "the reference's recorded output could not be read" if row.damaged else \
-            "no output pairs with a recorded reference output"
+        row.reason = words(Say.OUTPUT_UNREADABLE if row.damaged else Say.NO_OUTPUT_PAIRS)
     return row
 
 
@@ -336,7 +341,7 @@ def _backward_rows(run: Runner, model_modules: dict[str, Any], reference: Source
                         ref_call.call, phase="backward")
         rows.append(row)
         if per_module[(ref_call.step, ref_call.module)] > 1:
-            row.reason = "called more than once in the step: its gradients cannot be told apart by call"
+            row.reason = words(Say.CALLED_TWICE)
             continue
         row.tolerance = tol = _tolerance(spec, ref_call.module, grads[Io.GRAD_INPUT].values())
         own = other_grads.get((other_call.step, other_call.module), {})
@@ -345,8 +350,8 @@ def _backward_rows(run: Runner, model_modules: dict[str, Any], reference: Source
         row.inherited = _compare({i: _array(it) for i, it in own.get(Io.GRAD_OUTPUT, {}).items()}, g_out, tol)
         row.total = _compare({i: _array(it) for i, it in own.get(Io.GRAD_INPUT, {}).items()}, g_in, tol)
         call = _arguments(run, ref_call, other_call, {i: _array(it) for i, it in ref_call.inputs.items()})
-        if isinstance(call, str):
-            row.reason, row.damaged = call, isinstance(call, _Damaged)
+        if isinstance(call, (str, Words)):
+            row.reason, row.damaged = call, _damaged(call)
             continue
         module = model_modules[other_call.module]
         training = modes.get((other_call.step, other_call.module))
@@ -354,14 +359,14 @@ def _backward_rows(run: Runner, model_modules: dict[str, Any], reference: Source
         try:
             got = run.backward(module, *call, list(g_in), [g_out.get(i) for i in range(max(g_out, default=-1) + 1)])
         except Exception as exc:  # as in forward: the row says how it failed
-            row.reason = f"pulling gradients back through it raised {_one_line(exc)}"
+            row.reason = words(Say.BACKWARD_RAISED, error=_one_line(exc))
             continue
         finally:
             if previous is not None:
                 run.set_training(module, previous)
         row.local = _compare(got, g_in, tol)
         if row.local is None:
-            row.reason = "no input gradient pairs with a recorded reference gradient"
+            row.reason = words(Say.NO_GRADIENT_PAIRS)
     return rows
 
 

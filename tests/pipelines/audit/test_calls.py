@@ -14,6 +14,7 @@ import pytest
 from aligner.core.findings import Severity
 from aligner.pipelines.audit import audit
 from aligner.render.audit import audit_lines
+from aligner.render.words import say
 
 torch = pytest.importorskip("torch")
 ms = pytest.importorskip("mindspore")
@@ -53,7 +54,7 @@ def test_reused_relu_pairs_once_per_call_in_either_order(torch_first: bool) -> N
     pt, msm = _torch_relus(2), _ms()
     report = audit(*((pt, msm) if torch_first else (msm, pt)), X)
     assert [(p.torch_path, p.ms_path) for p in report.pairs if p.kind == "ReLU"] == [("1", "relu"), ("3", "relu")]
-    assert report.exit_code == 0 and not report.unpaired, [n.why for n in report.not_audited]
+    assert report.exit_code == 0 and not report.unpaired, [say(n.why) for n in report.not_audited]
     assert audit_lines(report)[-1][0].startswith("PASSED")
 
 
@@ -62,7 +63,7 @@ def test_a_call_the_other_side_lacks_is_not_audited() -> None:
     not audited, named by its call number. Before: the relu object was paired once, the extra call unseen, PASSED."""
     report = audit(_torch_relus(1), _ms(twice=True), X)
     assert [(n.torch_path, n.ms_path, n.kind) for n in report.not_audited] == [(None, "relu", "ReLU")]
-    assert "(call 2 of 2)" in report.not_audited[0].why
+    assert "(call 2 of 2)" in say(report.not_audited[0].why)
     assert report.exit_code == 1 and audit_lines(report)[-1][0].startswith("INCOMPLETE")
 
 
@@ -91,7 +92,7 @@ def test_layer_with_parameters_called_twice_is_weight_sharing() -> None:
     assert {f.values for f in shared} == {
         (("0.weight", "1.weight"), ("fc.weight (call 1 of 2)", "fc.weight (call 2 of 2)")),
         (("0.bias", "1.bias"), ("fc.bias (call 1 of 2)", "fc.bias (call 2 of 2)"))}
-    assert all(f.severity == Severity.WARNING and f.fix.startswith("untie them") for f in shared)
+    assert all(f.severity == Severity.WARNING and say(f.fix).startswith("untie them") for f in shared)
 
 
 class SiLUActivation(torch.nn.Module):
@@ -140,8 +141,8 @@ def test_probe_runs_when_the_traced_inputs_differ_in_the_first_axis_only() -> No
     msm.set_train(False)
     report = audit(TorchExpert(3).eval(), msm, x)
     (act,) = [p for p in report.pairs if p.kind == "SiLU"]
-    assert act.probe.startswith("outputs equal"), act.probe
-    assert report.exit_code == 0, [n.why for n in report.not_audited]
+    assert say(act.probe).startswith("outputs equal"), say(act.probe)
+    assert report.exit_code == 0, [say(n.why) for n in report.not_audited]
 
 
 def test_mint_embedding_is_an_embedding() -> None:

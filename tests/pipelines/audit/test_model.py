@@ -15,6 +15,8 @@ import pytest
 from aligner.core.errors import AlignerError
 from aligner.core.findings import Finding, Severity
 from aligner.pipelines.audit import AuditReport, audit, initlaw
+from aligner.render.jsonout import dumps
+from aligner.render.words import say
 from tests.support.cli import align_in_process
 
 FACTORIES = '''
@@ -85,11 +87,11 @@ def test_stem_pool_padding_by_input_size(factories: Path) -> None:
     odd = np.zeros((1, 3, 9, 9), np.float32)
     (found,) = _rules(audit(nets.make_torch(), nets.make_ms(), even))["padding"]
     assert found.severity == Severity.ERROR and found.values == (((1, 1), (1, 1)), ((0, 1), (0, 1)))
-    assert found.fix == "nn.MaxPool2d(3, 2, pad_mode='pad', padding=1)"
+    assert say(found.fix) == "nn.MaxPool2d(3, 2, pad_mode='pad', padding=1)"
     assert (found.torch_path, found.ms_path, found.attribute) == ("3", "3", "padding")
     assert "padding" not in _rules(audit(nets.make_torch(), nets.make_ms(), odd))
     (guess,) = _rules(audit(nets.make_torch(), nets.make_ms()))["padding"]
-    assert guess.severity == Severity.WARNING and "even input sizes" in guess.message
+    assert guess.severity == Severity.WARNING and "even input sizes" in say(guess.message)
     assert "padding" not in _rules(audit(nets.make_torch(), nets.make_ms_fixed()))
 
 
@@ -100,7 +102,7 @@ def test_either_order_and_reference(factories: Path) -> None:
     b = audit(nets.make_ms(), nets.make_torch(), x)
     assert [f.to_dict() for f in a.findings] == [f.to_dict() for f in b.findings]
     (reverse,) = _rules(audit(nets.make_torch(), nets.make_ms(), x, ref="mindspore"))["padding"]
-    assert reverse.fix.startswith("F.pad(x, (0, 1, 0, 1), value=float('-inf')) before nn.MaxPool2d")
+    assert say(reverse.fix).startswith("F.pad(x, (0, 1, 0, 1), value=float('-inf')) before nn.MaxPool2d")
     assert audit(nets.make_ms(), nets.make_torch(), x, ref="first").reference.value == "mindspore"
 
 
@@ -116,7 +118,7 @@ def test_pairing_uses_names_structure_and_order() -> None:
     pairs = {(p.torch_path, p.ms_path): p.how for p in report.pairs}
     assert pairs[("0", "0")] == "names" and pairs[("1", "1")] == "order" and pairs[("4", "3")] == "structure"
     assert [(u.framework.value, u.path, u.kind) for u in report.unpaired] == [("pytorch", "2", "Dropout")]
-    assert not report.findings, [f.message for f in report.findings]
+    assert not report.findings, [say(f.message) for f in report.findings]
     # the unpaired Dropout(0.1) trains differently and nothing audited it: no pass (a Dropout(0.0) would be none)
     assert [(n.torch_path, n.ms_path, n.kind) for n in report.not_audited] == [("2", None, "Dropout")]
     assert report.exit_code == 1
@@ -133,7 +135,7 @@ def test_init_laws_named_and_compared() -> None:
     (found,) = [f for f in report.findings if f.rule == "init-law" and f.attribute == "init:weight"]
     assert found.severity == Severity.WARNING
     assert found.values == ("kaiming_uniform(a=sqrt(5))", "normal(0, 0.01)"), found.values
-    assert "HeUniform(negative_slope=math.sqrt(5))" in found.fix
+    assert "HeUniform(negative_slope=math.sqrt(5))" in say(found.fix)
     assert not [f for f in audit(pt, nn.Dense(256, 128)).findings if f.attribute == "init:weight"]
 
 
@@ -182,9 +184,10 @@ def test_report_round_trip_and_baseline(factories: Path, tmp_path: Path) -> None
     x = np.zeros((1, 3, 8, 8), np.float32)
     report = audit(nets.make_torch(), nets.make_ms(), x)
     assert report.exit_code == 1 and not report
-    assert AuditReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report
+    saved = dumps(report.to_dict())   # render/ writes each finding's words as its sentence; read back, the same text
+    assert dumps(AuditReport.from_dict(json.loads(saved)).to_dict()) == saved
     base = tmp_path / "accepted.json"
-    base.write_text(json.dumps(report.to_dict()))
+    base.write_text(saved)
     again = audit(nets.make_torch(), nets.make_ms(), x, baseline=base)
     assert again.exit_code == 0 and not again.findings and len(again.accepted) == len(report.findings)
     only_pool = tmp_path / "pool.yaml"

@@ -15,6 +15,7 @@ from aligner.core.errors import AlignerError
 from aligner.core.findings import Finding, Severity
 from aligner.pipelines.audit import audit
 from aligner.pipelines.audit.optimizers import OptimizerAudit, audit_optimizers
+from aligner.render.words import say
 from tests.support.cli import align_in_process, assert_one_line_error
 from tests.support.paths import ROOT
 from tests.support.twin_models import make_twins
@@ -53,10 +54,10 @@ def test_clean_pairs_have_no_finding(twins: tuple[Any, Any]) -> None:
     tn, mn = twins
     sgd = audit_optimizers(torch.optim.SGD(tn.parameters(), lr=0.1, momentum=0.9),
                            nn.Momentum(mn.trainable_params(), 0.1, 0.9), tn, mn)
-    assert sgd.paired == 10 and not sgd.findings, [f.message for f in sgd.findings]
+    assert sgd.paired == 10 and not sgd.findings, [say(f.message) for f in sgd.findings]
     adamw = audit_optimizers(mint.optim.AdamW(mn.trainable_params(), lr=1e-3, weight_decay=0.05),   # either order
                              torch.optim.AdamW(tn.parameters(), lr=1e-3, weight_decay=0.05), mn, tn)
-    assert adamw.paired == 10 and not adamw.findings, [f.message for f in adamw.findings]
+    assert adamw.paired == 10 and not adamw.findings, [say(f.message) for f in adamw.findings]
     assert (adamw.torch_optimizer, adamw.ms_optimizer) == ("torch.optim.AdamW", "mint.optim.AdamW")
 
 
@@ -75,16 +76,17 @@ def test_weight_decay_on_norm_and_bias_one_side_only(twins: tuple[Any, Any]) -> 
     (found,) = report.findings
     assert found.rule == "optimizer-weight-decay" and found.severity == Severity.ERROR
     assert found.values == (0.0, 0.01)
-    assert "biases" in found.message and "bn1.weight/bn1.gamma" in found.message and "conv1.weight" not in found.message
-    assert "a parameter group for [conv1.bias" in found.fix and "weight_decay=0" in found.fix
+    message = say(found.message)
+    assert "biases" in message and "bn1.weight/bn1.gamma" in message and "conv1.weight" not in message
+    assert "a parameter group for [conv1.bias" in say(found.fix) and "weight_decay=0" in say(found.fix)
 
     legacy = audit_optimizers(torch.optim.SGD(tn.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4),
                               nn.Momentum(mn.trainable_params(), 0.1, 0.9, weight_decay=1e-4), tn, mn)
     (found,) = legacy.findings
     assert found.rule == "optimizer-weight-decay" and found.values == (1e-4, 0.0)
-    assert "norm weights/biases" in found.message and "conv1.bias" not in found.message
-    assert "skip parameters named gamma/beta" in found.message
-    assert found.fix.startswith("group the parameters: nn.Momentum([{'params': [bn1.gamma, bn1.beta")
+    assert "norm weights/biases" in say(found.message) and "conv1.bias" not in say(found.message)
+    assert "skip parameters named gamma/beta" in say(found.message)
+    assert say(found.fix).startswith("group the parameters: nn.Momentum([{'params': [bn1.gamma, bn1.beta")
     grouped = [p for p in mn.trainable_params() if "gamma" in p.name or "beta" in p.name]
     rest = [p for p in mn.trainable_params() if "gamma" not in p.name and "beta" not in p.name]
     fixed = nn.Momentum([{"params": rest}, {"params": grouped, "weight_decay": 1e-4}], 0.1, 0.9, weight_decay=1e-4)
@@ -100,8 +102,8 @@ def test_eps(twins: tuple[Any, Any]) -> None:
     report = audit_optimizers(torch.optim.Adam(tn.parameters(), lr=1e-3, eps=1e-8),
                               mint.optim.Adam(mn.trainable_params(), lr=1e-3, eps=1e-6), tn, mn)
     (found,) = report.findings
-    assert found.rule == "optimizer-eps" and found.values == (1e-8, 1e-6) and "all 10 parameters" in found.message
-    assert found.fix == "mint.optim.Adam(..., eps=1e-08)"
+    assert found.rule == "optimizer-eps" and found.values == (1e-8, 1e-6) and "all 10 parameters" in say(found.message)
+    assert say(found.fix) == "mint.optim.Adam(..., eps=1e-08)"
 
 
 def test_momentum_vs_sgd_with_dampening(twins: tuple[Any, Any]) -> None:
@@ -113,18 +115,18 @@ def test_momentum_vs_sgd_with_dampening(twins: tuple[Any, Any]) -> None:
                               nn.SGD(mn.trainable_params(), 0.1, momentum=0.9, dampening=0.1), tn, mn)
     (found,) = report.findings
     assert found.rule == "optimizer-dampening" and found.values == (0.0, 0.1)
-    assert found.fix == "nn.SGD(..., dampening=0)"
+    assert say(found.fix) == "nn.SGD(..., dampening=0)"
     momentum = audit_optimizers(torch.optim.SGD(tn.parameters(), lr=0.1, momentum=0.9, dampening=0.5),
                                 nn.Momentum(mn.trainable_params(), 0.1, 0.9), tn, mn, ref="mindspore")
     (found,) = momentum.findings
-    assert found.rule == "optimizer-dampening" and found.fix == "torch.optim.SGD(..., dampening=0)"
+    assert found.rule == "optimizer-dampening" and say(found.fix) == "torch.optim.SGD(..., dampening=0)"
     # torch the reference: nn.Momentum takes no dampening argument (the catalogue's args), so the fix names the class
     # of torch's formula that does, not nn.Momentum(..., dampening=0.5) (a TypeError)
     momentum = audit_optimizers(torch.optim.SGD(tn.parameters(), lr=0.1, momentum=0.9, dampening=0.5),
                                 nn.Momentum(mn.trainable_params(), 0.1, 0.9), tn, mn)
     (found,) = momentum.findings
     assert found.rule == "optimizer-dampening"
-    assert found.fix == "nn.Momentum has no dampening argument: mindspore.mint.optim.SGD(..., dampening=0.5)"
+    assert say(found.fix) == "nn.Momentum has no dampening argument: mindspore.mint.optim.SGD(..., dampening=0.5)"
 
 
 def test_schedule_shifted_by_one_step(twins: tuple[Any, Any]) -> None:
@@ -144,8 +146,8 @@ def test_schedule_shifted_by_one_step(twins: tuple[Any, Any]) -> None:
     assert sched.last_epoch == 0 and opt.param_groups[0]["lr"] == 0.1     # the user's scheduler was not stepped
     (found,) = report.findings
     assert found.rule == "optimizer-lr-schedule" and found.step == 0 and found.severity == Severity.ERROR
-    assert "the MindSpore schedule is the torch schedule shifted by one step" in found.message
-    assert "step 0 uses the base lr, 0.1" in found.message
+    assert "the MindSpore schedule is the torch schedule shifted by one step" in say(found.message)
+    assert "step 0 uses the base lr, 0.1" in say(found.message)
     same = _torch_lrs(*torch_side(), steps=30)
     assert not audit_optimizers(opt, nn.Momentum(mn.trainable_params(), same, 0.9), tn, mn, steps=30,
                                 schedulers=[sched]).findings
@@ -158,8 +160,8 @@ def test_schedule_shifted_by_one_step(twins: tuple[Any, Any]) -> None:
     (found,) = report.findings
     # equal through the decay (float32 within 1e-6 of the peak); then torch's cosine rises again after T_max while
     # CosineDecayLR holds its minimum
-    assert found.rule == "optimizer-lr-schedule" and found.step == 21, found.message
-    assert found.values[1] == 0.0 and "torch's rates from step 21: 0.000615583, 0.00244717" in found.message
+    assert found.rule == "optimizer-lr-schedule" and found.step == 21, say(found.message)
+    assert found.values[1] == 0.0 and "torch's rates from step 21: 0.000615583, 0.00244717" in say(found.message)
 
 
 def test_mindspore_scheduler_and_mint_sgd(twins: tuple[Any, Any]) -> None:
@@ -193,15 +195,16 @@ def test_legacy_adam_weight_decay_and_adam_are_flagged(twins: tuple[Any, Any]) -
                               nn.AdamWeightDecay(mn.trainable_params(), 1e-3, eps=1e-8, weight_decay=0.01), tn, mn)
     rules = _by_rule(report)
     (formula,) = rules["optimizer-formula"]
-    assert formula.severity == Severity.ERROR and "no bias correction" in formula.message
-    assert "3.16x" in formula.message and formula.fix.startswith("mindspore.mint.optim.AdamW(params, lr=0.001")
+    assert formula.severity == Severity.ERROR and "no bias correction" in say(formula.message)
+    assert "3.16x" in say(formula.message)
+    assert say(formula.fix).startswith("mindspore.mint.optim.AdamW(params, lr=0.001")
     assert set(rules) == {"optimizer-formula", "optimizer-weight-decay"}     # gamma/beta skipped by decay_flags
     adam = audit_optimizers(torch.optim.Adam(tn.parameters(), lr=1e-3),
                             nn.Adam(mn.trainable_params(), 1e-3, loss_scale=8.0), tn, mn)
     rules = _by_rule(adam)
     assert rules["optimizer-formula"][0].severity == Severity.WARNING
-    assert "uncorrected sqrt(v)" in rules["optimizer-formula"][0].message
-    assert rules["optimizer-formula"][0].fix.startswith("mindspore.mint.optim.Adam(")
+    assert "uncorrected sqrt(v)" in say(rules["optimizer-formula"][0].message)
+    assert say(rules["optimizer-formula"][0].fix).startswith("mindspore.mint.optim.Adam(")
     assert rules["optimizer-loss-scale"][0].values == (1.0, 8.0)
 
 
@@ -216,8 +219,8 @@ def test_experimental_adam_runs_nn_adams_formula(twins: tuple[Any, Any]) -> None
                               optim.Adam(mn.trainable_params(), lr=1e-3), tn, mn)
     (found,) = report.findings
     assert found.rule == "optimizer-formula" and found.severity == Severity.WARNING
-    assert found.values == ("Adam", "MindSpore nn.Adam") and "uncorrected sqrt(v)" in found.message
-    assert found.fix.startswith("mindspore.mint.optim.Adam(params, lr=0.001")
+    assert found.values == ("Adam", "MindSpore nn.Adam") and "uncorrected sqrt(v)" in say(found.message)
+    assert say(found.fix).startswith("mindspore.mint.optim.Adam(params, lr=0.001")
 
 
 def test_unsupported_and_bad_input(twins: tuple[Any, Any]) -> None:
@@ -228,8 +231,8 @@ def test_unsupported_and_bad_input(twins: tuple[Any, Any]) -> None:
     report = audit_optimizers(torch.optim.RMSprop(tn.parameters()), nn.Momentum(mn.trainable_params(), 0.1, 0.9),
                               tn, mn)
     (found,) = report.findings
-    assert found.rule == "optimizer-unsupported" and "torch.optim.rmsprop.RMSprop" in found.message
-    assert "supported: torch.optim.SGD" in found.message and "mint.optim.AdamW" in found.message
+    assert found.rule == "optimizer-unsupported" and "torch.optim.rmsprop.RMSprop" in say(found.message)
+    assert "supported: torch.optim.SGD" in say(found.message) and "mint.optim.AdamW" in say(found.message)
     other = torch.nn.Linear(3, 2)
     with pytest.raises(AlignerError, match="holds 2 parameter\\(s\\) that are not the torch model's") as info:
         audit_optimizers(torch.optim.SGD(other.parameters(), lr=0.1), nn.Momentum(mn.trainable_params(), 0.1, 0.9),
@@ -240,8 +243,8 @@ def test_unsupported_and_bad_input(twins: tuple[Any, Any]) -> None:
     partial = [p for p in tn.parameters()][:-2]          # the fc layer left out on the torch side
     (found,) = audit_optimizers(torch.optim.SGD(partial, lr=0.1, momentum=0.9),
                                 nn.Momentum(mn.trainable_params(), 0.1, 0.9), tn, mn).findings
-    assert found.rule == "optimizer-not-optimized" and "fc.weight" in found.message and "MindSpore optimizer only" \
-        in found.message
+    assert found.rule == "optimizer-not-optimized" and "fc.weight" in say(found.message)
+    assert "MindSpore optimizer only" in say(found.message)
 
 
 FACTORIES = '''

@@ -15,6 +15,7 @@ import pytest
 from aligner.core.findings import Severity
 from aligner.pipelines.audit import audit
 from aligner.pipelines.audit.rules import load_rulebook
+from aligner.render.words import say
 
 AGREE, DIFFER = 1e-5, 1e-4
 
@@ -183,7 +184,7 @@ def test_rule_outputs_and_findings(case: Case) -> None:
     example = inputs if case.rule not in ("ce-ignore-index", "ce-label-smoothing", "ce-reduction") else None
     found = [f for f in audit(pt, bad, example).findings if f.rule == case.rule]
     assert len(found) == 1 and found[0].severity == case.severity, found
-    assert found[0].fix, found[0]
+    assert say(found[0].fix), found[0]
     aligned_pt = case.torch_good() if case.torch_good else pt
     assert not [f for f in audit(aligned_pt, good, example).findings if f.rule == case.rule]
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from aligner.pipelines.audit.source import audit_source
+from aligner.render.words import say
 
 torch = pytest.importorskip("torch")
 ms = pytest.importorskip("mindspore")
@@ -81,9 +82,9 @@ def test_mindcv_convnext_convs_are_assumed_equal_and_the_strided_one_fixed(tmp_p
     assert [(f.rule, f.where) for f in report.findings] == [("source.conv.pad_mode", (f"{path}:5",))]
     (found,) = report.findings
     assert found.severity.value == "warning" and report.exit_code == 0
-    assert found.fix == "nn.Conv2d(8, 8, 3, stride=2, has_bias=True, pad_mode='pad', padding=1)"
-    assumed = dict(report.assumed)
+    assert say(found.fix) == "nn.Conv2d(8, 8, 3, stride=2, has_bias=True, pad_mode='pad', padding=1)"
+    assumed = {k: say(v) for k, v in report.assumed}
     assert sorted(assumed) == [f"{path}:{n}" for n in (2, 3, 4)]
     assert "padding=3 or padding='same'" in assumed[f"{path}:2"]
     assert "padding=0" in assumed[f"{path}:3"] and "divides by the stride" in assumed[f"{path}:4"]
-    assert "pad_mode='valid'" not in found.fix
+    assert "pad_mode='valid'" not in say(found.fix)

@@ -11,6 +11,7 @@ import pytest
 from aligner.core.findings import Severity
 from aligner.pipelines.audit import audit, initlaw
 from aligner.render.audit import audit_lines
+from aligner.render.words import say
 
 torch = pytest.importorskip("torch")
 ms_nn = pytest.importorskip("mindspore.nn")
@@ -43,8 +44,8 @@ def test_third_party_gelu_is_probed_and_the_fix_verified() -> None:
     report = audit(_torch_mlp(GELU()), _ms_mlp(True), X)
     (found,) = [f for f in report.findings if f.severity == Severity.ERROR]
     assert (found.rule, found.torch_path, found.ms_path) == ("probe", "1", "1")
-    assert found.fix.startswith("nn.GELU(approximate=False)"), found.fix
-    assert 1e-4 < float(found.message.split("differ by up to ")[1].split()[0]) < 1e-3
+    assert say(found.fix).startswith("nn.GELU(approximate=False)"), say(found.fix)
+    assert 1e-4 < float(say(found.message).split("differ by up to ")[1].split()[0]) < 1e-3
     assert report.exit_code == 1 and not report.not_audited
     assert audit_lines(report)[-1][0].startswith("FAILED: 1 error")
 
@@ -53,9 +54,9 @@ def test_third_party_gelu_is_probed_and_the_fix_verified() -> None:
 def test_third_party_gelu_equal_twin_passes_in_either_order(order: str) -> None:
     pt, ms = _torch_mlp(GELU()), _ms_mlp(False)
     report = audit(*((pt, ms) if order == "torch first" else (ms, pt)), X)
-    assert report.exit_code == 0, [f.message for f in report.findings] + [n.why for n in report.not_audited]
+    assert report.exit_code == 0, [say(f.message) for f in report.findings] + [say(n.why) for n in report.not_audited]
     (gelu,) = [p for p in report.pairs if p.kind == "GELU"]
-    assert gelu.probe.startswith("outputs equal"), gelu.probe
+    assert say(gelu.probe).startswith("outputs equal"), say(gelu.probe)
     assert audit_lines(report)[-1][0].startswith("PASSED")
 
 
@@ -113,12 +114,12 @@ def test_weight_sharing_compared() -> None:
     (found,) = [f for f in report.findings if f.rule == "weight-sharing"]
     assert found.severity == Severity.WARNING
     assert found.values == (("embed.weight", "head.weight"), ("embed.embedding_table", "head.weight"))
-    assert found.fix.startswith("tie them: embed.embedding_table is the one Parameter of head.weight")
+    assert say(found.fix).startswith("tie them: embed.embedding_table is the one Parameter of head.weight")
     flipped = audit(_ms_lm(tie=True), TiedLM(tie=False), ids, ref="mindspore")
-    assert [f.fix for f in flipped.findings if f.rule == "weight-sharing"] == [
+    assert [say(f.fix) for f in flipped.findings if f.rule == "weight-sharing"] == [
         "tie them: embed.weight is the one Parameter of head.weight as well"]
     untied_ms = audit(TiedLM(tie=False), _ms_lm(tie=True), ids)
-    assert [f.fix for f in untied_ms.findings if f.rule == "weight-sharing"][0].startswith("untie them")
+    assert [say(f.fix) for f in untied_ms.findings if f.rule == "weight-sharing"][0].startswith("untie them")
     for tie in (True, False):
         assert not [f for f in audit(TiedLM(tie), _ms_lm(tie), ids).findings if f.rule == "weight-sharing"]
 
@@ -139,10 +140,12 @@ def test_default_note_only_where_the_value_is_the_default() -> None:
     """Before: every LayerNorm eps finding said MindSpore's epsilon is 1e-7 and torch's 1e-5, whatever was found."""
     plain = audit(torch.nn.LayerNorm(8), ms_nn.LayerNorm((8,)), X)
     (f,) = [f for f in plain.findings if f.rule == "norm-eps"]
-    assert "MindSpore 1e-07 is nn.LayerNorm's default" in f.message and "torch 1e-05 is nn.LayerNorm's" in f.message
+    assert "MindSpore 1e-07 is nn.LayerNorm's default" in say(f.message)
+    assert "torch 1e-05 is nn.LayerNorm's" in say(f.message)
     other = audit(torch.nn.LayerNorm(8, eps=1e-6), ms_nn.LayerNorm((8,), epsilon=1e-5), X)
     (g,) = [f for f in other.findings if f.rule == "norm-eps"]
-    assert "default" not in g.message and "1e-7" not in g.message and "1e-07" not in g.message, g.message
+    message = say(g.message)
+    assert "default" not in message and "1e-7" not in message and "1e-07" not in message, message
 
 
 def test_init_law_name_does_not_depend_on_the_draw() -> None:

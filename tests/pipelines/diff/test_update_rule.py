@@ -26,6 +26,7 @@ from aligner.pipelines.diff import (
     explain_updates,
     fit_side,
 )
+from aligner.render.words import say
 from tests.support.cli import align_in_process, assert_one_line_error
 
 STEPS = 3
@@ -304,7 +305,7 @@ def test_fit_identifies_setting(runs, name):
     """Every parameter of a run follows one fitted rule of the right family with the numbers that were set."""
     _, _, family, expected, _ = SETTINGS[name]
     side = _side_fit(runs(name))
-    assert not side.unfitted, [p.reason for p in side.unfitted]
+    assert not side.unfitted, [say(p.reason) for p in side.unfitted]
     assert side.clipping.kind is ClipKind.NONE
     fitted = [p for p in side.params if p.rule is not None]
     assert len(fitted) == 5    # fc1.weight, bn weight/bias, fc2 weight/bias (fc1 has no bias: BatchNorm follows)
@@ -346,18 +347,18 @@ def _rules(report: UpdateReport) -> dict[str, Any]:
 def test_weight_decay_on_norm_and_bias_one_side(runs):
     report = explain(runs, "ms_momentum_wd_all", "pt_momentum_wd_linear")
     found = _rules(report)
-    assert set(found) == {"update-weight-decay"}, [f.message for f in report.findings]
+    assert set(found) == {"update-weight-decay"}, [say(f.message) for f in report.findings]
     f = found["update-weight-decay"]
     assert set(f.where) == {"bn.weight", "bn.bias", "fc2.bias"}
     assert abs(f.values[0] - 0.05) < 1e-3 and f.values[1] == 0
-    assert "norm weights/biases" in f.message and "biases" in f.message
+    assert "norm weights/biases" in say(f.message) and "biases" in say(f.message)
 
 
 def test_learning_rate_ratio(runs):
     report = explain(runs, "ms_momentum_lr", "pt_momentum")
     found = _rules(report)
-    assert set(found) == {"update-lr"}, [f.message for f in report.findings]
-    assert "learning rate 0.1x" in found["update-lr"].message
+    assert set(found) == {"update-lr"}, [say(f.message) for f in report.findings]
+    assert "learning rate 0.1x" in say(found["update-lr"].message)
     assert len(found["update-lr"].where) == 5
 
 
@@ -366,7 +367,7 @@ def test_eps(runs):
     vs torch Adam eps 1e-6: both the eps and nn.Adam's eps placement are named."""
     report = explain(runs, "ms_adam_eps8", "pt_adam_eps6")
     found = _rules(report)
-    assert "update-eps" in found, [f.message for f in report.findings]
+    assert "update-eps" in found, [say(f.message) for f in report.findings]
     a_eps, b_eps = (float(v) for v in found["update-eps"].values)
     assert abs(a_eps / 1e-8 - 1) < 0.05 and abs(b_eps / 1e-6 - 1) < 0.05
     assert report.a.groups[0].rule.family is Family.MS_ADAM and report.b.groups[0].rule.family is Family.ADAM
@@ -376,7 +377,7 @@ def test_clipping_one_side(runs):
     report = explain(runs, "ms_momentum_clip", "pt_momentum")
     assert report.a.clipping.kind is ClipKind.EVERY and report.b.clipping.kind is ClipKind.NONE
     found = _rules(report)
-    assert set(found) == {"grad-clipping"}, [f.message for f in report.findings]
+    assert set(found) == {"grad-clipping"}, [say(f.message) for f in report.findings]
     assert found["grad-clipping"].where == ("A",)
     # every step was clipped: max_norm is inferred assuming B's learning rate (the two are confounded)
     assert abs(report.a.clipping.max_norm - 0.05) < 0.001 and report.a.clipping.assumed
@@ -386,22 +387,22 @@ def test_loss_scale_not_removed(runs):
     report = explain(runs, "ms_sgd_scaled", "pt_sgd_small")
     assert report.loss_scale == 1024.0
     found = _rules(report)
-    assert "loss-scale-not-removed" in found and "update-lr" not in found, [f.message for f in report.findings]
-    assert "1024x" in found["loss-scale-not-removed"].message
+    assert "loss-scale-not-removed" in found and "update-lr" not in found, [say(f.message) for f in report.findings]
+    assert "1024x" in say(found["loss-scale-not-removed"].message)
 
 
 def test_loss_scale_removed(runs):
     report = explain(runs, "ms_sgd_unscaled", "pt_sgd_small")
     assert report.loss_scale == 1024.0
-    assert report.differences == [], [f.message for f in report.findings]
+    assert report.differences == [], [say(f.message) for f in report.findings]
     assert "loss-scale" in _rules(report)
 
 
 def test_legacy_adam_weight_decay_vs_adamw(runs):
     report = explain(runs, "ms_adam_weight_decay", "pt_adamw_no_bn")
     found = _rules(report)
-    assert set(found) == {"update-optimizer"}, [f.message for f in report.findings]
-    message = found["update-optimizer"].message
+    assert set(found) == {"update-optimizer"}, [say(f.message) for f in report.findings]
+    message = say(found["update-optimizer"].message)
     assert "no bias correction" in message and "~3.2x" in message
 
 
@@ -409,9 +410,10 @@ def test_clip_before_unscale(runs):
     """mp.03: torch clips the gradients while they still carry the loss scale 1024; MindSpore clips unscaled ones."""
     report = explain(runs, "pt_sgd_clip_scaled", "ms_sgd_clip")
     found = _rules(report)
-    assert "clip-before-unscale" in found, [f.message for f in report.findings]
+    assert "clip-before-unscale" in found, [say(f.message) for f in report.findings]
     assert found["clip-before-unscale"].where == ("A",)
-    assert set(found) == {"loss-scale", "clip-before-unscale", "grad-clipping"}, [f.message for f in report.findings]
+    assert set(found) == {"loss-scale", "clip-before-unscale", "grad-clipping"}, \
+        [say(f.message) for f in report.findings]
 
 
 def test_per_step_values(runs):
@@ -434,7 +436,7 @@ def test_gradients_of_other_steps_fit_nothing(runs):
     report = explain(runs, "pt_other_steps", "pt_momentum")
     assert report.a.groups == [] and len(report.a.unfitted) == 5
     assert {f.rule for f in report.differences} == {"no-rule-fits"}
-    assert "other steps" in report.differences[0].message
+    assert "other steps" in say(report.differences[0].message)
 
 
 # ---- through the CLI

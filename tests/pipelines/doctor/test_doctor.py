@@ -29,6 +29,7 @@ pytest.importorskip("mindspore")
 import aligner
 from aligner.pipelines.doctor import CulpritKind, SkipReason, Stage, Status
 from aligner.render.doctor import verdict_lines
+from aligner.render.words import say
 from tests.support import doctor_pairs
 from tests.support.cli import align_in_process, assert_one_line_error
 from tests.support.paths import ROOT
@@ -86,7 +87,7 @@ def test_gelu_default_named_with_its_setting_fix_replay_and_repro(tmp_path: Path
     b = result.blame
     assert (b.stage, b.kind, b.torch_path, b.ms_path) == (Stage.FORWARD, CulpritKind.MODULE, "mlp.act", "mlp.act")
     assert [s.name for s in b.settings] == ["approximate"]
-    assert [f.fix for f in b.audit] == ["nn.GELU(..., approximate=False)"]
+    assert [say(f.fix) for f in b.audit] == ["nn.GELU(..., approximate=False)"]
     assert b.op == "F.gelu" and "twin_models.py:" in b.source and "twin_models.py:" in b.source_ms  # the zoom-in
     assert (b.replay, b.replay_blame) == ("layer", "mlp.act")
     assert result.stage("train").skipped is SkipReason.FORWARD_DIFFERS
@@ -116,7 +117,7 @@ def test_optimizer_term_explained_when_the_forward_agrees(tmp_path: Path) -> Non
     assert train.first_loss_step == 2  # step 1 runs on equal weights; the update after it differs
     b = result.blame
     assert b.stage is Stage.TRAIN and b.kind is CulpritKind.OPTIMIZER and b.terms
-    assert "learning rate 0.5x" in b.terms[0].message
+    assert "learning rate 0.5x" in say(b.terms[0].message)
     audit = result.stage("audit").outcome  # the audit read it from the live optimizers too
     assert any(f.rule.startswith("optimizer-lr") for f in audit.findings)
 

@@ -1,0 +1,18 @@
+"""Why `align replay` did not replay a call, as codes: a row's `reason` is `Words(Say.X, data)` (or the text of the
+dump's own error), and aligner/render/words/replay.py holds the sentence of each code."""
+from __future__ import annotations
+
+import enum
+
+
+class Say(enum.Enum):
+    """One reason a call was not replayed, or not compared (the data each takes: its template)."""
+
+    UNPAIRED_INPUTS = "unpaired_inputs"      # reference, other: how many tensors each side's call takes
+    INPUT_UNREADABLE = "input_unreadable"    # index: the reference's input (a damaged dump)
+    FORWARD_RAISED = "forward_raised"        # error: the exception, in one line
+    OUTPUT_UNREADABLE = "output_unreadable"  # (a damaged dump)
+    NO_OUTPUT_PAIRS = "no_output_pairs"
+    CALLED_TWICE = "called_twice"
+    BACKWARD_RAISED = "backward_raised"      # error
+    NO_GRADIENT_PAIRS = "no_gradient_pairs"

@@ -1,0 +1,62 @@
+"""Every sentence a pipeline's evidence becomes: `say(words)` looks up the template of `words.code` and fills it.
+
+A template is a `str.format` string over the words' data, with three conversions of our own: `!l` writes a value as
+code (core.text.code_literal: 0.1, (1, 2)), `!x` a shape as 1x3x8x8, `!j` a sequence as 'a, b'; a nested `Words`
+value is worded first. Where the sentence depends on the data beyond filling it in (a plural, a part said only
+sometimes), the template is a function of the words. One module per pipeline holds its codes' templates
+(`TEMPLATES`); tests/test_architecture.py checks every code has one.
+"""
+from __future__ import annotations
+
+import enum
+import functools
+import importlib
+import string
+from typing import Any, Callable, Mapping, Union
+
+from aligner.core.text import code_literal
+from aligner.core.words import Text, Words
+
+Template = Union[str, Callable[[Words], str]]
+MODULES = ("audit", "compare", "diff", "replay")   # aligner/render/words/<module>.py, each with TEMPLATES
+
+
+class _Formatter(string.Formatter):
+    """str.format with !l (code literal), !x (a shape), !j (joined by ', ') and nested Words."""
+
+    def convert_field(self, value: Any, conversion: str | None) -> Any:
+        if conversion == "l":
+            return code_literal(value)
+        if conversion == "x":
+            return "x".join(map(str, value))
+        if conversion == "j":
+            return ", ".join(map(str, value))
+        return super().convert_field(value, conversion)
+
+    def format_field(self, value: Any, format_spec: str) -> Any:
+        return super().format_field(say(value) if isinstance(value, Words) else value, format_spec)
+
+
+_FORMATTER = _Formatter()
+
+
+@functools.cache
+def templates() -> Mapping[enum.Enum, Template]:
+    """Every code's template, from the modules in MODULES."""
+    out: dict[enum.Enum, Template] = {}
+    for name in MODULES:
+        out.update(importlib.import_module(f"{__name__}.{name}").TEMPLATES)
+    return out
+
+
+def fill(template: str, **data: Any) -> str:
+    """`template` filled with `data` (the conversions above); for templates that build a sentence from parts."""
+    return _FORMATTER.vformat(template, (), data)
+
+
+def say(text: Text) -> str:
+    """The sentence: a saved one as it is, else the template of `text.code` filled with its data."""
+    if isinstance(text, str):
+        return text
+    template = templates()[text.code]
+    return template(text) if callable(template) else _FORMATTER.vformat(template, (), text.fields)
