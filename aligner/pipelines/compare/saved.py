@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import msgspec
 
-from aligner.core.result import check_schema, number, typed
+from aligner.core.result import check_schema, number, required_number, typed
 from aligner.core.tolerance import ToleranceSpec
 from aligner.dumping.manifest import Record
 from aligner.dumping.pair.matching import MatchedBy, Pair
@@ -90,7 +90,8 @@ def _row(i: int, d: Mapping[str, Any], parent_a: str | None) -> Row:
         index = d["max_abs_index"]
         floats = {k: number(d[k]) for k in _FLOATS}
         metrics = Metrics(tuple(a.record.shape), tuple(b.record.shape), a.record.dtype, b.record.dtype,
-                          rtol=_float(d["rtol"]), atol=_float(d["atol"]), method=Method(d["method"]),
+                          rtol=required_number(d["rtol"], "a tolerance"),
+                          atol=required_number(d["atol"], "a tolerance"), method=Method(d["method"]),
                           max_abs_index=None if index is None else tuple(typed(n, int, "index") for n in index),
                           **{k: typed(d[k], int, k) for k in _COUNTS},  # type: ignore[arg-type]
                           norm_b=_norm_b(floats, d["numel"]), **floats)  # type: ignore[arg-type]
@@ -106,13 +107,6 @@ def _norm_b(floats: Mapping[str, float | None], numel: Any) -> float | None:
     if not (rmse and rel and math.isfinite(rmse) and math.isfinite(rel)) or not isinstance(numel, int) or numel < 0:
         return None
     return rmse * math.sqrt(numel) / rel
-
-
-def _float(value: Any) -> float:
-    found = number(value)
-    if found is None:
-        raise ValueError("a tolerance is missing")
-    return found
 
 
 def _optional_str(value: Any) -> str | None:

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from aligner.core.errors import AlignerError, ExitCode
-from aligner.core.result import PassedByExitCode, check_schema, number, typed
+from aligner.core.result import PassedByExitCode, check_schema, number, required_number, typed
 from aligner.core.text import span
 from aligner.core.tolerance import Tolerance
 from aligner.pipelines.losses.parse import LossCurve, read_losses
@@ -454,10 +454,7 @@ def _row_from(d: Mapping[str, Any]) -> StepRow:
 
 def _float(value: Any) -> float:
     """A float a saved report holds (NaN/inf as the strings --json writes); ValueError for anything else."""
-    out = number(value)
-    if out is None:
-        raise ValueError("expected a number, got null")
-    return out
+    return required_number(value, "a number")
 
 
 def _int_or_none(value: Any) -> int | None:
