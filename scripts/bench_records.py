@@ -2,18 +2,20 @@
 costs, measured against a smaller run and against the parse floor in the same invocation.
 
     .venv/bin/python scripts/bench_records.py [--records 1000000] [--baseline 100000] [--keep DIR]
-                                              [--only check|compare] [--rounds N]
+                                              [--only check|compare|compare-json] [--rounds N]
 
 Writes two stats-only dumps of `records` module outputs per side (MindSpore vs PyTorch names, the last 10% diverging,
 the manifests a long stats-only run writes) and the same for `baseline` records, then runs `align compare A B` and
-`align check A` on each in a child process of its own (peak RSS from `os.wait4`: the kernel's figure for that process
-alone) and prints the peak, the wall time, and the bytes per record above the baseline:
-(peak(records) - peak(baseline)) / (records - baseline).
+`align check A` on each in a child process of its own, and `align compare A B --json REPORT` (compare-json: the
+report streamed, ~0.6 KB a row), (peak RSS from `os.wait4`: the kernel's figure for that process alone) and prints the
+peak, the wall time, and the bytes per record above the baseline: (peak(records) - peak(baseline)) / (records -
+baseline). `--only compare` runs compare and compare-json.
 
 The floor: a child process that imports the manifest's decoder and msgspec-decodes side A's record lines block by
 block, nothing else (process start and imports included, as in `align`'s runs). Each command's time is printed as a
-ratio to it. With --rounds N the floor and the commands run N times, interleaved (floor, command, floor, ...), and
-the best time of each is kept: the round other jobs on the machine slowed least.
+ratio to it (compare reads two such manifests: 2x the floor is its parse floor). With --rounds N the floor and the
+commands run N times, interleaved (floor, command, floor, ...), and the best time of each is kept: the round other
+jobs on the machine slowed least.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from pathlib import Path
 
 from aligner.dumping.manifest import FORMAT, MANIFEST, VERSION
 
-COMMANDS = ("compare", "check")
+COMMANDS = ("compare", "compare-json", "check")
 
 
 def write_stats_dump(root: Path, framework: str, records: int, diverge: bool) -> None:
@@ -93,7 +95,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="runs of the floor and each command, interleaved; the "
                         "best of each is kept")
     args = parser.parse_args()
-    commands = [args.only] if args.only else list(COMMANDS)
+    commands = ["compare", "compare-json"] if args.only == "compare" else [args.only] if args.only else list(COMMANDS)
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores", flush=True)
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench_records_"))
     try:
@@ -104,7 +106,8 @@ def main() -> None:
                 shutil.rmtree(root / f"{count}", ignore_errors=True)
                 write_stats_dump(a, "mindspore", count, diverge=True)
                 write_stats_dump(b, "pytorch", count, diverge=False)
-            argvs = {"compare": ["compare", str(a), str(b)], "check": ["check", str(a)]}
+            argvs = {"compare": ["compare", str(a), str(b)], "check": ["check", str(a)],
+                     "compare-json": ["compare", str(a), str(b), "--json", str(root / f"{count}.json"), "--force"]}
             best: dict[str, tuple[float, float, int]] = {}
             for _ in range(args.rounds):  # interleaved: load on the machine hits the floor and the commands alike
                 for command in ("floor", *commands):
@@ -115,7 +118,7 @@ def main() -> None:
             for command in ("floor", *commands):
                 peak, wall, code = best[command]
                 peaks[(command, count)] = peak
-                print(f"{command:8s} {count:>9,d} records/side: peak RSS {peak:8.1f} MiB, {wall:7.1f} s = "
+                print(f"{command:12s} {count:>9,d} records/side: peak RSS {peak:8.1f} MiB, {wall:7.1f} s = "
                       f"{wall / base:5.2f}x the floor (exit {code}, best of {args.rounds})", flush=True)
         span = args.records - args.baseline
         for command in ("floor", *commands):

@@ -288,6 +288,8 @@ def same_order(shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> bool:
     """Whether two shapes lay out the same elements in the same C order: one merges consecutive dimensions of the
     other (timm's NHWC [2, 8, 8, 16] and mindcv's [B, H*W, C] [2, 64, 16]; size-1 dimensions aside). A transpose or
     any other reshape is not: its flat order differs."""
+    if shape_a == shape_b:  # (most pairs: the same shape)
+        return True
     if math.prod(shape_a) != math.prod(shape_b):
         return False
     ends_a = set(itertools.accumulate(_squeezed(shape_a), operator.mul))

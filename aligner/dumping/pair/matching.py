@@ -232,7 +232,8 @@ def _tokens(path: str) -> frozenset[str]:
     return frozenset(t for t in re.split(r"[._]", path.lower()) if t)
 
 
-def _type(record: Record) -> str:
+def layer_type(record: Record) -> str:
+    """A record's module type as both frameworks name it ("dense" and "linear" are "linear"; an op record's op)."""
     if op_records.is_op(record):  # the canonical op (pair/ops.py): Tensor.matmul is ops.BatchMatMul
         return op_records.op_type(record)
     name = record.type.lower()
@@ -242,7 +243,7 @@ def _type(record: Record) -> str:
 def same_layer(x: Item, y: Item) -> bool:
     """Whether two paired records look like the same layer: the same module type (up to framework spelling) or the
     same kind, io and shape."""
-    return (bool(x.record.type) and _type(x.record) == _type(y.record)) or _signature(x) == _signature(y)
+    return (bool(x.record.type) and layer_type(x.record) == layer_type(y.record)) or _signature(x) == _signature(y)
 
 
 def _content(x: Record, y: Record) -> float:
@@ -266,7 +267,7 @@ def _score(x: Item, y: Item, name_x: str | None, name_y: str | None) -> float:
     rx, ry = x.record, y.record
     tx, ty = _tokens(name_x or rx.module), _tokens(name_y or ry.module)
     path = len(tx & ty) / len(tx | ty) if tx or ty else 0.0
-    return 1.0 + 3.0 * _content(rx, ry) + 1.0 * (_type(rx) == _type(ry) and bool(rx.type)) + 1.0 * path
+    return 1.0 + 3.0 * _content(rx, ry) + 1.0 * (layer_type(rx) == layer_type(ry) and bool(rx.type)) + 1.0 * path
 
 
 def _align_gap(ga: list[int], gb: list[int], score: Callable[[int, int], float]) -> list[tuple[int, int]]:

@@ -35,7 +35,15 @@ from aligner.core.frameworks import Framework, reference_index
 from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import CALIBRATION_K, ToleranceSpec
 from aligner.dumping.manifest import INPUTS, Kind, Record
-from aligner.dumping.pair.matching import MatchedBy, Pair, passthrough, returns_input, same_layer, spelling
+from aligner.dumping.pair.matching import (
+    MatchedBy,
+    Pair,
+    layer_type,
+    passthrough,
+    returns_input,
+    same_layer,
+    spelling,
+)
 from aligner.dumping.pair.paired import SAME_MODEL_MIN_PAIRED, SAME_MODEL_MIN_RECORDS, different_models
 from aligner.dumping.read.foreign.layout import detect
 from aligner.dumping.read.source import Item, Source
@@ -323,26 +331,32 @@ class _Counter:
         self.op_parents: set[str] = set()
         self.records = [0, 0]  # of each side (check_same_model)
         self.alike = 0
+        self._types: dict[tuple[str, str], bool] = {}  # (type a, type b) -> whether they are one layer type
 
     def add(self, i: int, row: Row, window: Window) -> None:
         self.matched["name"] += 1  # every streamed pair is paired by name
         self.records[0] += 1
         self.records[1] += 1
-        p = row.pair
-        if p.a is not None and p.b is not None and same_layer(p.a, p.b):
-            self.alike += 1
-        if row.metrics is not None:
+        a, b = row.pair.a, row.pair.b
+        if a is not None and b is not None:
+            types = (a.record.type, b.record.type)  # same_layer's test of the types, once per pair of types
+            alike = self._types.get(types)
+            if alike is None:
+                alike = self._types[types] = bool(types[0]) and layer_type(a.record) == layer_type(b.record)
+            self.alike += alike or same_layer(a, b)
+        m = row.metrics
+        if m is not None:
             self.compared += 1
-        rec = p.ref.record
-        if rec.kind == Kind.OP:
-            self.op_parents.add(rec.parent or "")
-        for what, yes in (("errors", bool(row.error)), ("skipped", bool(row.skipped)),
-                          ("reordered", row.metrics is not None and row.metrics.reordered)):
-            if yes:
-                self.counts[what] += 1
-                if len(self.firsts[what]) < _KEPT_FIRST:
-                    self.firsts[what].append(i)
-                    window.keep(i, row)
+        if b is not None and b.record.kind == Kind.OP:
+            self.op_parents.add(b.record.parent or "")
+        if row.error or row.skipped or m is not None and m.reordered:
+            for what, yes in (("errors", bool(row.error)), ("skipped", bool(row.skipped)),
+                              ("reordered", m is not None and m.reordered)):
+                if yes:
+                    self.counts[what] += 1
+                    if len(self.firsts[what]) < _KEPT_FIRST:
+                        self.firsts[what].append(i)
+                        window.keep(i, row)
 
     def tally(self) -> Tally:
         return Tally(dict(self.matched), self.compared, {k: (self.counts[k], tuple(v)) for k, v in self.firsts.items()},
