@@ -79,6 +79,7 @@ class Io(enum.StrEnum):
 
 
 INPUTS = frozenset({Io.INPUT, Io.GRAD_OUTPUT})  # what flows into a call (forward input, gradient entering backward)
+_CALL = Kind.CALL  # bound once for the loop every record goes through (an enum's attribute is a 0.2 us lookup)
 
 
 class Record(msgspec.Struct, kw_only=True, gc=False):
@@ -263,7 +264,7 @@ def decode_block(block: bytes, lineno: int, canonical_of: dict[str, str]) -> lis
     for i, rec in enumerate(records):  # what _decode does, inlined (the loop every record goes through)
         if (rec.args is not None or rec.attrs is not None) and _record_too_deep(rec):
             problems[i] = f"{MANIFEST} line {lineno + i}: {TOO_DEEP}"
-        elif rec.kind is Kind.CALL:
+        elif rec.kind is _CALL:
             rec.dtype = ""
         elif rec.skipped is None:  # a skipped record keeps the name of the dtype no reader supports
             try:

@@ -37,8 +37,9 @@ from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.report import CheckReport
 from aligner.pipelines.check.rules import Evaluation
 from aligner.pipelines.check.run import check_source, check_stream
-from aligner.pipelines.check.view import SkipError, nonfinite
+from aligner.pipelines.check.view import PARAM, PARAM_GRAD, SkipError, nonfinite
 
+_REDUCED = Io.REDUCED  # bound once: `see` compares every record with it
 # normalisation statistics: each rank's own batches update them (DDP's broadcast_buffers copies rank 0's at the next
 # forward, after the step started; MindSpore keeps them as Parameters), so they differ across ranks without a bug
 _RUNNING = frozenset({"running_mean", "running_var", "num_batches_tracked", "moving_mean", "moving_variance"})
@@ -117,7 +118,7 @@ class _Rank:
         """One item of the rank's dump, in execution order."""
         rec = item.record
         key = (rec.step, rec.module)
-        if rec.kind == Kind.PARAM:
+        if rec.kind == PARAM:
             self.nonfinite_params.pop(key, None)  # the last value read of a parameter is the one checked
             if nonfinite(rec.stats):
                 self.nonfinite_params[key] = rec
@@ -128,7 +129,7 @@ class _Rank:
         self.steps.add(rec.step)
         if self.first is None and nonfinite(rec.stats):
             self.first = rec
-        if rec.kind == Kind.PARAM_GRAD and rec.io == Io.REDUCED:
+        if rec.kind == PARAM_GRAD and rec.io == _REDUCED:
             self.reduced[key] = item
 
 

@@ -13,13 +13,13 @@ import numpy as np
 
 from aligner.core.collect import gc_paused
 from aligner.core.errors import AlignerError
-from aligner.dumping.manifest import Kind, Record
+from aligner.dumping.manifest import Record
 from aligner.dumping.read.source import Item, Source, load_tensor, read_source
 from aligner.dumping.read.stream import Stream, UnorderedError, open_stream
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.report import CheckReport
 from aligner.pipelines.check.rules import evaluate_view
-from aligner.pipelines.check.view import DumpView
+from aligner.pipelines.check.view import PARAM, DumpView
 
 
 @gc_paused()  # millions of short-lived items pass: a collector pass over those in flight at every 700 costs 40%
@@ -66,7 +66,7 @@ def check_stream(stream: Stream, config: RuleConfig, directory: str,
     listed = 0
     for item in stream:
         rec = item.record
-        if rec.kind == Kind.PARAM:
+        if rec.kind == PARAM:
             params[(rec.step, rec.module)] = item
         else:
             listed += 1
