@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from aligner.core import lazy
 from aligner.core.version import __version__ as __version__
+from aligner.render import words as _words  # noqa: F401  (registers how a pipeline's Words become text)
 
 # public name -> module that defines it
 _API = {

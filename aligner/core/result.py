@@ -37,7 +37,7 @@ class Result(Protocol):
     def __bool__(self) -> bool: ...
 
     def to_dict(self) -> dict[str, Any]:
-        """Everything as plain data (enums as their values; a sentence as `Words`, worded by render/jsonout)."""
+        """Everything as plain data (enums as their values; a sentence as `Words`, a `str` holding its text)."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Any:

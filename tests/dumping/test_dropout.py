@@ -319,6 +319,7 @@ def test_mindone_siglip_attention_dropout() -> None:
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("mindone.transformers")
     from mindone.transformers import SiglipVisionModel
+
     from tests.zoo import ms_compat
 
     ms_compat.install()  # CPU routes for mindone's other mint ops

@@ -2,7 +2,9 @@
 read back from a saved result is shown as it was saved."""
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 
 import pytest
 
@@ -13,13 +15,18 @@ from aligner.render.jsonout import dumps
 from aligner.render.words import say
 
 
-def test_words_refuse_to_be_printed_without_render() -> None:
+def test_words_are_their_sentence_for_a_library_user() -> None:
+    """Words are a str holding render's sentence: printed, formatted, json.dumps'ed and sliced as text, equal to the
+    saved text, and still the evidence (code, data); pickled and copied whole."""
     said = words(AuditSay.DTYPE, torch="float32", ms="float16")
-    with pytest.raises(TypeError, match="render.words.say"):
-        str(said)
-    with pytest.raises(TypeError, match="render.words.say"):
-        f"{said}"   # the formatting is what is tested
-    assert say(said) == "computes in torch float32 vs MindSpore float16"
+    sentence = "computes in torch float32 vs MindSpore float16"
+    assert say(said) == str(said) == f"{said}" == sentence and type(say(said)) is str
+    assert json.loads(json.dumps({"message": said})) == {"message": sentence}
+    assert said == sentence and hash(said) == hash(sentence) and said[:8] == "computes"
+    assert said.code is AuditSay.DTYPE and said["torch"] == "float32"
+    assert pickle.loads(pickle.dumps(said)) == said and copy.deepcopy(said) is said
+    with pytest.raises(AttributeError):
+        said.code = AuditSay.SIZE_ONE  # type: ignore[misc]
 
 
 def test_templates_fill_conversions_and_nested_words() -> None:

@@ -15,7 +15,7 @@ import string
 from typing import Any, Callable, Mapping, Union
 
 from aligner.core.text import code_literal
-from aligner.core.words import Text, Words
+from aligner.core.words import Text, Words, speak_with
 
 Template = Union[str, Callable[[Words], str]]
 MODULES = ("audit", "compare", "diff", "replay")   # aligner/render/words/<module>.py, each with TEMPLATES
@@ -54,9 +54,15 @@ def fill(template: str, **data: Any) -> str:
     return _FORMATTER.vformat(template, (), data)
 
 
+def _write(words: Words) -> str:
+    """The template of `words.code` filled with its data: how Words get their text (registered with core below)."""
+    template = templates()[words.code]
+    return template(words) if callable(template) else _FORMATTER.vformat(template, (), words.fields)
+
+
 def say(text: Text) -> str:
-    """The sentence: a saved one as it is, else the template of `text.code` filled with its data."""
-    if isinstance(text, str):
-        return text
-    template = templates()[text.code]
-    return template(text) if callable(template) else _FORMATTER.vformat(template, (), text.fields)
+    """The sentence as plain text: Words carry theirs (written by `_write` when they were made), a saved one is it."""
+    return str(text)
+
+
+speak_with(_write)
