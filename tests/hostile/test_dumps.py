@@ -283,8 +283,12 @@ class TestFuzzManifests:
 
 @pytest.mark.parametrize("command", ["compare"])  # align check streams a manifest: it has no record limit
 def test_a_manifest_over_the_record_limit_is_one_error_line_naming_the_knob(tmp_path, capsys, monkeypatch, command):
+    """The limit bounds what is read whole: compare with --all (every row shown) reads both dumps whole; streamed
+    (the two dumps pair in step, compare/stream.py) it holds no record list and reads on."""
     a, b = _stats_dump(tmp_path / "a"), _stats_dump(tmp_path / "b")
-    argv = (command, a, *([b] if command == "compare" else []))
+    monkeypatch.setenv(manifest.MAX_RECORDS_VARIABLE, "2")
+    assert align_in_process(capsys, command, a, b).returncode in (0, 1)
+    argv = (command, a, *([b, "--all"] if command == "compare" else []))
     monkeypatch.setenv(manifest.MAX_RECORDS_VARIABLE, "3")  # each side holds 3 records: at the limit, read
     assert align_in_process(capsys, *argv).returncode in (0, 1)
     monkeypatch.setenv(manifest.MAX_RECORDS_VARIABLE, "2")
