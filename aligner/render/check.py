@@ -12,7 +12,7 @@ from aligner.core.findings import Severity
 from aligner.pipelines.check import CheckReport, Verdict
 from aligner.render.htmltext import page_text as _e
 from aligner.render.htmltext import plotly_text
-from aligner.render.jsonout import dumps
+from aligner.render.jsonout import write_nested
 from aligner.render.plotlyjs import plotly_loader
 from aligner.render.severity import SEVERITY_ORDER, SEVERITY_STYLE
 from aligner.render.words import say
@@ -55,7 +55,9 @@ def print_check(report: CheckReport, console: Console) -> None:
 
 
 def write_check_json(report: CheckReport, fh: IO[str]) -> None:
-    fh.write(dumps(report.to_dict()) + "\n")
+    """The report as JSON (`dumps(report.to_dict())`), written a finding and a series' layer at a time."""
+    write_nested(fh, report.to_dict(), {"findings": 1, "series": 2})
+    fh.write("\n")
 
 
 def _series_figure(series: dict[str, dict[int, float]], title: str, ytitle: str,

@@ -35,6 +35,37 @@ def dumps(data: Any, indent: int | None = 1) -> str:
     return json.dumps(jsonable(data), indent=indent, allow_nan=False)
 
 
+def write_nested(fh: IO[str], data: dict[str, Any], deep: dict[str, int]) -> None:
+    """`dumps(data)` byte for byte, written a piece at a time: the value of each key in `deep` an item at a time,
+    `deep[key]` levels down (a report's findings, a series per layer), so a long report is never one string nor one
+    jsonable copy of itself."""
+    fh.write("{")
+    for n, (key, value) in enumerate(data.items()):
+        fh.write(("," if n else "") + "\n " + json.dumps(str(key)) + ": ")
+        _write_item(fh, value, 1, deep.get(key, 0))
+    fh.write("\n}" if data else "}")
+
+
+def _write_item(fh: IO[str], value: Any, level: int, depth: int) -> None:
+    """One value as `dumps` writes it at nesting `level` (indent 1), its items one by one `depth` levels down."""
+    if depth <= 0 or not isinstance(value, (dict, list, tuple)) or not value:
+        fh.write(dumps(value).replace("\n", "\n" + " " * level))  # json escapes a newline inside a string
+        return
+    inner = "\n" + " " * (level + 1)
+    if isinstance(value, dict):
+        fh.write("{")
+        for n, (key, item) in enumerate(value.items()):
+            fh.write(("," if n else "") + inner + json.dumps(str(key)) + ": ")
+            _write_item(fh, item, level + 1, depth - 1)
+        fh.write("\n" + " " * level + "}")
+        return
+    fh.write("[")
+    for n, item in enumerate(value):
+        fh.write(("," if n else "") + inner)
+        _write_item(fh, item, level + 1, depth - 1)
+    fh.write("\n" + " " * level + "]")
+
+
 def write_json(data: Any, path: str, writer: Any = None) -> None:
     """Write `data` to `path` atomically, or to stdout for '-'; `writer(data, fh)` overrides the formatting."""
     def emit(fh: IO[str]) -> None:

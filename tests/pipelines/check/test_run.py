@@ -2,6 +2,7 @@
 with the number of records, and the same answers to bad input."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ from aligner.dumping import manifest
 from aligner.dumping.read import stream as streaming
 from aligner.dumping.read.source import Item, load_tensor, read_source
 from aligner.pipelines.check import CheckReport, RuleConfig, check, evaluate
+from aligner.render.check import write_check_json
 from aligner.render.jsonout import dumps
 from tests.pipelines.check.test_check import SYMPTOMS, Case, train_ms, train_torch
 from tests.support.cli import align_in_process, assert_one_line_error
@@ -60,6 +62,13 @@ def test_streamed_findings_equal_the_whole_list_reading(dumps_dir: dict[str, Pat
         assert dumps(streamed) == dumps(_whole_list(path)), name
         fired |= {f["rule"] for f in streamed["findings"]}
     assert fired == set(RuleConfig.load().names) - {"rank-weights", "rank-grads", "rank-nonfinite"}
+
+
+def test_the_json_report_is_written_in_pieces_as_one_dumps_wrote_it(dumps_dir: dict[str, Path]) -> None:
+    for name in ("exploding-pt", "loss-spike-pt", "dead-relu-ms"):
+        report, out = check(dumps_dir[name]), io.StringIO()
+        write_check_json(report, out)
+        assert out.getvalue() == dumps(report.to_dict()) + "\n" and report.findings, name
 
 
 def test_a_manifest_out_of_order_is_read_whole_and_checked_alike(dumps_dir: dict[str, Path], tmp_path: Path) -> None:
