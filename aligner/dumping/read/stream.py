@@ -163,7 +163,7 @@ class _Reader:
         root, real, problems = self.root, self.real, self.problems
         for offset, length, lineno, entries in self._blocks():
             links.new_block(offset, length, lineno)
-            recent, seqs, where, base = links.recent, links.seqs, links.where, (len(links.blocks) - 1) << 32
+            window, seqs, where, base = links.window, links.seqs, links.where, (len(links.blocks) - 1) << 32
             for position, rec in enumerate(entries):  # the loop every record goes through: kept lean
                 if isinstance(rec, str):
                     if len(problems) < MAX_PROBLEMS:
@@ -178,7 +178,7 @@ class _Reader:
                         raise UnorderedError(f"{root}: step {rec.step} comes after step {step}")
                     step = rec.step
                     links.new_step()
-                    recent, seqs, where, base = links.recent, links.seqs, links.where, 0
+                    window, seqs, where, base = links.window, links.seqs, links.where, 0
                 elif rec.seq < seq:
                     raise UnorderedError(f"{root}: record {rec.seq} comes after record {seq} in step {step}")
                 seq = rec.seq
@@ -187,7 +187,7 @@ class _Reader:
                     item.path, item.error = inside(root, rec.file, real)
                 if rec.same_as is not None:
                     link(item, links.get(rec.same_as))
-                recent[seq] = item
+                window.append(item)
                 seqs.append(seq)
                 where.append(base | position)
                 if rec.kind is not PARAM:
@@ -222,29 +222,34 @@ class _Links:
 
     def __init__(self, reader: _Reader) -> None:
         self.reader = reader
-        self.recent: dict[int, Item] = {}  # the current block's items by seq
-        self.older: dict[int, Item] = {}   # the previous block's
         self.seqs = array("q")             # the step's records in order: seq, and (block index << 32 | position)
         self.where = array("q")
+        self.window: list[Item] = []       # the step's items of the previous and the current block, in order
+        self.start = 0                     # the step's index of window[0]
+        self.current = 0                   # the step's index of the current block's first item
         self.blocks: list[tuple[int, int, int]] = []  # the step's blocks: (offset, length, first line number)
         self.cache: dict[int, dict[int, Item]] = {}   # block index -> its items decoded again, by position
 
     def new_block(self, offset: int, length: int, lineno: int) -> None:
-        self.older, self.recent = self.recent, {}
+        del self.window[:self.current - self.start]  # the block before the previous one is let go
+        self.start, self.current = self.current, len(self.seqs)
         self.blocks.append((offset, length, lineno))
 
     def new_step(self) -> None:
-        self.recent, self.older = {}, {}
-        self.seqs, self.where = array("q"), array("q")
+        self.seqs, self.where, self.window = array("q"), array("q"), []
+        self.start = self.current = 0
         self.blocks = self.blocks[-1:]
         self.cache.clear()
 
     def get(self, seq: int) -> Item | None:
-        """The latest item read so far with this seq (None when the step has none)."""
-        found = self.recent.get(seq)
-        if found is None:
-            found = self.older.get(seq)
-        return found if found is not None else self._before(seq, len(self.blocks))
+        """The latest item read so far with this seq (None when the step has none): in the window, else its block
+        decoded again (the step's seqs never decrease, so the latest is the last one bisect finds)."""
+        i = bisect_right(self.seqs, seq) - 1
+        if i < 0 or self.seqs[i] != seq:
+            return None
+        if i >= self.start:
+            return self.window[i - self.start]
+        return self._decoded(self.where[i] >> 32).get(self.where[i] & 0xFFFFFFFF)
 
     def _before(self, seq: int, block: int) -> Item | None:
         """The latest item with this seq in a block before `block`, decoded again."""
