@@ -13,7 +13,7 @@ from rich.table import Table
 
 from aligner.core.text import spreadsheet_text
 from aligner.pipelines.compare.evaluate import Row, RowStatus
-from aligner.pipelines.compare.result import CompareResult, row_fields
+from aligner.pipelines.compare.result import CompareResult, RowFields, row_record
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Verdict, error_level
 from aligner.render.jsonout import jsonable
 from aligner.render.zoom import zoom_code, zoom_hint
@@ -331,9 +331,9 @@ def to_json(result: CompareResult) -> dict[str, Any]:
 
 def write_compare_json(result: CompareResult, fh: IO[str], spool: ReportSpool | None = None) -> None:
     """The result as one JSON document with a key, and then a row, per line: readable and diffable. Rows are written
-    as they are made, _JSON_ROWS at a time, each by msgspec's encoder (`_row_bytes`: 100k rows in 0.45 s of CPU with
-    making their dicts, where json's encoder took 0.9 s). A streamed comparison's rows come from the `spool` they
-    were written into as the comparison made them."""
+    as they are made, _JSON_ROWS at a time, each a `RowFields` struct by msgspec's encoder (`_row_bytes`: ~1 us a
+    row to build and encode, where a dict through json's encoder took ~9). A streamed comparison's rows come from the
+    `spool` they were written into as the comparison made them."""
     head = jsonable({"summary": summary(result), "zoom": zoom(result)} | result.to_dict(rows=False))
     fh.write("{\n" + "".join(f"{json.dumps(key)}: {json.dumps(value)},\n" for key, value in head.items()))
     fh.write('"rows": [\n')
@@ -344,7 +344,7 @@ def write_compare_json(result: CompareResult, fh: IO[str], spool: ReportSpool | 
         return
     n = len(result.rows)
     for start in range(0, n, _JSON_ROWS):
-        lines = b",\n".join([_row_bytes(result.row_dict(i)) for i in range(start, min(n, start + _JSON_ROWS))])
+        lines = b",\n".join([_row_bytes(result.row_record(i)) for i in range(start, min(n, start + _JSON_ROWS))])
         fh.write(f",\n{lines.decode()}" if start else lines.decode())
     fh.write("\n]}\n")
 
@@ -356,19 +356,20 @@ _FLOAT_FIELDS = ("mismatch_fraction", "max_abs_err", "max_rel_err", "mean_abs_er
                  "rel_l2_err", "rtol", "atol", "noise_abs", "noise_rel", "above_noise")
 
 
-def _row_bytes(row: dict[str, Any]) -> bytes:
-    """One row as compact JSON, by msgspec (~1 us a row, json's encoder ~6): a non-finite number as the string
-    "nan", "inf" or "-inf" (as `jsonable` writes it), a row msgspec cannot encode (a name holding a lone surrogate,
-    which no UTF-8 encoder takes) by json's encoder, which writes its escape."""
+def _row_bytes(row: RowFields) -> bytes:
+    """One row as compact JSON, by msgspec: a non-finite number as the string "nan", "inf" or "-inf" (as `jsonable`
+    writes it), a row msgspec cannot encode (a name holding a lone surrogate, which no UTF-8 encoder takes) by json's
+    encoder, which writes its escape."""
+    data: Any = row
     for key in _FLOAT_FIELDS:
-        value = row.get(key)
+        value = getattr(row, key, None)
         if value.__class__ is float and value - value != 0.0:  # inf - inf and nan - nan are nan
-            row = jsonable(row)
+            data = jsonable(msgspec.to_builtins(row))
             break
     try:
-        return _ROW_ENCODER.encode(row)
+        return _ROW_ENCODER.encode(data)
     except UnicodeEncodeError:
-        return json.dumps(jsonable(row)).encode()
+        return json.dumps(jsonable(msgspec.to_builtins(row))).encode()
 
 
 def _byte_sink(fh: IO[str]) -> _Writes:
@@ -563,11 +564,11 @@ class ReportSpool:
         self._csv_writer = csv.DictWriter(self._text, _CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
 
     def add(self, index: int, row: Row) -> None:
-        fields = row_fields(index, row, None, None)
+        record = row_record(index, row, None, None)
         if self.json is not None:
-            self.json.add(index, _row_bytes(fields) + b"\n")
+            self.json.add(index, _row_bytes(record) + b"\n")
         if self.csv is not None:
-            self.csv.add(index, self._csv_line(fields))
+            self.csv.add(index, self._csv_line(msgspec.to_builtins(record)))
 
     def _csv_line(self, fields: dict[str, Any]) -> bytes:
         self._text.seek(0)
@@ -590,8 +591,8 @@ class ReportSpool:
         """The rows the verdict labelled, as they are written with their label."""
         out = {}
         for i in result.verdict.labels:
-            fields = result.row_dict(i)
-            out[i] = self._csv_line(fields) if csv_rows else _row_bytes(fields) + b"\n"
+            record = result.row_record(i)
+            out[i] = self._csv_line(msgspec.to_builtins(record)) if csv_rows else _row_bytes(record) + b"\n"
         return out
 
 
