@@ -51,6 +51,7 @@ class Outputs:
     hits: dict[str, tuple[Record, float]] = dataclasses.field(default_factory=dict)
 
     def saw(self, stats: Stats, *keys: str) -> None:
+        """One more such output, with these statistics (those of `keys` it lacks are noted)."""
         self.seen = True
         self.lacking.update(key for key in keys if not stats.has(key))
 
@@ -185,6 +186,7 @@ class DumpView:
         return sorted(self.steps)
 
     def stats(self, rec: Record) -> Stats | None:
+        """A record's statistics as the rules read them (a link's: its producer's, resolved before it was added)."""
         return rec.stats
 
     def weights(self, step: Step) -> list[str]:
