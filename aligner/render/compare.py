@@ -13,7 +13,7 @@ from rich.table import Table
 
 from aligner.core.text import spreadsheet_text
 from aligner.pipelines.compare.evaluate import Row, RowStatus
-from aligner.pipelines.compare.result import CompareResult, RowFields, row_record
+from aligner.pipelines.compare.result import CompareResult, RowFields, as_fields, row_record
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Verdict, error_level
 from aligner.render.jsonout import jsonable
 from aligner.render.zoom import zoom_code, zoom_hint
@@ -364,12 +364,12 @@ def _row_bytes(row: RowFields) -> bytes:
     for key in _FLOAT_FIELDS:
         value = getattr(row, key, None)
         if value.__class__ is float and value - value != 0.0:  # inf - inf and nan - nan are nan
-            data = jsonable(msgspec.to_builtins(row))
+            data = jsonable(as_fields(row))
             break
     try:
         return _ROW_ENCODER.encode(data)
     except UnicodeEncodeError:
-        return json.dumps(jsonable(msgspec.to_builtins(row))).encode()
+        return json.dumps(jsonable(as_fields(row))).encode()
 
 
 def _byte_sink(fh: IO[str]) -> _Writes:
@@ -568,7 +568,7 @@ class ReportSpool:
         if self.json is not None:
             self.json.add(index, _row_bytes(record) + b"\n")
         if self.csv is not None:
-            self.csv.add(index, self._csv_line(msgspec.to_builtins(record)))
+            self.csv.add(index, self._csv_line(as_fields(record)))
 
     def _csv_line(self, fields: dict[str, Any]) -> bytes:
         self._text.seek(0)
@@ -592,7 +592,7 @@ class ReportSpool:
         out = {}
         for i in result.verdict.labels:
             record = result.row_record(i)
-            out[i] = self._csv_line(msgspec.to_builtins(record)) if csv_rows else _row_bytes(record) + b"\n"
+            out[i] = self._csv_line(as_fields(record)) if csv_rows else _row_bytes(record) + b"\n"
         return out
 
 

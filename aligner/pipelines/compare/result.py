@@ -147,10 +147,10 @@ def row_record(i: int, row: Row, label: Any, calibration: Calibration | None,
     return CalibratedRowFields(*values)
 
 
-def row_fields(i: int, row: Row, label: Any, calibration: Calibration | None,
-               not_calibrated: str | None = None) -> dict[str, Any]:
-    """Row i as a dict (`row_record`'s fields that are set, enums as their values)."""
-    return msgspec.to_builtins(row_record(i, row, label, calibration, not_calibrated))
+def as_fields(record: RowFields) -> dict[str, Any]:
+    """A row's fields that are set, as a dict of builtins: enums as their values, a str subclass (core.words.Words)
+    as its text."""
+    return msgspec.to_builtins(record, enc_hook=str)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +278,7 @@ class CompareResult(PassedByExitCode):
 
     def row_dict(self, i: int) -> dict[str, Any]:
         """One row as flat data (a JSON/CSV record): `row_record`'s fields that are set, enums as their values."""
-        return msgspec.to_builtins(self.row_record(i))
+        return as_fields(self.row_record(i))
 
     def finding_dict(self, f: Divergence) -> dict[str, Any]:
         out = dataclasses.asdict(f) | {"reason": f.reason,   # Words stay whole (asdict would take them apart)
