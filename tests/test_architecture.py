@@ -188,13 +188,8 @@ def test_pipelines_read_dumps_only_through_dumping() -> None:
 
 
 # Prose below render/ (issue 29 item 6): a pipeline says what it found as `Words` (a code and its evidence) and
-# render/words/ writes the sentence. The modules below have not moved their sentences yet; each may hold at most this
-# many, and a module that reaches 0 must leave the table (so it only shrinks).
+# render/words/ writes the sentence; no module of aligner/pipelines/ writes one.
 PROSE_WORDS = 4
-PROSE_NOT_YET = {"check/rules.py": 43, "check/ranks.py": 11, "compare/calibrate.py": 5,
-                 "compare/evaluate.py": 2, "convert/checkpoint.py": 1, "convert/kinds.py": 6,
-                 "convert/state.py": 4, "convert/training.py": 8, "data/compare.py": 3,
-                 "replay/assertion.py": 4}
 # The standalone script `align repro` writes is a program: its comments and strings are code it generates, not
 # sentences to a user.
 PROSE_GENERATED_CODE = {"repro/script.py", "repro/layers.py"}
@@ -232,23 +227,16 @@ def _prose(path: Path) -> list[tuple[int, str]]:
 def test_pipelines_write_no_sentences() -> None:
     """No string literal or f-string in aligner/pipelines/ holds more than PROSE_WORDS plain words (a sentence), but
     docstrings, error messages (the arguments of AlignerError and other `...Error(...)` calls: one line raised at the
-    edge), the repro script's generated code, and the modules of PROSE_NOT_YET up to their count. Names, labels and
-    code snippets (a fix such as "nn.LayerNorm(..., epsilon=1e-05)") pass: they hold few plain words."""
-    over, done = [], []
+    edge) and the repro script's generated code. Names, labels and code snippets (a fix such as
+    "nn.LayerNorm(..., epsilon=1e-05)") pass: they hold few plain words."""
+    over = []
     root = PACKAGE / "pipelines"
     for path in sorted(root.rglob("*.py")):
         key = path.relative_to(root).as_posix()
-        if key in PROSE_GENERATED_CODE:
-            continue
-        found = _prose(path)
-        allowed = PROSE_NOT_YET.get(key, 0)
-        if len(found) > allowed:
-            over += [f"pipelines/{key}:{line}: {text[:90]!r}" for line, text in found]
-        elif key in PROSE_NOT_YET and not found:
-            done.append(key)
+        if key not in PROSE_GENERATED_CODE:
+            over += [f"pipelines/{key}:{line}: {text[:90]!r}" for line, text in _prose(path)]
     assert not over, "sentences written in a pipeline (say them as Words, word them in render/words/):\n" + \
         "\n".join(over)
-    assert not done, f"no sentence left: remove {done} from PROSE_NOT_YET"
 
 
 def test_render_words_every_code() -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shlex
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -28,7 +27,8 @@ from aligner.core.collect import gc_paused
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.findings import Finding, Severity
 from aligner.core.result import PassedByExitCode, typed
-from aligner.dumping.manifest import Io, Kind, Record
+from aligner.core.words import Text, words
+from aligner.dumping.manifest import Io, Record
 from aligner.dumping.read.ranks import read_header, read_ranks
 from aligner.dumping.read.source import Item, TensorError, load_tensor, read_source
 from aligner.dumping.read.stream import UnorderedError, open_stream
@@ -37,6 +37,7 @@ from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.report import CheckReport
 from aligner.pipelines.check.rules import Evaluation
 from aligner.pipelines.check.run import check_source, check_stream
+from aligner.pipelines.check.says import Say
 from aligner.pipelines.check.view import PARAM, PARAM_GRAD, SkipError, nonfinite
 
 _REDUCED = Io.REDUCED  # bound once: `see` compares every record with it
@@ -219,17 +220,13 @@ def _mismatches(ranks: dict[int, _Rank], groups: list[list[int]], pick: str, lim
     return out, compared
 
 
-def _describe(found: list[tuple[int, int, int, str, float]], step: int) -> tuple[str, str, str, float]:
-    """(which ranks differ from which, the first parameter, it and its difference in words, the difference) at
-    `step`."""
+def _describe(found: list[tuple[int, int, int, str, float]], step: int) -> dict[str, Any]:
+    """The words' data of the mismatches at `step`: who (each rank and the rank it differs from), name (the first
+    parameter), diff (its difference, inf: not comparable), names (how many parameters differ)."""
     at = [f for f in found if f[0] == step]
-    ranks = sorted({(r, ref) for _, r, ref, _, _ in at})
-    who = ", ".join(f"rank {r} from rank {ref}" for r, ref in ranks)
     _, _, _, name, diff = at[0]
-    names = len({n for _, _, _, n, _ in at})
-    how = "not comparable: missing on a rank, another shape or dtype, or NaN/Inf elsewhere" if math.isinf(diff) \
-        else f"max |diff| {diff:.3g}"
-    return who, name, f"{name} ({how}; {names} parameter(s) differ)", diff
+    return {"who": tuple(sorted({(r, ref) for _, r, ref, _, _ in at})), "name": name, "diff": diff,
+            "names": len({n for _, _, _, n, _ in at})}
 
 
 @dataclasses.dataclass
@@ -242,22 +239,22 @@ class _Ctx:
     config: RuleConfig
     out: Evaluation
 
-    def finding(self, rule: str, message: str, step: int, fix: str, value: float | None = None,
+    def finding(self, rule: str, message: Text, step: int, fix: Text, value: float | None = None,
                 where: str | None = None) -> Finding:
         return Finding(rule, self.config.severity(rule), message, (where,) if where else (), step, fix,
                        values=(value,) if value is not None else ())
 
 
-def _first_mismatch(ctx: _Ctx, pick: str, limit: float, what: str) -> tuple[int, str, str, str, float] | None:
-    """(step, ranks, parameter, description, difference) of the first step where `pick` records differ across the
-    ranks of a group, None when they agree; SkipError when no two ranks of a group share a step of them."""
+def _first_mismatch(ctx: _Ctx, pick: str, limit: float, what: str) -> tuple[int, dict[str, Any]] | None:
+    """(step, what differs there: `_describe`) of the first step where `pick` records differ across the ranks of a
+    group, None when they agree; SkipError when no two ranks of a group share a step of them."""
     found, compared = _mismatches(ctx.ranks, ctx.groups, pick, limit)
     if not compared:
         raise SkipError(f"needs {what} of 2+ ranks of one data-parallel group at a common step")
     if not found:
         return None
     step = min(f[0] for f in found)
-    return (step, *_describe(found, step))
+    return step, _describe(found, step)
 
 
 def _rule_weights(ctx: _Ctx) -> list[Finding]:
@@ -267,26 +264,17 @@ def _rule_weights(ctx: _Ctx) -> list[Finding]:
     first = _first_mismatch(ctx, "params", limit, "parameter values")
     if first is None:
         return []
-    step, who, name, what, diff = first
+    step, differ = first
     first_step = min(s for r in ctx.ranks.values() for s, _ in r.params)
-    if step == first_step:
-        message = (f"the weights at step {step}, the first dumped, differ across data-parallel ranks: {who} in "
-                   f"{what}: the ranks did not start from the same weights")
-        fix = ("seed every rank alike before building the model (aligner.fix_random(seed) with one seed on every "
-               "rank), or broadcast rank 0's weights (DistributedDataParallel does at construction; MindSpore's "
-               "DistributedGradReducer does not); checklist: seed consistency across cards")
-    else:
-        message = (f"the weights drift apart at step {step} (equal before it): {who} in {what}: the ranks applied "
-                   "different updates")
-        fix = "see rank-grads: gradients not all-reduced (no_sync, a rank-local optimizer state or learning rate)"
-    return [ctx.finding("rank-weights", message, step, fix, diff, name)]
+    message, fix = (Say.RANK_WEIGHTS_START, Say.FIX_RANK_WEIGHTS_START) if step == first_step else \
+        (Say.RANK_WEIGHTS_DRIFT, Say.FIX_RANK_WEIGHTS_DRIFT)
+    return [ctx.finding("rank-weights", words(message, step=step, **differ), step, words(fix), differ["diff"],
+                        differ["name"])]
 
 
 def _rule_grads(ctx: _Ctx) -> list[Finding]:
     limit = ctx.config("rank-grads", "max_abs")
-    ctx.out.notes.append("rank-grads compares gradients after the all-reduce (param_grad io 'reduced'); the io 'grad' "
-                         "records are each rank's own gradient as autograd computed it, before the all-reduce, which "
-                         "differ across ranks by design")
+    ctx.out.notes.append(words(Say.RANK_GRADS_NOTE))
     if not any(r.reduced for r in ctx.ranks.values()):
         raise SkipError("the dump has no gradients after the all-reduce (param_grad io 'reduced'): torch records .grad "
                     "when a multi-rank dump context exits (run backward inside it); MindSpore: "
@@ -294,13 +282,9 @@ def _rule_grads(ctx: _Ctx) -> list[Finding]:
     first = _first_mismatch(ctx, "reduced", limit, "reduced gradients")
     if first is None:
         return []
-    step, who, name, what, diff = first
-    return [ctx.finding(
-        "rank-grads", f"the gradients after the all-reduce differ across data-parallel ranks at step {step}: {who} "
-        f"in {what}: the all-reduce did not run, or not over these ranks", step,
-        "all-reduce every gradient before the update: DDP's backward outside no_sync() (or sync at the last "
-        "accumulation step), MindSpore's DistributedGradReducer over the data-parallel group; check the groups",
-        diff, name)]
+    step, differ = first
+    return [ctx.finding("rank-grads", words(Say.RANK_GRADS, step=step, **differ), step, words(Say.FIX_RANK_GRADS),
+                        differ["diff"], differ["name"])]
 
 
 def _first_nonfinite(rank: _Rank) -> Record | None:
@@ -311,12 +295,6 @@ def _first_nonfinite(rank: _Rank) -> Record | None:
     return min(found, key=lambda f: f[:3])[3] if found else None
 
 
-def _words(rec: Record) -> str:
-    reduced = " after the all-reduce" if rec.io == Io.REDUCED else ""
-    what = {Kind.PARAM: "the value of", Kind.PARAM_GRAD: f"the gradient{reduced} of"}.get(rec.kind)
-    return f"{what} {rec.module}" if what else f"{rec.kind} {rec.io} of {rec.module or 'the model'}"
-
-
 def _rule_nonfinite(ctx: _Ctx) -> list[Finding]:
     origins = {rank: rec for rank, r in ctx.ranks.items() if (rec := _first_nonfinite(r)) is not None}
     if not origins:
@@ -324,16 +302,11 @@ def _rule_nonfinite(ctx: _Ctx) -> list[Finding]:
     order = sorted(origins, key=lambda rank: (origins[rank].step, origins[rank].seq, rank))
     rank, rec = order[0], origins[order[0]]
     st = rec.stats or Stats()
-    message = (f"the first NaN/Inf over {len(ctx.ranks)} ranks is on rank {rank} at step {rec.step}: {_words(rec)} "
-               f"({rec.type or rec.kind}) holds {st.nan or 0} NaN and {st.inf or 0} Inf")
-    later = [f"rank {r} at step {origins[r].step} ({_words(origins[r])})" for r in order[1:]]
-    if later:
-        message += "; then " + ", ".join(later)
+    later = tuple((r, origins[r].step, origins[r].kind, origins[r].io, origins[r].module) for r in order[1:])
+    message = words(Say.RANK_NONFINITE, ranks=len(ctx.ranks), rank=rank, step=rec.step, kind=rec.kind, io=rec.io,
+                    module=rec.module, type=rec.type or rec.kind, nan=st.nan or 0, inf=st.inf or 0, later=later)
     return [ctx.finding("rank-nonfinite", message, rec.step,
-                        f"look at rank {rank}'s own nonfinite finding "
-                        f"(align check {shlex.quote(f'{ctx.directory}/rank{rank}')}): its "
-                        "data shard or its computation; NaN reaching other ranks through the all-reduce is inherited",
-                        where=rec.module)]
+                        words(Say.FIX_RANK_NONFINITE, rank=rank, directory=ctx.directory), where=rec.module)]
 
 
 _RULES = {"rank-weights": _rule_weights, "rank-grads": _rule_grads, "rank-nonfinite": _rule_nonfinite}
@@ -383,7 +356,6 @@ def check_ranks(directory: str | os.PathLike, rules: Mapping[str, Any] | None = 
     severity = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
     out.findings.sort(key=lambda f: (severity[f.severity], f.step if f.step is not None else -1))
     if not named:
-        out.notes.append(f"no header names data-parallel groups: all {world} ranks are compared as one (pure data "
-                         "parallelism); with tensor/pipeline parallelism pass aligner.dump(..., groups={'dp': ...})")
+        out.notes.append(words(Say.RANKS_AS_ONE, world=world))
     return RankedCheckReport(str(directory), world, groups, named, reports, out,
                              [r for r in range(world) if r not in dump.folders], unreadable)

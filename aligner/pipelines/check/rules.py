@@ -8,9 +8,11 @@ from typing import Callable, Sequence
 
 from aligner.core.findings import Finding, Severity
 from aligner.core.text import short_number as _g
+from aligner.core.words import Text, words
 from aligner.dumping.manifest import Io, Kind, Record
 from aligner.metrics.stats import Stats, known
 from aligner.pipelines.check.config import RuleConfig
+from aligner.pipelines.check.says import Say
 from aligner.pipelines.check.view import (
     GRAD_NORM,
     GRAD_NORM_CLIPPED,
@@ -37,7 +39,7 @@ class Evaluation:
     findings: list[Finding] = dataclasses.field(default_factory=list)
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)     # rule -> reason
     checked: list[str] = dataclasses.field(default_factory=list)          # rules evaluated
-    notes: list[str] = dataclasses.field(default_factory=list)            # limits of what was evaluated
+    notes: list[Text] = dataclasses.field(default_factory=list)           # limits of what was evaluated
     steps: list[int] = dataclasses.field(default_factory=list)
     grad_norms: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)     # weight -> step -> norm
     update_ratios: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)  # weight -> step -> ratio
@@ -54,7 +56,7 @@ class _Ctx:
     framework: str
     out: Evaluation
 
-    def finding(self, rule: str, message: str, where: str | None, step: int | None, fix: str,
+    def finding(self, rule: str, message: Text, where: str | None, step: int | None, fix: Text,
                 values: tuple[float, ...] = ()) -> Finding:
         return Finding(rule, self.config.severity(rule), message, (where,) if where is not None else (), step, fix,
                        values=values)
@@ -70,16 +72,6 @@ def _need(ctx: _Ctx, records: Sequence[Record] | Outputs, key: str, what: str) -
                    "aligner to check it")
 
 
-def _kind_words(rec: Record) -> str:
-    if rec.kind == Kind.FORWARD:
-        return f"the {'input' if rec.io == 'input' else 'output'} of {rec.module or 'the model'}"
-    if rec.kind == Kind.BACKWARD:
-        return f"the gradient {'entering' if rec.io == 'grad_output' else 'leaving'} {rec.module or 'the model'}"
-    if rec.kind == Kind.PARAM_GRAD:
-        return f"the gradient of {rec.module}"
-    return f"{rec.kind} {rec.module}"
-
-
 def rule_nonfinite(ctx: _Ctx) -> list[Finding]:
     """Per step, the first record in execution order with NaN/Inf (everything before it is finite)."""
     first = ctx.view.passing.nonfinite
@@ -88,24 +80,19 @@ def rule_nonfinite(ctx: _Ctx) -> list[Finding]:
         return []
     s, rec = origins[0]
     st = ctx.view.stats(rec) or Stats()
-    counts = f"{st.nan or 0} NaN and {st.inf or 0} Inf of {numel(rec)} elements"
     if rec.kind == Kind.FORWARD and rec.io == Io.INPUT and rec.parent is None:
-        why, fix = "the model's input already holds them", "check the data for missing values (checklist ds.01)"
+        why, fix = Say.NONFINITE_INPUT, words(Say.FIX_NONFINITE_DATA)
     elif rec.kind == Kind.FORWARD and rec.io == Io.INPUT:
-        why = "code between module calls computed it (the records before it are finite)"
-        fix = f"look at the code that computes the input of {rec.module} in its parent's forward"
+        why, fix = Say.NONFINITE_BETWEEN, words(Say.FIX_NONFINITE_BETWEEN, module=rec.module)
     else:
-        why = "every record before it in execution order is finite, its inputs included"
         scope = rec.module.rsplit(".", 1)[0] if rec.kind == Kind.PARAM_GRAD and "." in rec.module else rec.module
-        fix = (f"zoom in: aligner.dump(model, DIR, ops=True, scope={scope!r}) names the op; look for log/sqrt/"
-               "division of zero or values past float16's 65504 (checklist mp.01: loss scale, float32 for that op)")
-    found = [ctx.finding("nonfinite", f"first NaN/Inf at step {s}: {_kind_words(rec)} ({rec.type}) holds {counts}; "
-                         f"{why}", rec.module, s, fix)]
+        why, fix = Say.NONFINITE_OP, words(Say.FIX_NONFINITE_OP, scope=scope)
+    found = [ctx.finding("nonfinite", words(why, step=s, kind=rec.kind, io=rec.io, module=rec.module, type=rec.type,
+                                            nan=st.nan or 0, inf=st.inf or 0, numel=numel(rec)), rec.module, s, fix)]
     if len(origins) > 1:
-        later = ", ".join(f"{t} ({r.module or 'model'})" for t, r in origins[1:8]) + (
-            " ..." if len(origins) > 8 else "")
-        found.append(dataclasses.replace(found[0], severity=Severity.INFO,
-                                         message=f"NaN/Inf also at steps {later}", step=origins[1][0]))
+        later = words(Say.NONFINITE_LATER, later=tuple((t, r.module) for t, r in origins[1:8]),
+                      more=len(origins) > 8)
+        found.append(dataclasses.replace(found[0], severity=Severity.INFO, message=later, step=origins[1][0]))
     return found
 
 
@@ -113,17 +100,14 @@ def rule_fp16_overflow(ctx: _Ctx) -> list[Finding]:
     """At the first step where any does, the first forward output and the first gradient whose magnitude reaches
     max_abs (float32/float16 records; bfloat16 has float32's range)."""
     limit = ctx.config("fp16-overflow", "max_abs")
-    fix = ("normalise the input or rescale this layer; under mixed precision keep it in float32 (torch autocast "
-           "custom_fwd / MindSpore cell.to_float(mstype.float32)); gradients: a smaller loss scale; checklist mp.01")
     found = []
     for group in ("forward", "gradient"):  # at the first step where any record reaches the limit
         if group in ctx.view.passing.overflow:
             rec, value, count = ctx.view.passing.overflow[group]
-            more = f" ({count - 1} more such records at this step)" if count > 1 else ""
             found.append(ctx.finding(
-                "fp16-overflow", f"{_kind_words(rec)} reaches |v| = {_g(value)}, {value / FP16_MAX:.2g}x "
-                f"float16's largest value 65504 (threshold {_g(limit)}): float16 (mixed precision, Ascend) "
-                f"overflows to Inf here{more}", rec.module, rec.step, fix, (value,)))
+                "fp16-overflow", words(Say.FP16_OVERFLOW, kind=rec.kind, io=rec.io, module=rec.module, value=value,
+                                       times=value / FP16_MAX, limit=limit, more=count - 1),
+                rec.module, rec.step, words(Say.FIX_FP16_OVERFLOW), (value,)))
     return found
 
 
@@ -142,13 +126,10 @@ def rule_fp16_underflow(ctx: _Ctx) -> list[Finding]:
             continue
         rec, tiny = max(hit, key=lambda x: x[1])
         total = sum(1 for r in grads if r.step == s)
-        how = "are subnormal in this float16 run (precision lost, many flushed to 0)" if rec.dtype == "float16" \
-            else "would underflow to 0 in float16 without loss scaling"
         return [ctx.finding(
-            "fp16-underflow", f"{len(hit)} of {total} parameter gradients at step {s} have {_g(fraction * 100)}%+ "
-            f"of their nonzero values below 6.1e-5 (float16's smallest normal; {rec.module}: {tiny:.0%}): they {how}",
-            rec.module, s, "use loss scaling (torch.amp.GradScaler / MindSpore DynamicLossScaleManager) so gradients "
-            "sit in float16's range; checklist mp.02", (tiny,))]
+            "fp16-underflow", words(Say.FP16_UNDERFLOW, hits=len(hit), total=total, step=s, percent=fraction * 100,
+                                    module=rec.module, tiny=tiny, subnormal=rec.dtype == "float16"),
+            rec.module, s, words(Say.FIX_FP16_UNDERFLOW), (tiny,))]
     return []
 
 
@@ -176,10 +157,8 @@ def rule_vanishing(ctx: _Ctx) -> list[Finding]:
     for s, first, last, norm, ratio in _depth_ratios(ctx, "vanishing-gradients"):
         if ratio < limit:
             return [ctx.finding(
-                "vanishing-gradients", f"gradients vanish with depth: |grad {first}| = {_g(norm)} is {_g(ratio)} of "
-                f"|grad {last}| (below {_g(limit)})", first, s,
-                "use ReLU-family activations with He (Kaiming) init, normalisation layers or residual connections; "
-                "look for saturated sigmoid/tanh (saturated-activations)", (ratio,))]
+                "vanishing-gradients", words(Say.VANISHING, first=first, norm=norm, ratio=ratio, last=last,
+                                             limit=limit), first, s, words(Say.FIX_VANISHING), (ratio,))]
     return []
 
 
@@ -187,8 +166,7 @@ def rule_exploding(ctx: _Ctx) -> list[Finding]:
     """Gradients growing with depth, or the global gradient norm growing step after step (or turning NaN/Inf)."""
     rule = "exploding-gradients"
     found: list[Finding] = []
-    fix = ("lower the initial weights (He/Xavier init) or the learning rate, add gradient clipping "
-           "(clip_grad_norm_ / ops.clip_by_global_norm); checklist hp.01, wi.01")
+    fix = words(Say.FIX_EXPLODING)
     try:
         depth = _depth_ratios(ctx, rule)
     except SkipError:
@@ -196,8 +174,8 @@ def rule_exploding(ctx: _Ctx) -> list[Finding]:
     limit = ctx.config(rule, "depth_ratio")
     for s, first, last, norm, ratio in depth:
         if ratio > limit:
-            found.append(ctx.finding(rule, f"gradients grow with depth: |grad {first}| = {_g(norm)} is {_g(ratio)}x "
-                                     f"|grad {last}| (above {_g(limit)})", first, s, fix, (ratio,)))
+            found.append(ctx.finding(rule, words(Say.DEPTH_GROWTH, first=first, norm=norm, ratio=ratio, last=last,
+                                                 limit=limit), first, s, fix, (ratio,)))
             break
     norms = [(s, ctx.view.global_norm(ctx.view.steps[s])) for s in ctx.view.order]
     series = [(s, n) for s, n in norms if n is not None]
@@ -206,15 +184,14 @@ def rule_exploding(ctx: _Ctx) -> list[Finding]:
     growth, run = ctx.config(rule, "step_growth"), 0
     for (s0, n0), (s1, n1) in zip(series, series[1:]):
         if math.isfinite(n0) and not math.isfinite(n1):
-            found.append(ctx.finding(rule, f"the global gradient norm went from {_g(n0)} at step {s0} to NaN/Inf at "
-                                     f"step {s1}", None, s1, fix, (n0,)))
+            found.append(ctx.finding(rule, words(Say.NORM_NONFINITE, norm=n0, step=s0, then=s1), None, s1, fix,
+                                     (n0,)))
             break
         run = run + 1 if math.isfinite(n1) and n0 > 0 and n1 / n0 >= growth else 0
         if run >= ctx.config(rule, "growth_steps"):
             start = series[series.index((s1, n1)) - run]
-            found.append(ctx.finding(rule, f"the global gradient norm grows {_g(growth)}x or more per step: "
-                                     f"{_g(start[1])} at step {start[0]} -> {_g(n1)} at step {s1}", None, s1, fix,
-                                     (start[1], n1)))
+            found.append(ctx.finding(rule, words(Say.NORM_GROWTH, growth=growth, start=start[1], start_step=start[0],
+                                                 norm=n1, step=s1), None, s1, fix, (start[1], n1)))
             break
     return found
 
@@ -276,12 +253,8 @@ def rule_frozen(ctx: _Ctx) -> list[Finding]:
         if name in seen or delta > rtol * norm or (not exact and delta > 0) or (t, name) in noise:
             continue
         seen.add(name)
-        how = "" if exact else " (its statistics are identical)"
-        found.append(ctx.finding(
-            "frozen-weights", f"{name} has a nonzero gradient at step {t} but did not change by step {t + 1}{how}: "
-            "the optimizer does not update it", name, t,
-            "pass it to the optimizer (torch: model.parameters(); MindSpore: net.trainable_params()), or set "
-            "requires_grad=False if it is meant to be frozen; checklist cg.02"))
+        found.append(ctx.finding("frozen-weights", words(Say.FROZEN, name=name, step=t, exact=exact), name, t,
+                                 words(Say.FIX_FROZEN)))
     return found
 
 
@@ -305,22 +278,16 @@ def rule_update_ratio(ctx: _Ctx) -> list[Finding]:
         elif exact and ratio < low and name not in small:
             small[name] = (t, ratio)
     found = []
-    bound = "" if not inexact else "at least "
-    for group, words, fix in (
-            (large, f"by {bound}{{r}} of its norm (above {_g(high)}; about 1e-3 is typical)",
-             "lower the learning rate (or its warm-up peak); checklist hp.01"),
-            (small, f"by only {{r}} of its norm (below {_g(low)}; about 1e-3 is typical)",
-             "raise the learning rate, or look for vanishing gradients or a weight decay cancelling the update; "
-             "checklist hp.01")):
+    for group, fix in ((large, Say.FIX_UPDATE_LARGE), (small, Say.FIX_UPDATE_SMALL)):
         if group:
             name, (t, ratio) = (max if group is large else min)(group.items(), key=lambda x: x[1][1])
-            more = f" ({len(group)} of {len(weights)} weights)" if len(group) > 1 else ""
-            found.append(ctx.finding("update-ratio", f"step {t} changed {name} " + words.format(r=_g(ratio)) + more,
-                                     name, t, fix, (ratio,)))
+            seen = {"step": t, "name": name, "ratio": ratio, "count": len(group), "weights": len(weights)}
+            message = words(Say.UPDATE_LARGE, **seen, limit=high, bound=inexact) if group is large else \
+                words(Say.UPDATE_SMALL, **seen, limit=low)
+            found.append(ctx.finding("update-ratio", message, name, t, words(fix), (ratio,)))
     if inexact:
         ctx.out.exact_updates = False
-        ctx.out.notes.append("update-ratio: statistics-only dump, so ||w(t+1) - w(t)|| is bounded below by "
-                             "|l2(t+1) - l2(t)|; 'too large' is checked on that bound, 'too small' is not checked")
+        ctx.out.notes.append(words(Say.UPDATE_BOUND_NOTE))
     return found
 
 
@@ -328,11 +295,8 @@ def rule_dead_relu(ctx: _Ctx) -> list[Finding]:
     """ReLU outputs that are mostly exact zeros."""
     relu = ctx.view.passing.relu  # per module, its first output with `zeros` or more exact zeros
     _need(ctx, relu, "zeros", f"outputs of {'/'.join(ctx.config('dead-relu', 'types'))} modules")
-    return [ctx.finding(
-        "dead-relu", f"{zeros:.0%} of the outputs of {rec.module} ({rec.type}) are exactly 0 (dead ReLUs: "
-        "no gradient flows through them)", rec.module, rec.step,
-        "normalise the input, lower the learning rate, use He init with zero biases, or LeakyReLU/GELU",
-        (zeros,)) for rec, zeros in relu.hits.values()]
+    return [ctx.finding("dead-relu", words(Say.DEAD_RELU, zeros=zeros, module=rec.module, type=rec.type), rec.module,
+                        rec.step, words(Say.FIX_DEAD_RELU), (zeros,)) for rec, zeros in relu.hits.values()]
 
 
 def rule_saturated(ctx: _Ctx) -> list[Finding]:
@@ -345,12 +309,9 @@ def rule_saturated(ctx: _Ctx) -> list[Finding]:
     sig = set(ctx.config(rule, "sigmoid"))
     found = []
     for rec, share in outputs.hits.values():
-        ends = "0 or 1" if rec.type in sig else "-1 or 1"
         found.append(ctx.finding(
-            rule, f"{share:.0%} of the outputs of {rec.module} ({rec.type}) are within 0.01 of {ends}: saturated, "
-            "their gradient is nearly 0", rec.module, rec.step,
-            "normalise the layer's input (BatchNorm/LayerNorm before it), use Xavier init, or a ReLU-family "
-            "activation", (share,)))
+            rule, words(Say.SATURATED, share=share, module=rec.module, type=rec.type, sigmoid=rec.type in sig),
+            rec.module, rec.step, words(Say.FIX_SATURATED), (share,)))
     return found
 
 
@@ -362,12 +323,9 @@ def rule_constant(ctx: _Ctx) -> list[Finding]:
         raise SkipError(f"the dump has no forward outputs of {least}+ elements")
     found = []
     for rec, low in outputs.hits.values():
-        what = "all zeros" if low == 0 else f"the constant {_g(float(low))}"
         found.append(ctx.finding(
-            "constant-activations", f"the output of {rec.module or 'the model'} ({rec.type}) is {what} "
-            f"({numel(rec)} elements)", rec.module, rec.step,
-            "check the layer's weights (all-zero init, checklist wi.01) and its input; a constant output carries no "
-            "information and passes no useful gradient"))
+            "constant-activations", words(Say.CONSTANT, module=rec.module, type=rec.type, value=low, numel=numel(rec)),
+            rec.module, rec.step, words(Say.FIX_CONSTANT)))
     return found
 
 
@@ -395,11 +353,9 @@ def rule_loss_scale_overflow(ctx: _Ctx) -> list[Finding]:
         return []
     scales = [ctx.view.steps[s].probes[LOSS_SCALE] for s in steps]
     return [ctx.finding(
-        "loss-scale-overflow", f"the gradients hold NaN/Inf at every one of the {len(steps)} dumped steps (loss scale "
-        f"{_g(scales[0])} at step {steps[0]} -> {_g(scales[-1])} at step {steps[-1]}): every step is skipped or "
-        "corrupts the weights", None, steps[0],
-        "lower the initial loss scale (init_loss_scale / GradScaler(init_scale=...)) or use dynamic loss scaling; "
-        "checklist mp.01, mp.02", (scales[0], scales[-1]))]
+        "loss-scale-overflow", words(Say.LOSS_SCALE_OVERFLOW, steps=len(steps), first=scales[0], first_step=steps[0],
+                                     last=scales[-1], last_step=steps[-1]),
+        None, steps[0], words(Say.FIX_LOSS_SCALE_OVERFLOW), (scales[0], scales[-1]))]
 
 
 def _scaled(ctx: _Ctx, rule: str, probe: str, *also: str) -> list[tuple[int, float, float, float]]:
@@ -427,11 +383,9 @@ def rule_clip_before_unscale(ctx: _Ctx) -> list[Finding]:
     for s, scale, raw, norm in _scaled(ctx, "clip-before-unscale", GRAD_NORM, GRAD_NORM_CLIPPED):
         if abs(norm - raw) <= rtol * raw:
             return [ctx.finding(
-                "clip-before-unscale", f"clipping saw the gradients still multiplied by the loss scale {_g(scale)} "
-                f"at step {s}: grad_norm {_g(norm)} equals the scaled gradients' norm (unscaled: {_g(raw / scale)}), "
-                f"so max_norm clips a norm {_g(scale)}x too large", None, s,
-                "unscale before clipping (torch: scaler.unscale_(optimizer) then clip_grad_norm_; MindSpore: divide "
-                "the gradients by the loss scale, then ops.clip_by_global_norm); checklist mp.03", (norm, raw))]
+                "clip-before-unscale", words(Say.CLIP_BEFORE_UNSCALE, scale=scale, step=s, norm=norm,
+                                             unscaled=raw / scale),
+                None, s, words(Say.FIX_CLIP_BEFORE_UNSCALE), (norm, raw))]
     return []
 
 
@@ -443,12 +397,9 @@ def rule_grads_not_unscaled(ctx: _Ctx) -> list[Finding]:
     for s, scale, raw, norm in _scaled(ctx, "grads-not-unscaled", probe):
         if norm > factor * raw / scale:
             return [ctx.finding(
-                "grads-not-unscaled", f"the optimizer got gradients of norm {_g(norm)} at step {s} ({probe}), "
-                f"{norm / (raw / scale):.3g}x the unscaled gradients' norm {_g(raw / scale)} (loss scale {_g(scale)}): "
-                "they were not divided by the loss scale", None, s,
-                "unscale before the update (torch: scaler.step(optimizer) or scaler.unscale_; MindSpore: "
-                "DynamicLossScaleUpdateCell / divide the gradients by the scale); checklist mp.02, mp.04",
-                (norm, raw / scale))]
+                "grads-not-unscaled", words(Say.GRADS_NOT_UNSCALED, norm=norm, step=s, probe=probe,
+                                            unscaled=raw / scale, scale=scale),
+                None, s, words(Say.FIX_GRADS_NOT_UNSCALED), (norm, raw / scale))]
     return []
 
 
@@ -466,13 +417,11 @@ def rule_loss_trend(ctx: _Ctx) -> list[Finding]:
     for s in steps:
         value = ctx.view.steps[s].probes[LOSS]
         if not math.isfinite(value):
-            return [ctx.finding("loss-trend", f"the loss is {value} at step {s}", LOSS, s,
-                                "see the nonfinite finding for the first record holding NaN/Inf", (value,))]
+            return [ctx.finding("loss-trend", words(Say.LOSS_NONFINITE, value=value, step=s), LOSS, s,
+                                words(Say.FIX_LOSS_NONFINITE), (value,))]
         if math.isfinite(best) and best > 0 and value > spike * best:
-            return [ctx.finding("loss-trend", f"the loss breaks its trend at step {s}: {_g(value)}, "
-                                f"{value / best:.3g}x its lowest so far {_g(best)}", LOSS, s,
-                                "lower the learning rate or add clipping; look at the gradient-trend and update-ratio "
-                                "findings of the step before", (value, best))]
+            return [ctx.finding("loss-trend", words(Say.LOSS_SPIKE, step=s, value=value, best=best), LOSS, s,
+                                words(Say.FIX_LOSS_SPIKE), (value, best))]
         best = min(best, value)
     return []
 
@@ -495,11 +444,9 @@ def rule_gradient_trend(ctx: _Ctx) -> list[Finding]:
     for s in sorted(breaks)[:3]:
         layers = breaks[s]
         name, n0, n1 = max(layers, key=lambda x: abs(math.log(max(x[2], 1e-300) / x[1])))
-        more = f" (and {len(layers) - 1} more)" if len(layers) > 1 else ""
-        found.append(ctx.finding("gradient-trend", f"the gradient norm of {name}{more} breaks its trend at step {s}: "
-                                 f"{_g(n0)} -> {_g(n1)} ({n1 / n0:.3g}x in one step)", name, s,
-                                 "look at what changed at that step: the batch, the learning rate schedule, a loss "
-                                 "scale update; compare with the loss-trend finding", (n0, n1)))
+        found.append(ctx.finding("gradient-trend", words(Say.GRADIENT_JUMP, name=name, others=len(layers) - 1, step=s,
+                                                         before=n0, after=n1),
+                                 name, s, words(Say.FIX_GRADIENT_JUMP), (n0, n1)))
     return found
 
 

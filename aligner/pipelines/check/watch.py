@@ -31,6 +31,7 @@ from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
+from aligner.core.words import Words, words
 from aligner.dumping.fstats import stats_of, torch_watch_stats
 from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.options import Options
@@ -39,6 +40,7 @@ from aligner.dumping.tensors import model_framework, shape_of
 from aligner.metrics.stats import SMALL, Stats, batch_extrema, batch_stats, watch_stats
 from aligner.pipelines.check.config import RuleConfig
 from aligner.pipelines.check.rules import Evaluation, evaluate
+from aligner.pipelines.check.says import Say
 
 __all__ = ["watch", "Watch", "WatchError"]
 
@@ -79,12 +81,10 @@ class WatchError(AlignerError):
         self.finding = finding
 
 
-def describe(finding: Finding) -> str:
+def describe(finding: Finding) -> Words:
     """One line: the step, the rule (symptom), the layer, what was seen, and the fix."""
-    where = ", ".join(w for w in finding.where if w) or "the model"
-    step = "" if finding.step is None else f" at step {finding.step}"
-    fix = f"; fix: {finding.fix}" if finding.fix else ""
-    return f"aligner.watch: {finding.rule} ({finding.severity.value}){step} in {where}: {finding.message}{fix}"
+    return words(Say.WATCH, rule=finding.rule, severity=finding.severity, step=finding.step, where=finding.where,
+                 message=finding.message, fix=finding.fix)
 
 
 class _Records:

@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Hashable, Sequence
 from aligner.core.dtypes import FLOATING
 from aligner.core.errors import AlignerError
 from aligner.core.tolerance import CALIBRATION_K, Tolerance, ToleranceSpec
+from aligner.core.words import Words, words
 from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.pair.matching import Pair
 from aligner.dumping.read.source import Item, Source, TensorError, open_tensor, read_source
 from aligner.metrics.measure import Metrics, compare_streams
 from aligner.pipelines import compare as package  # the cluster's part loaded on first use: see compare/__init__.py
+from aligner.pipelines.compare.says import Say
 
 if TYPE_CHECKING:
     from aligner.pipelines.compare.engine import Engine
@@ -74,6 +76,7 @@ class Calibration:
     noise: dict[int, Noise]                       # row (pair) index -> the reference record's noise
     tolerances: dict[Hashable, Tolerance]         # reference record (step, seq) -> its calibrated tolerance
     missing: dict[int, str] = dataclasses.field(default_factory=dict)  # row -> why it kept the default tolerance
+    #                                  (the Words' text: it goes into rows, flat records that msgspec encodes)
 
     @property
     def from_stats(self) -> int:
@@ -105,33 +108,33 @@ def _floating(item: Item) -> bool:
     return item.record.dtype in FLOATING
 
 
-def measure(ref: Item, twin: Item) -> Noise | str:
+def measure(ref: Item, twin: Item) -> Noise | Words:
     """The noise of `ref` against its float64 twin, or why it cannot be measured."""
     if list(ref.record.shape) != list(twin.record.shape):
-        return f"its float64 twin has shape {twin.record.shape}, not {ref.record.shape}"
+        return words(Say.TWIN_SHAPE, twin=twin.record.shape, shape=ref.record.shape)
     if twin.record.dtype != "float64":
-        return f"its twin is {twin.record.dtype}, not float64"
+        return words(Say.TWIN_DTYPE, dtype=twin.record.dtype)
     if ref.path is not None and twin.path is not None and not ref.error and not twin.error:
         try:
             m = compare_streams(open_tensor(ref), open_tensor(twin))
         except (TensorError, OSError) as exc:
-            return f"unreadable ({exc})"
+            return words(Say.TWIN_UNREADABLE, error=str(exc))
         if m.max_abs_err is None or m.rel_l2_err is None:
-            return "nothing finite to measure"
+            return words(Say.NOTHING_FINITE)
         if not (math.isfinite(m.max_abs_err) and math.isfinite(m.rel_l2_err)):
-            return "its error against float64 is not finite"
+            return words(Say.NOISE_NOT_FINITE)
         return Noise(ref.record.dtype, m.max_abs_err, m.rel_l2_err, "elements")
     sr, st = ref.record.stats, twin.record.stats
     if not (sr and st):
-        return "no tensor and no statistics to measure"
+        return words(Say.NOTHING_TO_MEASURE)
     diffs = [abs(float(a) - float(b)) for a, b in ((sr.max, st.max), (sr.min, st.min), (sr.mean, st.mean))
              if isinstance(a, (int, float)) and isinstance(b, (int, float))]
     l2r, l2t = sr.l2, st.l2
     if not diffs or not isinstance(l2r, (int, float)) or not isinstance(l2t, (int, float)):
-        return "its statistics lack min/max/mean/l2"
+        return words(Say.STATS_LACKING)
     rel = abs(l2r - l2t) / l2t if l2t else (0.0 if l2r == l2t else math.inf)
     if not all(math.isfinite(d) for d in diffs) or not math.isfinite(rel):
-        return "its error against float64 is not finite"
+        return words(Say.NOISE_NOT_FINITE)
     return Noise(ref.record.dtype, max(diffs), rel, "stats")
 
 
@@ -190,8 +193,8 @@ def calibrate(path: str, pairs: Sequence[Pair], reference: Source, compared: Sou
         comparable = (item.record.step, item.record.kind) in present
         expected += comparable
         if twin is None:
-            missing[i] = "no float64 twin" if comparable else f"the float64 dump has no {item.record.kind} records " \
-                f"of step {item.record.step}"
+            missing[i] = str(words(Say.NO_TWIN) if comparable else
+                             words(Say.NO_TWIN_RECORDS, kind=item.record.kind, step=item.record.step))
             continue
         paired += list(twin.record.shape) == list(item.record.shape)
         todo.append((i, item, twin))
@@ -204,8 +207,8 @@ def calibrate(path: str, pairs: Sequence[Pair], reference: Source, compared: Sou
     noise: dict[int, Noise] = {}
     tolerances: dict[Hashable, Tolerance] = {}
     for (i, item, _), got in zip(todo, measured):
-        if isinstance(got, str):
-            missing[i] = got
+        if isinstance(got, str):   # why it was not measured (Words, or their text from a remote engine)
+            missing[i] = str(got)
             continue
         rec = item.record
         if rec.kind == Kind.FORWARD and rec.io == Io.INPUT and rec.call is not None and rec.parent is None \

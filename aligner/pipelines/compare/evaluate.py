@@ -6,9 +6,11 @@ import enum
 from typing import TYPE_CHECKING
 
 from aligner.core.tolerance import ToleranceSpec
+from aligner.core.words import words
 from aligner.dumping.pair.matching import MatchedBy, Pair
 from aligner.dumping.read.source import Item, TensorError, open_tensor
 from aligner.metrics.measure import Metrics, compare_stats, compare_streams, same_rows
+from aligner.pipelines.compare.says import Say
 
 if TYPE_CHECKING:  # only --calibrate makes one (calibrate.py is loaded on that path only)
     from aligner.pipelines.compare.calibrate import Noise
@@ -82,17 +84,18 @@ def _stats_only(item: Item) -> bool:
 def uncomparable(pair: Pair) -> str | None:
     """Why two records, both present, hold nothing to compare them by (a record the dump skipped, with the dump's
     reason; a boolean mask msprobe keeps no statistics of): listed like a record on one side only, not an unreadable
-    file. None when they can be compared."""
+    file. None when they can be compared. The Words' text: a row is a flat record (compare/result.py's RowFields,
+    which msgspec encodes, and msgspec takes no str subclass)."""
     a, b = pair.a, pair.b
     if a is None or b is None:
         return None
-    skipped = [f"the {side} dump did not store it ({item.record.skipped})"
-               for side, item in (("migrated", a), ("reference", b)) if item.record.skipped is not None]
+    skipped = tuple((side, item.record.skipped) for side, item in (("migrated", a), ("reference", b))
+                    if item.record.skipped is not None)
     if skipped:
-        return "; ".join(skipped)
+        return str(words(Say.NOT_STORED, sides=skipped))
     if not (_stats_only(a) or _stats_only(b)) or (a.record.stats and b.record.stats):
         return None
-    return "one side has only statistics and the other none to compare them with"
+    return str(words(Say.STATS_ONE_SIDE))
 
 
 def evaluate(pair: Pair, tolerance: ToleranceSpec) -> Row:

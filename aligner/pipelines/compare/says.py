@@ -24,3 +24,16 @@ class Say(enum.Enum):
     HANDED = "handed"                  # index, module, error, held: the module whose output it holds or None, where,
     #                                    note, made
     AFTER_FORWARD = "after_forward"    # reason: the backward finding's own
+    # why a row holds nothing to compare (evaluate.py: its `skipped`)
+    NOT_STORED = "not_stored"          # sides: (side, the dump's reason) of each side that did not store it
+    STATS_ONE_SIDE = "stats_one_side"
+    # why a reference record has no noise floor (calibrate.py: its `not_calibrated`)
+    NO_TWIN = "no_twin"
+    NO_TWIN_RECORDS = "no_twin_records"  # kind, step: none of that kind and step in the float64 dump
+    TWIN_SHAPE = "twin_shape"          # twin, shape
+    TWIN_DTYPE = "twin_dtype"          # dtype: the twin's
+    TWIN_UNREADABLE = "twin_unreadable"  # error: the reader's, in one line
+    NOTHING_FINITE = "nothing_finite"
+    NOISE_NOT_FINITE = "noise_not_finite"
+    NOTHING_TO_MEASURE = "nothing_to_measure"
+    STATS_LACKING = "stats_lacking"

@@ -17,6 +17,7 @@ from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.frameworks import Framework
 from aligner.core.progress import SILENT, Progress, Task
 from aligner.core.result import PassedByExitCode, typed
+from aligner.core.words import words
 from aligner.io import TensorSource, detect_format, open_checkpoint, write_checkpoint
 from aligner.io.base import ArraySource
 from aligner.mapping import Plan, build_plan, load_user_map
@@ -24,6 +25,7 @@ from aligner.mapping.detect import source_framework
 from aligner.mapping.fused import FusedSplit
 from aligner.mapping.plan import Entry, EntryStatus, Guess
 from aligner.mapping.savemap import write_map
+from aligner.pipelines.convert.says import Say
 
 FORMAT_FRAMEWORK = {"pytorch": Framework.PYTORCH, "mindspore": Framework.MINDSPORE}  # output format -> names
 
@@ -122,8 +124,7 @@ def plan_conversion(source: TensorSource, dst: str | None = None, src: str | Non
     if user is not None and like is not None and user.hits(like.infos, source.infos) > user.hits(source.infos,
                                                                                                   like.infos):
         user = user.reversed(like.infos)
-        reversed_note = (f"{map_path} names {like.path}'s tensors as its sources and {source.path}'s as its targets "
-                         "(a --save-map of the other direction): applied in reverse")
+        reversed_note = words(Say.MAP_REVERSED, map=map_path, like=like.path, source=source.path)
     plan = build_plan(source.infos, src, dst, user, like.infos if like is not None else None, source.tied)
     if reversed_note is not None:
         plan.notes.append(reversed_note)

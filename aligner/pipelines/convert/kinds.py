@@ -14,7 +14,9 @@ from typing import Any, Mapping
 
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
+from aligner.core.words import words
 from aligner.mapping.optimizers import OptimizerKind, catalogue
+from aligner.pipelines.convert.says import Say
 
 
 def _ms_kinds() -> list[OptimizerKind]:
@@ -86,27 +88,26 @@ class Hyper:
 def check_pair(src: OptimizerKind, dst: OptimizerKind, hyper: Hyper) -> list[str]:
     """Refuse (AlignerError naming the missing term) a pair whose state or update has no exact equivalent; return
     the notes of an allowed pair that is not exact (a legacy MindSpore cell on either side)."""
-    def refuse(term: str) -> AlignerError:
-        return AlignerError(f"cannot convert {src} state into {dst}: {term}")
-
+    refusal = f"cannot convert {src} state into {dst}"
+    if src.layout != dst.layout and dst.layout == "adam":
+        raise AlignerError(f"{refusal}: {src} keeps no second moment (exp_avg_sq) or bias-correction step, which "
+                           f"{dst} needs: the two update rules differ, so no equivalent state exists")
     if src.layout != dst.layout:
-        why = (f"{src} keeps no second moment (exp_avg_sq) or bias-correction step, which {dst} needs"
-               if dst.layout == "adam" else
-               f"{src} keeps two moments (exp_avg, exp_avg_sq), {dst} one momentum buffer")
-        raise refuse(f"{why}: the two update rules differ, so no equivalent state exists")
+        raise AlignerError(f"{refusal}: {src} keeps two moments (exp_avg, exp_avg_sq), {dst} one momentum buffer: "
+                           "the two update rules differ, so no equivalent state exists")
     if hyper.amsgrad:
-        raise refuse("amsgrad (max_exp_avg_sq) is not converted: no MindSpore optimizer cell here keeps it in "
-                     "torch's form")
+        raise AlignerError(f"{refusal}: amsgrad (max_exp_avg_sq) is not converted: no MindSpore optimizer cell here "
+                           "keeps it in torch's form")
     if hyper.maximize and not all(k.spec.argument("maximize") for k in (src, dst)):
-        raise refuse("maximize=True has no counterpart in the MindSpore nn cells")
+        raise AlignerError(f"{refusal}: maximize=True has no counterpart in the MindSpore nn cells")
     if src.layout == "momentum":
         lacking = [k for k in (src, dst) if not k.spec.argument("dampening")]
         if hyper.dampening and lacking:
-            raise refuse(f"dampening={hyper.dampening}: {lacking[0].python_class} has no dampening term (torch SGD "
-                         "with dampening 0 or mindspore.mint.optim.SGD are its equivalents)")
+            raise AlignerError(f"{refusal}: dampening={hyper.dampening}: {lacking[0].python_class} has no dampening "
+                               "term (torch SGD with dampening 0 or mindspore.mint.optim.SGD are its equivalents)")
         return []
     if hyper.weight_decay and src.decoupled != dst.decoupled:
         how = {True: "decoupled (w -= lr*wd*w)", False: "L2 (wd*w added to the gradient)"}
-        raise refuse(f"weight_decay={hyper.weight_decay}: {src} decays {how[src.decoupled]}, {dst} "
-                     f"{how[dst.decoupled]}")
-    return [f"legacy optimizer: {k.spec.why}" for k in (src, dst) if k.legacy]
+        raise AlignerError(f"{refusal}: weight_decay={hyper.weight_decay}: {src} decays {how[src.decoupled]}, {dst} "
+                           f"{how[dst.decoupled]}")
+    return [words(Say.LEGACY, why=k.spec.why) for k in (src, dst) if k.legacy]

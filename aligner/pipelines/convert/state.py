@@ -15,8 +15,10 @@ import numpy as np
 
 from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework
+from aligner.core.words import words
 from aligner.mapping.optimizers import Family, convertible
 from aligner.pipelines.convert.kinds import Hyper, OptimizerKind
+from aligner.pipelines.convert.says import Say
 
 TORCH_HYPER = ("lr", "betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "amsgrad", "maximize")
 STATE_HYPER = ("betas", "momentum", "dampening", "nesterov", "amsgrad", "maximize")  # must agree across groups
@@ -77,7 +79,7 @@ def torch_kind(groups: list[dict[str, Any]], hint: OptimizerKind | None, path: s
 
 def _torch_hyper(groups: list[dict[str, Any]], path: str) -> tuple[Hyper, list[str]]:
     """The first group's hyperparameters; groups disagreeing on a state-relevant one are an error, on others a note."""
-    notes = []
+    notes: list[str] = []
     values: dict[str, Any] = {}
     for key in TORCH_HYPER:
         seen = [g[key] for g in groups if key in g]
@@ -87,8 +89,7 @@ def _torch_hyper(groups: list[dict[str, Any]], path: str) -> tuple[Hyper, list[s
             if key in STATE_HYPER:
                 raise AlignerError(f"{path}: the optimizer's {len(groups)} param groups have different {key} "
                                    f"({', '.join(map(str, seen[:4]))}): convert one group at a time")
-            notes.append(f"param groups differ in {key} ({', '.join(map(str, seen[:4]))}): the first group's is "
-                         "recorded; set the others when constructing the target optimizer")
+            notes.append(words(Say.GROUPS_DIFFER, key=key, values=tuple(seen[:4])))
         value = seen[0]
         if key == "betas":
             if not isinstance(value, (tuple, list)) or len(value) != 2:
@@ -135,12 +136,10 @@ def from_torch(optimizer: dict[str, Any], params: list[tuple[str, tuple[int, ...
         if "step" in record:
             steps.add(int(_number(record["step"], f"{path}: optimizer state {index}.step")))
     if len(steps) > 1:
-        notes.append(f"parameters have different step counts ({', '.join(map(str, sorted(steps)[:4]))}): the "
-                     "largest is used")
+        notes.append(words(Say.STEPS_DIFFER, steps=tuple(sorted(steps)[:4])))
     empty = [n for n, s in slots.items() if not s]
     if empty and len(empty) < len(slots):
-        notes.append(f"{len(empty)} parameter(s) have no optimizer state yet (never updated), written as zeros: "
-                     f"{', '.join(empty[:5])}")
+        notes.append(words(Say.NO_STATE_YET, count=len(empty), names=tuple(empty[:5])))
     return OptimizerState(kind, slots, max(steps) if steps else None, hyper, notes)
 
 
@@ -170,14 +169,14 @@ def from_mindspore(arrays: dict[str, np.ndarray], kind: OptimizerKind, model: li
         raise AlignerError(f"{path}: {kind} state lacks {', '.join(missing)}")
     ordered = {m: slots[m] for m in model if m in slots}
     hyper = Hyper()
-    notes = []
+    notes: list[str] = []
     step_key = state_spec.step
     assert step_key is not None   # every converted MindSpore class counts its steps (tests/mapping/test_optimizers)
     step = int(_number(arrays[step_key], f"{path}: {step_key}")) - state_spec.step_offset
     if "learning_rate" in arrays:
         lr = arrays["learning_rate"]
         if lr.size > 1:  # a per-step schedule
-            notes.append(f"learning_rate is a schedule of {lr.size} values: recorded the one of step {step}")
+            notes.append(words(Say.LR_SCHEDULE, size=lr.size, step=step))
             lr = lr.reshape(-1)[min(step, lr.size - 1)]
         hyper.lr = _number(lr, f"{path}: learning_rate")
     if "momentum" in arrays:

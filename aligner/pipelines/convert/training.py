@@ -20,6 +20,7 @@ from aligner.core.dtypes import canonical
 from aligner.core.errors import AlignerError, ExitCode
 from aligner.core.frameworks import Framework
 from aligner.core.result import PassedByExitCode, typed
+from aligner.core.words import words
 from aligner.io import detect_format, open_checkpoint, write_checkpoint
 from aligner.io.base import ArraySource, TensorInfo, TensorSource
 from aligner.io.pytorch_pth import OPTIMIZER_KEYS, TorchSource, write_training_pth
@@ -28,6 +29,7 @@ from aligner.mapping.optimizers import same_state
 from aligner.mapping.transforms import Cast, apply_ops
 from aligner.pipelines.convert.checkpoint import ConvertResult, plan_conversion
 from aligner.pipelines.convert.kinds import Hyper, OptimizerKind, check_pair, detect_ms_kind, is_optimizer_key
+from aligner.pipelines.convert.says import Say
 from aligner.pipelines.convert.state import (
     OptimizerState,
     check_powers,
@@ -177,8 +179,7 @@ def _read_side(path: str, trust_pickle: bool, model_key: str | None, optimizer_k
             found = torch_src.optimizer_state(optimizer_key)
             counters = torch_src.numbers()
             side.step = next((counters[k] for k in ("step", "global_step", "iteration", "iter") if k in counters), None)
-            side.notes += [f"{k!r} (LR scheduler state) not converted: recreate the schedule in the target and set "
-                           "its step" for k in torch_src.scheduler_keys()]
+            side.notes += [words(Say.SCHEDULER_KEPT_OUT, key=k) for k in torch_src.scheduler_keys()]
             if found is None:
                 if need_state:
                     raise AlignerError(f"{path}: holds a model but no optimizer state (looked under "
@@ -188,8 +189,7 @@ def _read_side(path: str, trust_pickle: bool, model_key: str | None, optimizer_k
             if need_state:
                 side.state = from_torch(optimizer, parameters(torch_src), path, hint)
                 side.kind = side.state.kind
-                side.notes.append(f"optimizer state read from {key!r}; its positions named by the model's "
-                                  "parameters in state_dict order minus buffers (named_parameters() order)")
+                side.notes.append(words(Say.STATE_READ_FROM, key=key))
             else:
                 side.kind = torch_kind(optimizer["param_groups"], None, path)
                 side.torch_params = sum(len(g["params"]) for g in optimizer["param_groups"])
@@ -274,11 +274,10 @@ def _map_slots(plan: Plan, state: OptimizerState) -> tuple[dict[str, dict[str, n
         out[target] = held
         names.update({s: target for s in entry.sources})
         used.update(entry.sources)
-    notes = []
+    notes: list[str] = []
     lost = [n for n in state.slots if n not in used]
     if lost:
-        notes.append(f"optimizer state of {len(lost)} parameter(s) with no place in the target dropped: "
-                     f"{', '.join(lost[:5])}")
+        notes.append(words(Say.STATE_DROPPED, count=len(lost), names=tuple(lost[:5])))
     return out, names, fresh, notes
 
 
@@ -336,7 +335,7 @@ def _convert(side: _Side, like: _Side | None, target: OptimizerKind, options: Hy
     notes = list(side.notes) + list(state.notes)
     if hyper.betas is None and state.powers is not None:
         hyper.betas = _infer_betas(state)
-        notes.append(f"betas {hyper.betas} read back from beta1_power/beta2_power and global_step (--betas to set)")
+        notes.append(words(Say.BETAS_READ, betas=hyper.betas))
     notes += check_pair(state.kind, target, hyper)
     if hyper.betas is not None:
         check_powers(state, hyper.betas, side.model.path)
@@ -345,8 +344,7 @@ def _convert(side: _Side, like: _Side | None, target: OptimizerKind, options: Hy
         raise AlignerError(f"{side.model.path}: records no step count ({state.kind} state has none, and no 'step' "
                            "beside the model): pass --step N, the number of updates taken")
     if state.step is not None and side.step is not None and side.step != state.step:
-        notes.append(f"the checkpoint's step {side.step} differs from the optimizer's {state.step}: used "
-                     f"{step}")
+        notes.append(words(Say.STEP_DIFFERS, checkpoint=side.step, optimizer=state.step, used=step))
     plan = plan_conversion(side.model, dst, side.framework, map_path, like.model if like is not None else None)
     slots, names, fresh, lost = _map_slots(plan, state)
     notes += lost
@@ -361,11 +359,8 @@ def _convert(side: _Side, like: _Side | None, target: OptimizerKind, options: Hy
         conv.torch = to_torch(slots, target, step, group, fresh)
         conv.keys = [f"state.{i}.{s}" for i, rec in conv.torch["state"].items() for s in rec]
         if defaulted:
-            notes.append(f"not recorded in the source, written as torch's defaults: {', '.join(defaulted)} (torch's "
-                         "load_state_dict replaces the optimizer's own values with these: pass the options to set "
-                         "them)")
-        notes.append(f"torch numbers the state by position: the target model's named_parameters() must list "
-                     f"{len(slots)} parameters in this file's model order")
+            notes.append(words(Say.TORCH_DEFAULTS, names=tuple(defaulted)))
+        notes.append(words(Say.TORCH_ORDER, count=len(slots)))
     else:
         scalars = target.spec.state.scalars
         if "learning_rate" in scalars and hyper.lr is None:
@@ -386,8 +381,7 @@ def _convert(side: _Side, like: _Side | None, target: OptimizerKind, options: Hy
         if not target.legacy:   # hyperparameters are constructor arguments: say which
             args = {k: v for k, v in hyper.to_dict().items() if k in ("lr", "betas", "eps", "weight_decay",
                                                                       "momentum", "dampening", "nesterov")}
-            notes.append(f"construct {target.python_class} with {args} (hyperparameters are constructor "
-                         "arguments in MindSpore, not checkpoint entries)")
+            notes.append(words(Say.CONSTRUCT, cls=target.python_class, args=args))
     conv.notes = notes
     return plan, conv, items
 

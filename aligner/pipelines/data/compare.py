@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from aligner.core.errors import AlignerError
+from aligner.core.words import words
 from aligner.dumping.data_format import DataDump, Encoding, FieldData, FieldKind, Layout, rank_folders, read_data_dump
 from aligner.pipelines.data.result import (
     DataCompareResult,
@@ -26,6 +27,7 @@ from aligner.pipelines.data.result import (
     SamplePosition,
 )
 from aligner.pipelines.data.rules import DataRule, Section, limit
+from aligner.pipelines.data.says import Say
 
 STABLE = 0.5   # a field pairs samples when at least this fraction of its digests is found on both sides
 UNIQUE = 0.5   # ... and its digests (together) tell at least this fraction of the samples apart
@@ -243,8 +245,7 @@ def _order(dump_a: DataDump, dump_b: DataDump, pairs: list[tuple[int, int]], lon
         elif shuffled_a and shuffled_b:
             found.append(_finding(DataRule.SHUFFLE_SEED, None, moved=moved, total=len(pairs)))
         else:
-            note = "; each side reads its order again in its second epoch" if shuffled_a is False else \
-                "; one epoch recorded: record_data(..., epochs=2) tells a shuffle from a fixed order"
+            note = words(Say.REREADS_ORDER if shuffled_a is False else Say.ONE_EPOCH_ORDER)
             found.append(_finding(DataRule.ORDER_DIFFERS, None, moved=moved, total=len(pairs), note=note))
     elif shuffled_a is not None and shuffled_b is not None and shuffled_a != shuffled_b:
         side, other = (sides[0], sides[1]) if shuffled_a else (sides[1], sides[0])
@@ -420,10 +421,8 @@ def _local(dump_a: DataDump, dump_b: DataDump, fa: FieldData, fb: FieldData, pa:
     else:
         augmented = random_a or random_b
     if augmented:
-        active = " on both sides" if random_a and random_b else f" on side {sides[0]}" if random_a else \
-            f" on side {sides[1]}" if random_b else \
-            " on one side (one epoch recorded: record epochs=2 to tell which side, and a random transform from a " \
-            "coarse resampling)"
+        active = words(Say.RANDOM_BOTH) if random_a and random_b else words(Say.RANDOM_ON, side=sides[0]) \
+            if random_a else words(Say.RANDOM_ON, side=sides[1]) if random_b else words(Say.RANDOM_UNKNOWN)
         return comparison, _finding(DataRule.AUGMENTATION, name, changed=len(bad), total=len(pa), psnr=shown,
                                     active=active)
     alike = "" if random_a is None or random_b is None else ", alike in both epochs"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from aligner.core.tolerance import Tolerance, ToleranceSpec
-from aligner.metrics.measure import Metrics
+from aligner.core.words import Words, words
 from aligner.pipelines.replay.result import ReplayResult, ReplayRow, ReplayVerdict
 from aligner.pipelines.replay.run import replay
+from aligner.pipelines.replay.says import Say
 
 
 def assert_close(model_a: Any, model_b: Any, inputs: Any, *, rtol: float | None = None, atol: float | None = None,
@@ -23,52 +24,29 @@ def assert_close(model_a: Any, model_b: Any, inputs: Any, *, rtol: float | None 
     raise AssertionError(failure_message(result))
 
 
-def _where(row: ReplayRow) -> str:
-    types = row.type if row.type == row.type_b else f"{row.type} / {row.type_b}"
-    path = repr(row.module) if row.module == row.module_b else f"{row.module!r} ({row.module_b!r})"
-    return f"{path} ({types}), step {row.step}, {row.phase}"
+def _where(row: ReplayRow) -> dict[str, Any]:
+    """The words' data naming a row: its module and type on each side, its step and phase."""
+    return {"module": row.module, "module_b": row.module_b, "type": row.type, "type_b": row.type_b, "step": row.step,
+            "phase": row.phase}
 
 
-def _owner(parent: str | None) -> str:
-    """The module whose forward code ran between calls ("" the model itself, None the caller: model inputs)."""
-    if parent is None:
-        return "the caller (the model's own inputs differ)"
-    return "the model's own forward" if parent == "" else repr(parent)
-
-
-def _lines(m: Metrics) -> list[str]:
-    index = f" at index {m.max_abs_index}" if m.max_abs_index is not None else ""
-    return [f"Mismatched elements: {m.mismatched} / {m.numel} ({(m.mismatch_fraction or 0.0):.1%})",
-            f"Greatest absolute difference: {m.max_abs_err:.3g}{index} (up to {m.atol:g} allowed)",
-            f"Greatest relative difference: {(m.max_rel_err or 0.0):.3g} (up to {m.rtol:g} allowed)"]
-
-
-def failure_message(result: ReplayResult) -> str:
-    """The AssertionError text: torch.testing's lines for the module to blame, then its inherited error."""
+def failure_message(result: ReplayResult) -> Words:
+    """The AssertionError text, as Words: torch.testing's lines for the module to blame, then its inherited error."""
     if result.verdict is ReplayVerdict.PARENT_CODE and result.parent_code is not None:
         row = result.rows[result.parent_code]
         assert row.inherited is not None
-        return "\n".join(["Models are not close!", "", f"The input of {_where(row)} differs though no earlier module's "
-                          f"output does: it was computed by the code of {_owner(row.parent)} between module calls:",
-                          *_lines(row.inherited)])
+        return words(Say.NOT_CLOSE_PARENT_CODE, **_where(row), parent=row.parent, metrics=row.inherited)
     if result.culprit is not None:
         row = result.rows[result.culprit]
         assert row.local is not None
-        lines = ["Models are not close!", "",
-                 f"First module with its own error: {_where(row)}, replayed on the reference's inputs "
-                 f"({result.reference}):", *_lines(row.local)]
         inherited = row.inherited.max_abs_err if row.inherited is not None else None
-        if inherited is not None:
-            lines.append(f"Error carried in at its inputs: {inherited:.3g} (greatest absolute difference)")
-        return "\n".join(lines)
+        return words(Say.NOT_CLOSE_LOCAL, **_where(row), reference=result.reference, metrics=row.local,
+                     inherited=inherited)
     first = result.first_total
     assert first is not None
     row = result.rows[first]
     assert row.total is not None
     worst = result.largest_local
     local = result.rows[worst].local if worst is not None else None
-    largest = f"; the largest is {local.max_abs_err:.3g} in {result.rows[worst].module!r}" \
-        if local is not None and worst is not None else ""
-    return "\n".join(["Models are not close!", "",
-                      "No module exceeds its tolerance on the reference's inputs: the error grows a little at every "
-                      f"layer{largest}. It first exceeds the tolerance at {_where(row)}:", *_lines(row.total)])
+    largest = (local.max_abs_err, result.rows[worst].module) if local is not None and worst is not None else None
+    return words(Say.NOT_CLOSE_GROWING, **_where(row), metrics=row.total, largest=largest)

@@ -1,5 +1,6 @@
 """Why `align replay` did not replay a call, as codes: a row's `reason` is `Words(Say.X, data)` (or the text of the
-dump's own error), and aligner/render/words/replay.py holds the sentence of each code."""
+dump's own error), and `assert_close`'s AssertionError text; aligner/render/words/replay.py holds the sentence of each
+code."""
 from __future__ import annotations
 
 import enum
@@ -16,3 +17,8 @@ class Say(enum.Enum):
     CALLED_TWICE = "called_twice"
     BACKWARD_RAISED = "backward_raised"      # error
     NO_GRADIENT_PAIRS = "no_gradient_pairs"
+    # assert_close's AssertionError (assertion.py); each: module, module_b, type, type_b, step, phase (the row
+    # blamed) and metrics (its Metrics: mismatched, greatest differences against what was allowed)
+    NOT_CLOSE_PARENT_CODE = "not_close_parent_code"  # parent: whose code ran between calls (None: the caller)
+    NOT_CLOSE_LOCAL = "not_close_local"      # reference: the side replayed on; inherited: error carried in, or None
+    NOT_CLOSE_GROWING = "not_close_growing"  # largest: (error, module) of the largest own error, or None

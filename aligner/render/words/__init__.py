@@ -18,7 +18,8 @@ from aligner.core.text import code_literal
 from aligner.core.words import Text, Words, speak_with
 
 Template = Union[str, Callable[[Words], str]]
-MODULES = ("audit", "compare", "diff", "replay")   # aligner/render/words/<module>.py, each with TEMPLATES
+# aligner/render/words/<module>.py, each with TEMPLATES
+MODULES = ("audit", "check", "compare", "convert", "data", "diff", "replay")
 
 
 class _Formatter(string.Formatter):

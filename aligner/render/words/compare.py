@@ -1,4 +1,5 @@
-"""The sentences of compare's verdict on where an error starts (aligner/pipelines/compare/says.py names each code)."""
+"""The sentences of compare: its verdict on where an error starts, why a row holds nothing to compare, why a record
+has no noise floor (aligner/pipelines/compare/says.py names each code)."""
 from __future__ import annotations
 
 from aligner.core.words import Words
@@ -81,4 +82,15 @@ TEMPLATES: dict[Say, Template] = {
     Say.HANDED: _handed,
     Say.AFTER_FORWARD: lambda w: say(w["reason"]) + "; the forward pass had already diverged, so the backward one "
                                                     "follows from it",
+    Say.NOT_STORED: lambda w: "; ".join(f"the {side} dump did not store it ({why})" for side, why in w["sides"]),
+    Say.STATS_ONE_SIDE: "one side has only statistics and the other none to compare them with",
+    Say.NO_TWIN: "no float64 twin",
+    Say.NO_TWIN_RECORDS: "the float64 dump has no {kind} records of step {step}",
+    Say.TWIN_SHAPE: "its float64 twin has shape {twin}, not {shape}",
+    Say.TWIN_DTYPE: "its twin is {dtype}, not float64",
+    Say.TWIN_UNREADABLE: "unreadable ({error})",
+    Say.NOTHING_FINITE: "nothing finite to measure",
+    Say.NOISE_NOT_FINITE: "its error against float64 is not finite",
+    Say.NOTHING_TO_MEASURE: "no tensor and no statistics to measure",
+    Say.STATS_LACKING: "its statistics lack min/max/mean/l2",
 }
