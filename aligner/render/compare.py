@@ -16,6 +16,7 @@ from aligner.pipelines.compare.evaluate import Row, RowStatus
 from aligner.pipelines.compare.result import CompareResult, RowFields, as_fields, row_record
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Verdict, error_level
 from aligner.render.jsonout import jsonable
+from aligner.render.words import say
 from aligner.render.zoom import zoom_code, zoom_hint
 
 _CONTEXT = 5          # rows shown around each finding when the table is abbreviated
@@ -171,13 +172,13 @@ def _finding_text(f: Divergence, rows: Sequence[Row]) -> str:
     first, origin = rows[f.first], rows[f.origin]
     text = f"First {f.phase} divergence at {_where(first)}: {_describe(first)}"
     if f.origin == f.first:
-        text += f", introduced here: {f.reason}."
+        text += f", introduced here: {say(f.reason)}."
     else:
         level = "above" if origin.diverged else "below"
         noise = noise_words(origin)
         text += (f"; it was inherited: the error starts at {_where(origin)} (relative error "
                  f"{error_level(origin):.1e}, {level} tolerance" + (f", {noise}" if noise else "")
-                 + f", then accumulated), introduced there: {f.reason}.")
+                 + f", then accumulated), introduced there: {say(f.reason)}.")
     text += _culprit(f, rows) + settings_text(f)
     if f.previous is not None:
         prev = rows[f.previous]
