@@ -280,9 +280,11 @@ def decode_block(block: bytes, lineno: int, canonical_of: dict[str, str]) -> lis
     return out
 
 
-# The most lines `read_manifest` takes from one manifest (records and problem lines): a stats-only record costs ~1.1 KB
-# once read, and `align compare` holds two sides and a row per pair (~3.3 GiB for 1M records a side), so the default
-# keeps a comparison of two 4M-record dumps near 13 GiB; ALIGNER_MAX_RECORDS raises it.
+# The most lines `read_manifest` takes from one manifest (records and problem lines), when a dump is read whole: a
+# stats-only record costs ~0.9 KB once read, and a whole-list `align compare` (dumps that do not pair in step, --html,
+# --all, ...) holds two sides and a row per pair (~3 GiB for 1M records a side), so the default keeps such a comparison
+# of two 4M-record dumps near 12 GiB; ALIGNER_MAX_RECORDS raises it. A streamed read (dumping/read/stream.py: `align
+# check`, a compare of dumps that pair in step) holds a bounded window and takes any number of lines.
 MAX_RECORDS = 4_000_000
 MAX_RECORDS_VARIABLE = "ALIGNER_MAX_RECORDS"
 
