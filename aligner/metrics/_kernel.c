@@ -192,7 +192,7 @@ DEFINE_KERNEL(f64, double, uint64_t, fabs, MUL_ADD)
 static SIGNAL_SAFE_TLS sigjmp_buf *mapped_jump; /* set only while this thread reads its mappings */
 static SIGNAL_SAFE_TLS void *mapped_fault;      /* the address that raised it */
 static struct sigaction previous_bus;
-static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t bus_lock = PTHREAD_MUTEX_INITIALIZER;
 static int bus_installed;
 
 static void on_bus(int sig, siginfo_t *info, void *context)
@@ -212,14 +212,30 @@ static void on_bus(int sig, siginfo_t *info, void *context)
     }
 }
 
-static void install_bus(void)
+static int bus_is_ours(const struct sigaction *current)
 {
-    struct sigaction action;
-    memset(&action, 0, sizeof action);
-    action.sa_sigaction = on_bus;
-    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&action.sa_mask);
-    bus_installed = sigaction(SIGBUS, &action, &previous_bus) == 0;
+    return (current->sa_flags & SA_SIGINFO) && current->sa_sigaction == on_bus;
+}
+
+/* Put on_bus in front before each fold: a handler installed since the last one (a framework imported later, Python's
+ * signal.signal, faulthandler enabled again) would otherwise see this fold's SIGBUS first and end the process; it
+ * becomes the one other faults are handed to. One sigaction call when nothing changed. */
+static void ensure_bus(void)
+{
+    struct sigaction current;
+    if (sigaction(SIGBUS, NULL, &current) == 0 && bus_is_ours(&current)) return;
+    pthread_mutex_lock(&bus_lock);
+    if (sigaction(SIGBUS, NULL, &current) != 0) {
+        bus_installed = 0;
+    } else if (!bus_is_ours(&current)) {
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_sigaction = on_bus;
+        action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&action.sa_mask);
+        bus_installed = sigaction(SIGBUS, &action, &previous_bus) == 0;
+    }
+    pthread_mutex_unlock(&bus_lock);
 }
 
 /* `bytes` of file `fd` from byte `offset`, mapped read-only; `*base` the start of the mapping, `*length` its size. */
@@ -247,7 +263,7 @@ static int too_short(int fd, int64_t end)
 int aligner_accumulate_mapped(int fd_a, int64_t offset_a, int fd_b, int64_t offset_b, int64_t n, int size,
                               double rtol, double atol, Totals *t)
 {
-    pthread_once(&bus_once, install_bus);
+    ensure_bus();
     if (!bus_installed || n <= 0 || (size != 4 && size != 8)) return MAPPED_UNMAPPABLE;
     void *base_a = MAP_FAILED, *base_b = MAP_FAILED;
     size_t length_a = 0, length_b = 0;

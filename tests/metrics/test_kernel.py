@@ -152,3 +152,31 @@ def test_a_file_shorter_than_its_data_is_named_and_the_totals_left_alone(tmp_pat
             os.close(fd)
     assert done == (Mapped.SHORT_A if cut == "a" else Mapped.SHORT_B)
     assert (totals.offset, totals.count, totals.saa) == (5, 5, 5.0)
+
+
+_LATE_HANDLER = """
+import os, signal, sys
+import numpy as np
+from aligner.metrics.kernel import Mapped, Totals, accumulate_mapped
+n = 1 << 18
+paths = [os.path.join(sys.argv[1], side) for side in "ab"]
+for path in paths:
+    np.ones(n, np.float32).tofile(path)
+fds = [os.open(path, os.O_RDONLY) for path in paths]
+assert accumulate_mapped(fds[0], 0, fds[1], 0, n, np.dtype(np.float32), 0.0, 0.0, Totals()) == Mapped.OK
+signal.signal(signal.SIGBUS, signal.SIG_DFL)   # a handler set after the kernel's: a framework imported later
+os.truncate(paths[0], 4096)
+print(accumulate_mapped(fds[0], 0, fds[1], 0, n, np.dtype(np.float32), 0.0, 0.0, Totals()).name)
+"""
+
+
+def test_a_sigbus_handler_set_after_the_first_fold_does_not_end_the_process(tmp_path) -> None:
+    """A SIGBUS handler installed after the kernel's (here the default action, as a framework imported after the
+    first mapped fold could do): the next fold puts the kernel's back in front, so a file cut under it is still named,
+    not the process killed (the suite's worker died on this when MindSpore was imported after a fold)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _LATE_HANDLER, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "SHORT_A"), (proc.returncode, proc.stdout, proc.stderr)
