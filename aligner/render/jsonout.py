@@ -10,15 +10,11 @@ import sys
 from typing import IO, Any
 
 from aligner.core.atomic import atomic_open
-from aligner.core.words import Words
-from aligner.render.words import say
 
 
 def jsonable(value: Any) -> Any:
-    """`value` with every non-finite float replaced by its string, enums by their value and `Words` by their sentence
-    (the `message` a saved result keeps), recursively."""
-    if isinstance(value, Words):
-        return say(value)
+    """`value` with every non-finite float replaced by its string and enums by their value, recursively (`Words` are
+    a str holding their sentence: json writes that text)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, enum.Enum):

@@ -2,9 +2,9 @@
 
 A template is a `str.format` string over the words' data, with three conversions of our own: `!l` writes a value as
 code (core.text.code_literal: 0.1, (1, 2)), `!x` a shape as 1x3x8x8, `!j` a sequence as 'a, b'; a nested `Words`
-value is worded first. Where the sentence depends on the data beyond filling it in (a plural, a part said only
-sometimes), the template is a function of the words. One module per pipeline holds its codes' templates
-(`TEMPLATES`); tests/test_architecture.py checks every code has one.
+value is its sentence (Words were worded when made). Where the sentence depends on the data beyond filling it in (a
+plural, a part said only sometimes), the template is a function of the words. One module per pipeline holds its
+codes' templates (`TEMPLATES`); tests/test_architecture.py checks every code has one.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ MODULES = ("audit", "check", "compare", "convert", "data", "diff", "replay")
 
 
 class _Formatter(string.Formatter):
-    """str.format with !l (code literal), !x (a shape), !j (joined by ', ') and nested Words."""
+    """str.format with !l (code literal), !x (a shape) and !j (joined by ', ')."""
 
     def convert_field(self, value: Any, conversion: str | None) -> Any:
         if conversion == "l":
@@ -33,9 +33,6 @@ class _Formatter(string.Formatter):
         if conversion == "j":
             return ", ".join(map(str, value))
         return super().convert_field(value, conversion)
-
-    def format_field(self, value: Any, format_spec: str) -> Any:
-        return super().format_field(say(value) if isinstance(value, Words) else value, format_spec)
 
 
 _FORMATTER = _Formatter()
