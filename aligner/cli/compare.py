@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import functools
+import os
+from pathlib import Path
 from typing import IO, Callable
 
 import click
@@ -69,7 +71,8 @@ then execution order), and exit 1 also when a rank's folder is missing on one si
 @json_option
 @click.option("--csv", "csv_out", metavar="PATH", help="Write one CSV row per record pair ('-' for stdout).")
 @click.option("--html", "html_out", metavar="PATH", help="Write an HTML report with an interactive error-per-layer "
-              "chart (self-contained, works offline).")
+              "chart (self-contained, works offline); past 50,000 records its chart is downsampled and its table "
+              "shows the records around each finding (--csv holds every one).")
 @strict_option
 @click.option("--all", "full", is_flag=True, help="Print every row, not just the context of each finding.")
 @click.option("--workers", metavar="N", help="At most N tensor pairs compared in parallel (default: one per CPU; "
@@ -116,10 +119,12 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
                                   per_rank_only={"--calibrate": calibrate, "--csv": csv_out, "--html": html_out})
         finally:
             engine.close()
-    # streamed (compare/stream.py: rows into the reports' spools as they are made, a bounded window kept) unless a
-    # report needs every row: the table of --all, the HTML page's chart and table
+    # streamed (compare/stream.py: rows into the reports' spools and the HTML chart's profile as they are made, a
+    # bounded window kept) unless the table of --all needs every row
     spool = ReportSpool(json_rows=bool(json_out), csv_rows=bool(csv_out)) if json_out or csv_out else None
-    run = compare if full or html_out else functools.partial(compare_streamed, sink=spool)
+    profile = render.ErrorProfile(spec) if html_out else None
+    sink = render.Tee(spool, profile) if spool is not None and profile is not None else spool or profile
+    run = compare if full else functools.partial(compare_streamed, sink=sink)
     try:
         result = run(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=spec, bisect=bisect,
                      workers=n_workers, strict=strict, calibrate=calibrate, calibrate_k=k,
@@ -131,7 +136,9 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
         (path, functools.partial(writer, spool=spooled))
         for path, writer in ((json_out, write_compare_json), (csv_out, write_csv)) if path]
     if html_out:
-        reports.append((html_out, render.write_html))
+        words = _csv_command(dumps_a, dumps_b, ref, rtol, atol, strict, trust_pickle or trust_pickle_alias, html_out)
+        full_table = render.FullTable(_relative(csv_out, html_out) if csv_out and csv_out != "-" else None, words)
+        reports.append((html_out, functools.partial(render.write_html, profile=profile, full_table=full_table)))
     files = [(path, writer) for path, writer in reports if path != "-"]
     with atomic_files([path for path, _ in files], "w") as handles:  # the set appears whole, or not at all
         for (_, writer), fh in zip(files, handles):
@@ -149,6 +156,23 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
     if result.exit_code is ExitCode.USAGE:  # the reports are out; exit 2 still says why on stderr, in one line
         raise AlignerError(f"compare incomplete: {incomplete(result)}")
     return int(result.exit_code)
+
+
+def _csv_command(dumps_a: str, dumps_b: str, ref: str | None, rtol: tuple[str, ...], atol: tuple[str, ...],
+                 strict: bool, trust_pickle: bool, html_out: str) -> tuple[str, ...]:
+    """The words of the command that writes this comparison's every row as CSV, beside the HTML page (what a long
+    report's page suggests when no --csv was given)."""
+    words = ["align", "compare", dumps_a, dumps_b, *(["--ref", ref] if ref else [])]
+    words += [w for r in rtol for w in ("--rtol", r)] + [w for a in atol for w in ("--atol", a)]
+    words += ["--strict"] * strict + ["--trust-pickle"] * trust_pickle
+    page = Path(html_out)
+    rows = page.with_suffix(".csv") if page.suffix != ".csv" else page.with_name(page.name + ".csv")
+    return (*words, "--csv", str(rows))
+
+
+def _relative(path: str, page: str) -> str:
+    """`path` as the page at `page` links to it: relative to the page's folder."""
+    return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(page)))
 
 
 def _compare_ranks(dumps_a: str, dumps_b: str, *, ref: str | None, map_file: str | None,
