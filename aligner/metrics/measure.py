@@ -13,7 +13,7 @@ import itertools
 import math
 import operator
 from contextlib import AbstractContextManager
-from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Protocol, runtime_checkable
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 from msgspec import UNSET
@@ -382,3 +382,63 @@ def compare_stats(stats_a: Stats, stats_b: Stats, shape_a: tuple[int, ...],
         diff = abs(norm_a - norm_b)
         m.rel_l2_err = 0.0 if diff == 0 else (diff / norm_b if norm_b else math.inf)
     return m
+
+
+StatsItem = tuple[Stats, Stats, Sequence[Any], Sequence[Any], str, str, "Tolerance | None"]  # compare_stats's arguments
+_COMPARED_STATS = operator.attrgetter("max", "min", "mean", "l2", "nan", "inf")  # what compare_stats reads
+_PLAIN = (float, float, float, float, int, int)
+_EXACT = float(1 << 51)  # counts and element counts below this stay exact through float64 sums of three
+
+
+def compare_stats_many(items: Sequence[StatsItem]) -> list[Metrics | None]:
+    """`compare_stats(*item)` of each item, bit for bit, from one vectorised pass over the batch: for the items of
+    equal shapes and known dtypes whose compared statistics are plain numbers (min, max, mean and L2 floats, the
+    NaN/Inf counts ints); None for the others (call `compare_stats` for them: it handles None, statistics not
+    recorded, other shapes, and raises what it raises)."""
+    out: list[Metrics | None] = [None] * len(items)
+    at: list[int] = []
+    values_a: list[tuple] = []
+    values_b: list[tuple] = []
+    fixed: list[tuple] = []  # (shape_a, shape_b, dtype_a, dtype_b, rtol, atol, numel) of each pair computed here
+    for k, (sa, sb, shape_a, shape_b, dtype_a, dtype_b, tol) in enumerate(items):
+        va, vb = _COMPARED_STATS(sa), _COMPARED_STATS(sb)
+        if tuple(map(type, va)) != _PLAIN or tuple(map(type, vb)) != _PLAIN:
+            continue
+        try:
+            ta, tb = tuple(shape_a), tuple(shape_b)
+            da, db = canonical(dtype_a), canonical(dtype_b)
+            tol = tol or Tolerance.for_dtype(da, db)
+            numel = math.prod(tb)
+        except Exception:  # whatever it is, compare_stats meets it again and says so
+            continue
+        if ta != tb or type(tol.rtol) is not float or type(tol.atol) is not float or type(numel) is not int \
+                or not 0 <= numel < _EXACT:
+            continue
+        at.append(k)
+        values_a.append(va)
+        values_b.append(vb)
+        fixed.append((ta, tb, da, db, tol.rtol, tol.atol, numel))
+    if not at:
+        return out
+    a, b = np.array(values_a, np.float64).T, np.array(values_b, np.float64).T
+    rtol, atol, numel = (np.array(column, np.float64) for column in list(zip(*fixed))[4:])
+    with np.errstate(all="ignore"):  # NaN and Inf come out as Python's float arithmetic gives them, silently
+        exact = (np.abs(a[4:]) < _EXACT).all(0) & (np.abs(b[4:]) < _EXACT).all(0)
+        sqrt_n = np.sqrt(np.maximum(numel - b[4] - b[5], 1.0))
+        low, high = np.abs(b[1]), np.abs(b[0])
+        extreme = atol + rtol * np.where(high > low, high, low)  # Python's max(low, high): low unless high is greater
+        norm_b = np.where(b[3] == 0.0, 0.0, b[3])  # `norm_b or 0.0`
+        err = np.abs(a[:4] - b[:4])  # max, min, mean, l2
+        failed = ((a[4] != b[4]).astype(np.int64) + (a[5] != b[5]) + (err[0] > extreme) + (err[1] > extreme)
+                  + (err[2] > atol + rtol * norm_b / sqrt_n) + (err[3] > atol * sqrt_n + rtol * norm_b))
+        worst = np.where(err[0] > 0.0, err[0], 0.0)
+        worst = np.where(err[1] > worst, err[1], worst)
+        diff = np.abs(a[3] - b[3])
+        rel = np.where(diff == 0.0, 0.0, np.where(b[3] != 0.0, diff / b[3], math.inf))
+    stats = Method.STATS
+    for k, va, vb, (sa, sb, da, db, rt, at_, n), bad, high_err, rel_err, ok in zip(
+            at, values_a, values_b, fixed, failed.tolist(), worst.tolist(), rel.tolist(), exact.tolist()):
+        if ok:  # the fields compare_stats sets, in its types (Python floats and ints)
+            out[k] = Metrics(sa, sb, da, db, rt, at_, stats, n, bad, high_err, rel_l2_err=rel_err, norm_a=va[3],
+                             norm_b=vb[3], nan_a=va[4], nan_b=vb[4], inf_a=va[5], inf_b=vb[5])
+    return out
