@@ -135,7 +135,7 @@ def spelling(path: str) -> str:
     return path.replace("_", "").lower()
 
 
-def _wrapper_prefixes(spelled: list[set[str]]) -> tuple[str, str]:
+def wrapper_prefixes(spelled: list[set[str]]) -> tuple[str, str]:
     """The prefix one side's module paths carry and the other's lack, when it wraps most of that side and stripping
     it pairs more names (DDP's `module.`, MindSpore's `_backbone.`, a user's `net.`): ("", "") when nothing does.
     Without it no record would pair by name, and aligning every record by content costs ~200x more. `spelled`: each
@@ -168,19 +168,20 @@ def _unwrapped(names: list[str | None], prefix: str) -> list[str | None]:
             spelling(n).startswith(prefix) else n for n in names]
 
 
-def _named_inputs(items: Sequence[Item]) -> bool:
+def named_inputs(items: Sequence[Item]) -> bool:
     """Whether a side's call inputs carry the argument they were passed as (`arg`: aligner dumps from version 2,
     msprobe dumps)."""
     return any(it.record.arg is not None for it in items if it.record.io == Io.INPUT)
 
 
-def _keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[str, str],
-          by_arg: bool = False) -> list[Hashable | None]:
+def name_keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[str, str],
+          by_arg: bool = False, seen: dict[tuple, int] | None = None) -> list[Hashable | None]:
     """Name keys in order (`names`: each record's name under its side's namer, `spelled`: its spelling by name); the
     nth call of the same module/io/index gets occurrence n. None when renamed away. With `by_arg` (both sides name
     their inputs), an input is keyed by the argument it was passed as instead of its position: transformers and
-    mindone pass a decoder layer's keyword arguments in different orders."""
-    seen: dict[tuple, int] = {}
+    mindone pass a decoder layer's keyword arguments in different orders. `seen`: the occurrences counted before
+    these records (a stream paired a window at a time), counted on."""
+    seen = {} if seen is None else seen
     keys: list[Hashable | None] = []
     append = keys.append
     for item, module in zip(items, names):
@@ -199,7 +200,7 @@ def _keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[str,
     return keys
 
 
-_MODULE_KINDS = (Kind.FORWARD, Kind.BACKWARD)
+MODULE_KINDS = (Kind.FORWARD, Kind.BACKWARD)
 
 
 def _inside_leaves(items: Sequence[Item], names: Sequence[str | None], other: Sequence[Item],
@@ -208,19 +209,24 @@ def _inside_leaves(items: Sequence[Item], names: Sequence[str | None], other: Se
     `x * self.sigmoid(x)`, where PyTorch's `act` is one SiLU): the internals of a composite, with no twin there. They
     stay out of the pairing by content, which would compare a child's output with the whole composite's."""
     recorded = {spelled.get(n) or spelling(n) for it, n in zip(other, other_names)
-                if n is not None and it.record.kind in _MODULE_KINDS}
-    parents = {".".join(parts[:k]) for parts in (n.split(".") for n in recorded) for k in range(len(parts))}
-    leaves = recorded - parents
-    if not leaves:
+                if n is not None and it.record.kind in MODULE_KINDS}
+    parents = {p for n in recorded for p in ancestors(n)}
+    if not recorded - parents:
         return set()
-    out = set()
-    for i, (it, n) in enumerate(zip(items, names)):
-        if n is None or it.record.kind not in _MODULE_KINDS:
-            continue
-        parts = (spelled.get(n) or spelling(n)).split(".")
-        if any(".".join(parts[:k]) in leaves for k in range(1, len(parts))):
-            out.add(i)
-    return out
+    return {i for i, (it, n) in enumerate(zip(items, names)) if n is not None and it.record.kind in MODULE_KINDS
+            and inside_leaf(spelled.get(n) or spelling(n), recorded, parents)}
+
+
+def ancestors(spelt: str) -> list[str]:
+    """A spelled module path's ancestors, the root "" first ("a.b.c": "", "a", "a.b")."""
+    parts = spelt.split(".")
+    return [".".join(parts[:k]) for k in range(len(parts))]
+
+
+def inside_leaf(spelt: str, recorded: set[str], parents: set[str]) -> bool:
+    """Whether a module (spelled) sits inside one the other side records as a leaf: an ancestor among the other
+    side's `recorded` module names that is none of their `parents` (`_inside_leaves`, one name at a time)."""
+    return any(p in recorded and p not in parents for p in ancestors(spelt)[1:])
 
 
 def _signature(item: Item) -> tuple:
@@ -341,7 +347,7 @@ def passthrough(items: Sequence[Item]) -> dict[int, int]:
         j = i
         while j + 1 < n and modules[j + 1] == modules[i] and kinds[j + 1] == kinds[i]:
             j += 1
-        if rec.kind in _MODULE_KINDS and i > 0 and i == j:  # one record: an output equal to the one before
+        if rec.kind in MODULE_KINDS and i > 0 and i == j:  # one record: an output equal to the one before
             before = records[i - 1].stats
             if rec.io not in INPUTS and not (rec.stats and before and known(rec.stats.l2) != known(before.l2)):
                 for k in (i - 1, i):  # (a different L2 norm already tells most records from the one before)
@@ -349,7 +355,7 @@ def passthrough(items: Sequence[Item]) -> dict[int, int]:
                         same[k] = _same(items[k])
                 if same[i] is not None and same[i] == same[i - 1]:
                     folded[i] = i - 1
-        elif rec.kind in _MODULE_KINDS and i > 0:
+        elif rec.kind in MODULE_KINDS and i > 0:
             for k in range(i - 1, j + 1):
                 if same[k] is None:
                     same[k] = _same(items[k])
@@ -387,7 +393,7 @@ def _by_call(items: Sequence[Item], wanted: set[str]) -> dict[tuple[int, str, in
     out: dict[tuple[int, str, int], list[int]] = defaultdict(list)
     for k, it in enumerate(items):
         r = it.record
-        if r.module in wanted and r.call is not None and r.kind in _MODULE_KINDS:
+        if r.module in wanted and r.call is not None and r.kind in MODULE_KINDS:
             out[(r.step, r.module, r.call)].append(k)
     return out
 
@@ -396,42 +402,81 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
           name_b: Namer | None = None) -> list[Pair]:
     """All records of both sides as pairs, in the reference side's (`b`) execution order, unmatched and folded ones
     included."""
-    fold_a, fold_b = passthrough(items_a), passthrough(items_b)
     names_a: list[str | None] = [name_a(it.record) for it in items_a] if name_a else \
         [it.record.module for it in items_a]
     names_b: list[str | None] = [name_b(it.record) for it in items_b] if name_b else \
         [it.record.module for it in items_b]
     distinct = {*filter(None, names_a), *filter(None, names_b)}
     spelled = dict(zip(distinct, map(spelling, distinct)))  # each distinct name spelled once
-    strip_a, strip_b = _wrapper_prefixes([set(map(spelled.__getitem__, filter(None, names)))
+    strip_a, strip_b = wrapper_prefixes([set(map(spelled.__getitem__, filter(None, names)))
                                           for names in (names_a, names_b)])
     names_a, names_b = _unwrapped(names_a, strip_a), _unwrapped(names_b, strip_b)
-    by_arg = _named_inputs(items_a) and _named_inputs(items_b)  # else inputs pair by position
-    keys_a, keys_b = _keys(items_a, names_a, spelled, by_arg), _keys(items_b, names_b, spelled, by_arg)
-    where_b = {k: i for i, k in enumerate(keys_b) if k is not None}
-    # a call that hands back its own input never pairs by name with one that computes other numbers (timm's Swin
-    # stage starts with an Identity `downsample` where mindcv's `downsample` merges patches): each folds or pairs by
-    # content
-    named = [(i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b]  # sorted by i
-    odd = [(i, j) for i, j in named if i in fold_a or j in fold_b]  # a pass-through on a side: look closer
-    if odd:
-        calls_a = _by_call(items_a, {items_a[i].record.module for i, _ in odd})
-        calls_b = _by_call(items_b, {items_b[j].record.module for _, j in odd})
-        apart = set()
-        for i, j in odd:
-            x, y = returns_input(items_a, i, calls_a), returns_input(items_b, j, calls_b)
-            if x is not None and y is not None and (x[0] and not y[1] or y[0] and not x[1]):
-                apart.add((i, j))  # one hands its input back, the other computes other numbers
-        named = [p for p in named if p not in apart]
-    partner = dict(named)  # record of `a` -> its twin in `b`
+    by_arg = named_inputs(items_a) and named_inputs(items_b)  # else inputs pair by position
     # records kept out of the pairing by content: the internals of a composite the other side records as one leaf,
     # and blocks' statistics (every block of a stack hands back the same shape: only a name tells them apart)
     inner_a = _inside_leaves(items_a, names_a, items_b, names_b, spelled) | \
         {i for i, it in enumerate(items_a) if it.record.kind == Kind.BLOCK}
     inner_b = _inside_leaves(items_b, names_b, items_a, names_a, spelled) | \
         {i for i, it in enumerate(items_b) if it.record.kind == Kind.BLOCK}
+
+    def apart(odd: list[tuple[int, int]]) -> set[tuple[int, int]]:
+        calls_a = _by_call(items_a, {items_a[i].record.module for i, _ in odd})
+        calls_b = _by_call(items_b, {items_b[j].record.module for _, j in odd})
+        return {(i, j) for i, j in odd if parts_ways(returns_input(items_a, i, calls_a),
+                                                     returns_input(items_b, j, calls_b))}
+
+    keyed_a = Keyed(items_a, names_a, name_keys(items_a, names_a, spelled, by_arg), passthrough(items_a), inner_a)
+    keyed_b = Keyed(items_b, names_b, name_keys(items_b, names_b, spelled, by_arg), passthrough(items_b), inner_b)
+    return pair_keyed(keyed_a, keyed_b, apart).rows
+
+
+def parts_ways(mine: tuple[bool, bool] | None, theirs: tuple[bool, bool] | None) -> bool:
+    """Whether two calls paired by name part ways (`returns_input` of each): one hands its input back, the other
+    computes other numbers."""
+    return mine is not None and theirs is not None and (mine[0] and not theirs[1] or theirs[0] and not mine[1])
+
+
+@dataclasses.dataclass
+class Keyed:
+    """One side's records with what pairing reads of each: its name, its name key (`name_keys`), the pass-through calls
+    folded away (`passthrough`) and the records kept out of the pairing by content."""
+
+    items: Sequence[Item]
+    names: Sequence[str | None]
+    keys: list[Hashable | None]
+    fold: dict[int, int]
+    inner: set[int]
+
+
+@dataclasses.dataclass
+class Matched:
+    """What `pair_keyed` decided: the rows, and how (a stream paired a window at a time checks where it may cut)."""
+
+    rows: list[Pair]
+    partner: dict[int, int]            # record of `a` -> its twin in `b`
+    named: list[tuple[int, int]]       # the pairs by name, by `a`'s order
+    anchors: dict[bool, set[tuple[int, int]]]  # per stream (parameter gradients or not): the name pairs that anchor
+    by_content: set[int]               # the records of `a` paired by content
+
+
+def pair_keyed(a: Keyed, b: Keyed, apart: Callable[[list[tuple[int, int]]], set[tuple[int, int]]]) -> Matched:
+    """`match` once each side's records are keyed: pairs by name, then by content in the gaps between the name pairs
+    that keep both sides' order; `apart` picks, of the name pairs where a side folds a pass-through call, those
+    whose calls part ways."""
+    items_a, items_b, names_a, names_b = a.items, b.items, a.names, b.names
+    where_b = {k: i for i, k in enumerate(b.keys) if k is not None}
+    # a call that hands back its own input never pairs by name with one that computes other numbers (timm's Swin
+    # stage starts with an Identity `downsample` where mindcv's `downsample` merges patches): each folds or pairs by
+    # content
+    named = [(i, where_b[k]) for i, k in enumerate(a.keys) if k is not None and k in where_b]  # sorted by i
+    odd = [(i, j) for i, j in named if i in a.fold or j in b.fold]  # a pass-through on a side: look closer
+    if odd:
+        away = apart(odd)
+        named = [p for p in named if p not in away]
+    partner = dict(named)  # record of `a` -> its twin in `b`
     by_content: set[int] = set()  # the records of `a` paired by content (the others by name)
     used_b = set(partner.values())
+    anchored: dict[bool, set[tuple[int, int]]] = {}
 
     def score(ia: int, ib: int) -> float:
         return _score(items_a[ia], items_b[ib], names_a[ia], names_b[ib])
@@ -444,16 +489,18 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
         in_a = [(it.record.kind == Kind.PARAM_GRAD) == stream for it in items_a]
         in_b = [(it.record.kind == Kind.PARAM_GRAD) == stream for it in items_b]
         if not (any(in_a) and any(in_b)):  # one side has none of this stream: nothing to align
+            anchored[stream] = set()
             continue
-        anchors = [(-1, -1)] + longest_increasing([(ia, ib) for ia, ib in named if in_a[ia]]) + \
-            [(len(items_a), len(items_b))]
+        lis = longest_increasing([(ia, ib) for ia, ib in named if in_a[ia]])
+        anchored[stream] = set(lis)
+        anchors = [(-1, -1)] + lis + [(len(items_a), len(items_b))]
         for (a0, b0), (a1, b1) in zip(anchors, anchors[1:]):
             if a1 - a0 < 2 or b1 - b0 < 2:  # consecutive anchors on one side: an empty gap
                 continue
-            gap_a = [i for i in range(a0 + 1, a1) if in_a[i] and i not in partner and i not in fold_a and
-                     i not in inner_a]
-            gap_b = [j for j in range(b0 + 1, b1) if in_b[j] and j not in used_b and j not in fold_b and
-                     j not in inner_b]
+            gap_a = [i for i in range(a0 + 1, a1) if in_a[i] and i not in partner and i not in a.fold and
+                     i not in a.inner]
+            gap_b = [j for j in range(b0 + 1, b1) if in_b[j] and j not in used_b and j not in b.fold and
+                     j not in b.inner]
             for ia, ib in _align_gap(gap_a, gap_b, score):
                 partner[ia] = ib
                 by_content.add(ia)
@@ -465,7 +512,7 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
         if ia in partner:
             last = partner[ia]
         else:
-            after[last].append(Pair(item, None, MatchedBy.FOLDED if ia in fold_a else None))
+            after[last].append(Pair(item, None, MatchedBy.FOLDED if ia in a.fold else None))
     by_b = dict(zip(partner.values(), partner))  # record of `b` -> its twin in `a`
     rows = after.pop(-1, [])
     for ib, item in enumerate(items_b):
@@ -473,7 +520,7 @@ def match(items_a: Sequence[Item], items_b: Sequence[Item], name_a: Namer | None
         if twin is not None:
             rows.append(Pair(items_a[twin], item, MatchedBy.CONTENT if twin in by_content else MatchedBy.NAME))
         else:
-            rows.append(Pair(None, item, MatchedBy.FOLDED if ib in fold_b else None))
+            rows.append(Pair(None, item, MatchedBy.FOLDED if ib in b.fold else None))
         if ib in after:
             rows += after[ib]
-    return rows
+    return Matched(rows, partner, named, anchored, by_content)

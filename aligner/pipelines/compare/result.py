@@ -201,9 +201,9 @@ class CompareResult(PassedByExitCode):
 
     @functools.cached_property
     def unmatched(self) -> list[int]:
-        """Rows with a record on one side only (status UNMATCHED; none in a streamed comparison)."""
+        """Rows with a record on one side only (status UNMATCHED)."""
         if self.tally is not None:
-            return []
+            return self.tally.of("unmatched")  # type: ignore[return-value]
         return [i for i, r in enumerate(self.rows)
                 if (r.pair.a is None or r.pair.b is None) and r.pair.matched_by != MatchedBy.FOLDED]
 

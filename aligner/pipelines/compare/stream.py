@@ -2,13 +2,13 @@
 paired in step, each pair evaluated and handed to the caller as it comes, and only a bounded window of rows kept for
 the verdict.
 
-It applies when the two dumps pair by name in order: one model dumped in both frameworks, the same calls in the same
-order, so that record k of one side has the key (kind, spelled module path, io, place, step) of record k of the other
-and `matching.match` over the whole lists would pair them by name too. Where they do not (`Fallback`: a record on one
-side only, another order, op-level records, renamed parameter gradients between PyTorch and MindSpore, a call that
-hands back its input on one side only, a reference that ran BatchNorm in training mode, a manifest out of execution
-order, another tool's dump, or --map, --calibrate, --bisect, a cluster engine) compare reads both dumps whole
-(`run.compare`), the reason kept in `CompareResult.streamed`.
+The two streams are paired a window at a time as `matching.match` pairs the whole lists (aligner.dumping.pair.window:
+records on one side only, pass-through calls folded on one side, inputs in another order and records paired by content
+resynchronise within the look-ahead). Where that cannot be done exactly (`Fallback`: a record pairing with one far
+away, no resynchronising point within the look-ahead, renamed parameter gradients between PyTorch and MindSpore, a
+pass-through call whose inputs were let go, a reference that ran BatchNorm in training mode, a manifest out of
+execution order, another tool's dump, or --map, --calibrate, --bisect, a cluster engine) compare reads both dumps
+whole (`run.compare`), the reason kept in `CompareResult.streamed`.
 
 Memory, the bound: the stream readers' blocks, the records and rows in flight (`BLOCK` records a side, paired and
 evaluated at a time), the inputs of the module calls still open, and the rows kept for the verdict: the last
@@ -34,19 +34,12 @@ from aligner.core.errors import AlignerError
 from aligner.core.frameworks import Framework, reference_index
 from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import CALIBRATION_K, ToleranceSpec
-from aligner.dumping.manifest import INPUTS, Kind, Record
-from aligner.dumping.pair.matching import (
-    MatchedBy,
-    Pair,
-    layer_type,
-    passthrough,
-    returns_input,
-    same_layer,
-    spelling,
-)
+from aligner.dumping.manifest import Kind
+from aligner.dumping.pair.matching import MatchedBy, Pair, layer_type, same_layer
 from aligner.dumping.pair.paired import SAME_MODEL_MIN_PAIRED, SAME_MODEL_MIN_RECORDS, different_models
+from aligner.dumping.pair.window import OutOfStepError, pairs_resynced
 from aligner.dumping.read.foreign.layout import detect
-from aligner.dumping.read.source import Item, Source
+from aligner.dumping.read.source import Source
 from aligner.dumping.read.stream import Stream, UnorderedError, open_stream
 from aligner.pipelines import compare as package  # with_settings: loaded for a finding in dumps with call records
 from aligner.pipelines.compare import run
@@ -55,12 +48,9 @@ from aligner.pipelines.compare.evaluate import Row
 from aligner.pipelines.compare.result import CompareResult, Streamed, Tally
 from aligner.pipelines.compare.verdict import NanFinding, Verdict, judge, phase_of
 
-BLOCK = 4096     # records of each side read, paired and evaluated at a time
+BLOCK = 4096     # records of each side read, paired and evaluated at a time (more while the sides resynchronise)
 WINDOW = 50_000  # rows kept before and after the first notable row of each phase (~3 KB each: ~150 MB a region)
-_CONTEXT = 64    # records of the block before kept to fold a pass-through call at the start of a block
-_OPEN_CALLS = 1 << 16  # calls whose inputs are held until their outputs pass (a model's depth is far below this)
 _KEPT_FIRST = 8  # rows kept of each kind a report names the first of, and first rows (render/compare.py shows 5)
-_MODULE_KINDS = (Kind.FORWARD, Kind.BACKWARD)
 
 
 class Fallback(enum.Enum):
@@ -68,13 +58,11 @@ class Fallback(enum.Enum):
 
     OPTIONS = "options"              # --map, --calibrate, --bisect or a cluster engine
     FOREIGN = "foreign"              # another tool's dump (msprobe's mapping files rename its names)
-    LENGTHS = "lengths"              # one side has records the other lacks
-    ORDER = "order"                  # record k of one side is not record k of the other
-    OPS = "ops"                      # op-level records pair by content
+    ORDER = "order"                  # a record pairs with one paired windows before, or a whole-list naming rule
+    WINDOW = "window"                # the two sides do not resynchronise within the look-ahead (window.LOOKAHEAD)
     PARAM_NAMES = "param_names"      # parameter gradients renamed between PyTorch and MindSpore
-    PASS_THROUGH = "pass_through"    # a call hands back its input on one side only (or its inputs left the window)
+    PASS_THROUGH = "pass_through"    # a pass-through call's inputs were let go before its outputs passed
     BUFFERS = "buffers"              # the reference ran BatchNorm in training mode after its tolerance was fixed
-    RUN = "run"                      # one module's records run longer than a block
     UNORDERED = "unordered"          # a manifest out of execution order (read whole, then sorted)
 
 
@@ -97,132 +85,14 @@ class RowSink(Protocol):
     def restart(self) -> None: ...
 
 
-@dataclasses.dataclass
-class _Side:
-    """One side's stream and what pairing it needs of the records already passed."""
-
-    it: Iterator[Item]
-    ahead: list[Item] = dataclasses.field(default_factory=list)  # read, not yet paired
-    tail: list[Item] = dataclasses.field(default_factory=list)   # the last records paired (folding context)
-    open_calls: collections.OrderedDict = dataclasses.field(default_factory=collections.OrderedDict)
-    dropped: bool = False  # an open call's inputs were let go (more than _OPEN_CALLS open)
-    done: bool = False
-
-    def fill(self, n: int) -> None:
-        """Read records until `n` are ahead (parameter values, which compare does not pair, left out)."""
-        while not self.done and len(self.ahead) < n:
-            item = next(self.it, None)
-            if item is None:
-                self.done = True
-            elif item.record.kind != Kind.PARAM:
-                self.ahead.append(item)
-
-
-def _run_key(item: Item) -> tuple[str, Kind]:
-    return item.record.module, item.record.kind
-
-
-def _cut(a: list[Item], b: list[Item], last: bool) -> int:
-    """How many records of both sides to pair now: all when the streams ended, else up to the last place where both
-    sides start another run of one module's records (a call's records never split between blocks)."""
-    n = min(len(a), len(b))
-    if last:
-        return n
-    for k in range(n - 1, 0, -1):
-        if _run_key(a[k - 1]) != _run_key(a[k]) and _run_key(b[k - 1]) != _run_key(b[k]):
-            return k
-    raise NotInStepError(Fallback.RUN)
-
-
-def _check_in_step(x: Record, y: Record, crossing: bool) -> None:
-    """NotInStepError unless x and y have one key, as `matching` builds it (kind, spelled module, io, place, step)."""
-    if x.kind == Kind.OP or y.kind == Kind.OP:
-        raise NotInStepError(Fallback.OPS)
-    if crossing and (x.kind == Kind.PARAM_GRAD or y.kind == Kind.PARAM_GRAD):
-        raise NotInStepError(Fallback.PARAM_NAMES)
-    if (x.kind, x.io, x.step, x.index, x.arg) != (y.kind, y.io, y.step, y.index, y.arg) or \
-            (x.module != y.module and spelling(x.module) != spelling(y.module)):
-        raise NotInStepError(Fallback.ORDER)
-
-
-def _note_calls(side: _Side, block: Sequence[Item]) -> None:
-    """Keep the inputs of each module call until its outputs have passed (what `returns_input` reads)."""
-    calls = side.open_calls
-    for it in block:
-        r = it.record
-        if r.call is None or r.kind not in _MODULE_KINDS:
-            continue
-        key = (r.step, r.module, r.call)
-        if r.io in INPUTS:
-            calls.setdefault(key, []).append(it)
-            if len(calls) > _OPEN_CALLS:
-                calls.popitem(last=False)
-                side.dropped = True
-
-
-def _close_calls(side: _Side, block: Sequence[Item]) -> None:
-    """Let go of the inputs of the calls whose outputs this block held (a call's outputs are one run)."""
-    for it in block:
-        r = it.record
-        if r.call is not None and r.io not in INPUTS:
-            side.open_calls.pop((r.step, r.module, r.call), None)
-
-
-def _returns(side: _Side, block: list[Item], k: int) -> tuple[bool, bool] | None:
-    """`returns_input` of block[k]'s call: its inputs held since they passed, its outputs in this block."""
-    r = block[k].record
-    if r.call is None:
-        return None
-    key = (r.step, r.module, r.call)
-    ins = side.open_calls.get(key, [])
-    if not ins and side.dropped:  # they may have been let go
-        raise NotInStepError(Fallback.PASS_THROUGH)
-    listed = list(ins) + [it for it in block if it.record.io not in INPUTS and it.record.kind in _MODULE_KINDS
-                          and (it.record.step, it.record.module, it.record.call) == key]
-    at = next((j for j, it in enumerate(listed) if it is block[k]), None)
-    return None if at is None else returns_input(listed, at, {key: list(range(len(listed)))})
-
-
-def _pair_block(a: _Side, b: _Side, n: int, crossing: bool) -> list[Pair]:
-    """The first n records of both sides paired by name in order (NotInStepError where `match` would pair otherwise)."""
-    block_a, block_b = a.ahead[:n], b.ahead[:n]
-    for x, y in zip(block_a, block_b):
-        _check_in_step(x.record, y.record, crossing)
-    _note_calls(a, block_a)
-    _note_calls(b, block_b)
-    fold_a, fold_b = passthrough(a.tail + block_a), passthrough(b.tail + block_b)
-    shift_a, shift_b = len(a.tail), len(b.tail)
-    for k in range(n):
-        if k + shift_a in fold_a or k + shift_b in fold_b:  # `match` looks closer at such a pair: so does this
-            mine, theirs = _returns(a, block_a, k), _returns(b, block_b, k)
-            if mine is not None and theirs is not None and (mine[0] and not theirs[1] or theirs[0] and not mine[1]):
-                raise NotInStepError(Fallback.PASS_THROUGH)
-    _close_calls(a, block_a)
-    _close_calls(b, block_b)
-    for side, block in ((a, block_a), (b, block_b)):
-        side.tail = (side.tail + block)[-_CONTEXT:]
-        del side.ahead[:n]
-    return [Pair(x, y, MatchedBy.NAME) for x, y in zip(block_a, block_b)]
-
-
 def pairs_in_step(migrated: Stream, reference: Stream, crossing: bool) -> Iterator[list[Pair]]:
-    """Blocks of pairs, record k of `migrated` with record k of `reference`, in the reference's execution order;
-    NotInStepError as soon as the two streams part (or either is out of execution order)."""
-    a, b = _Side(iter(migrated)), _Side(iter(reference))
-    while True:
-        _filled(a)
-        _filled(b)
-        if not a.ahead and not b.ahead:
-            return
-        last = a.done and b.done
-        if last and len(a.ahead) != len(b.ahead) or not (a.ahead and b.ahead):
-            raise NotInStepError(Fallback.LENGTHS)
-        yield _pair_block(a, b, _cut(a.ahead, b.ahead, last), crossing)
-
-
-def _filled(side: _Side) -> None:
+    """Blocks of the rows `matching.match` makes of the two dumps, in the reference's execution order
+    (aligner.dumping.pair.window); NotInStepError where they cannot be paired a window at a time (or either is out of
+    execution order)."""
     try:
-        side.fill(BLOCK)
+        yield from pairs_resynced(migrated, reference, crossing, BLOCK)
+    except OutOfStepError as exc:
+        raise NotInStepError(Fallback(exc.why.value)) from None
     except UnorderedError:
         raise NotInStepError(Fallback.UNORDERED) from None
 
@@ -326,31 +196,41 @@ class _Counter:
     def __init__(self) -> None:
         self.matched = {"name": 0, "content": 0, "unmatched_a": 0, "unmatched_b": 0, "folded_a": 0, "folded_b": 0}
         self.compared = 0
-        self.firsts: dict[str, list[int]] = {"errors": [], "skipped": [], "reordered": []}
-        self.counts = {"errors": 0, "skipped": 0, "reordered": 0}
+        self.firsts: dict[str, list[int]] = {"errors": [], "skipped": [], "reordered": [], "unmatched": []}
+        self.counts = {"errors": 0, "skipped": 0, "reordered": 0, "unmatched": 0}
         self.op_parents: set[str] = set()
         self.records = [0, 0]  # of each side (check_same_model)
         self.alike = 0
         self._types: dict[tuple[str, str], bool] = {}  # (type a, type b) -> whether they are one layer type
 
     def add(self, i: int, row: Row, window: Window) -> None:
-        self.matched["name"] += 1  # every streamed pair is paired by name
-        self.records[0] += 1
-        self.records[1] += 1
-        a, b = row.pair.a, row.pair.b
+        a, b, by = row.pair.a, row.pair.b, row.pair.matched_by
         if a is not None and b is not None:
+            self.matched[by or MatchedBy.NAME] += 1
+            self.records[0] += 1
+            self.records[1] += 1
             types = (a.record.type, b.record.type)  # same_layer's test of the types, once per pair of types
             alike = self._types.get(types)
             if alike is None:
                 alike = self._types[types] = bool(types[0]) and layer_type(a.record) == layer_type(b.record)
             self.alike += alike or same_layer(a, b)
+        elif by == MatchedBy.FOLDED:
+            self.matched["folded_b" if a is None else "folded_a"] += 1
+        else:  # a record on one side only (CompareResult.matched, .unmatched)
+            self.matched["unmatched_b" if a is None else "unmatched_a"] += 1
+            self.records[a is None] += 1
+            self.counts["unmatched"] += 1
+            if len(self.firsts["unmatched"]) < _KEPT_FIRST:
+                self.firsts["unmatched"].append(i)
+                window.keep(i, row)
         m = row.metrics
         if m is not None:
             self.compared += 1
         if b is not None and b.record.kind == Kind.OP:
             self.op_parents.add(b.record.parent or "")
         if row.error or row.skipped or m is not None and m.reordered:
-            for what, yes in (("errors", bool(row.error)), ("skipped", bool(row.skipped)),
+            for what, yes in (("errors", bool(row.error) and a is not None and b is not None),
+                              ("skipped", bool(row.skipped)),
                               ("reordered", m is not None and m.reordered)):
                 if yes:
                     self.counts[what] += 1
@@ -446,7 +326,8 @@ def compare_streamed(dumps_a: str, dumps_b: str, *, sink: RowSink | None = None,
     rows = kept.rows()
     verdict = _verdict(rows, kept)
     if verdict.findings and migrated.calls and reference.calls:  # the blamed module's settings, from its calls
-        sides = [Source(s.root, s.framework, s.mode, [getattr(row.pair, half) for row in rows.values()], [], s.calls)
+        sides = [Source(s.root, s.framework, s.mode, [x for row in rows.values()
+                                                       if (x := getattr(row.pair, half)) is not None], [], s.calls)
                  for s, half in ((migrated, "a"), (reference, "b"))]
         verdict = package.with_settings(verdict, Kept(rows, total), *sides)
     return CompareResult(run.label(migrated.root, migrated.framework), run.label(reference.root, reference.framework),

@@ -1,0 +1,351 @@
+"""Two record streams paired a window at a time, exactly as `matching.match` pairs the whole lists (issue 32).
+
+Each round pairs what each side has read ahead (`BLOCK` records, doubled up to `LOOKAHEAD` while no cut is found)
+with `matching.pair_keyed`, then hands out the rows up to the last point where the whole-list pairing provably splits
+in two there: a pair by name that ends a run of one module's records on both sides, that every other pair by name
+keeps on its own side of (so the longest order-keeping chain of the whole lists runs through it), after which neither
+side holds a record still waiting for a partner by content in the gap it closes. The rest is paired again with the
+next records. That resynchronises on a record on one side only, Identity and Dropout calls folded on one side, inputs
+passed in another order, and records paired by content (op records, renamed layers) within the window.
+
+What the whole lists decide globally is carried across windows, or checked once known: a name key's occurrence
+number counts on over the step (`seen`); a key whose twin was paired in an earlier window, a wrapper prefix that the
+whole lists' names would strip, inputs keyed by argument on both sides only once a later record names its argument,
+or a composite's internals judged with fewer of the other side's modules than the whole lists hold: `OutOfStepError`,
+and the caller reads both dumps whole (a late one after rows were handed out). A pass-through name pair is judged
+once its calls' records have passed (held back until then). Parameter-gradient names between PyTorch and MindSpore
+are planned over all of them: not streamed.
+
+Memory: the records read ahead (at most `LOOKAHEAD` a side), the last `_CONTEXT` passed (folding context), the
+inputs of the module calls still open, and per step the occurrence counts of the name keys; what grows with the
+model, not the records: the distinct module names of each side.
+"""
+from __future__ import annotations
+
+import bisect
+import collections
+import dataclasses
+import enum
+from typing import Iterable, Iterator, Sequence
+
+from aligner.dumping.manifest import INPUTS, Io, Kind
+from aligner.dumping.pair.matching import (
+    MODULE_KINDS,
+    Keyed,
+    Matched,
+    Pair,
+    ancestors,
+    inside_leaf,
+    name_keys,
+    pair_keyed,
+    parts_ways,
+    passthrough,
+    returns_input,
+    spelling,
+    wrapper_prefixes,
+)
+from aligner.dumping.read.source import Item
+
+BLOCK = 4096             # records of each side paired in a round
+LOOKAHEAD = 1 << 15      # records of each side a round may read ahead looking for a cut before giving up
+_CONTEXT = 64            # records passed kept to fold a pass-through call at the start of a window
+_OPEN_CALLS = 1 << 16    # calls whose inputs are held until their outputs pass (a model's depth is far below this)
+
+
+class Why(enum.Enum):
+    """Why two streams cannot be paired a window at a time as the whole lists would be."""
+
+    ORDER = "order"                # a record pairs by name with one paired in an earlier window, or a rule of the
+    #                                whole lists (wrapper prefix, inputs by argument, a composite's internals) changed
+    WINDOW = "window"              # no point within LOOKAHEAD records where both sides' pairing splits
+    PARAM_NAMES = "param_names"    # parameter gradients renamed between PyTorch and MindSpore (planned over all)
+    PASS_THROUGH = "pass_through"  # a pass-through call's inputs were let go (more than _OPEN_CALLS open)
+
+
+class OutOfStepError(Exception):
+    """The streams cannot be paired a window at a time: read them whole."""
+
+    def __init__(self, why: Why) -> None:
+        super().__init__(why.value)
+        self.why = why
+
+
+_CallKey = tuple[int, str, int]
+
+
+@dataclasses.dataclass
+class _Side:
+    """One side's stream, what it read ahead, and what pairing needs of the records already paired."""
+
+    it: Iterator[Item]
+    ahead: list[Item] = dataclasses.field(default_factory=list)  # read, not yet paired
+    tail: list[Item] = dataclasses.field(default_factory=list)   # the last records paired (folding context)
+    open_calls: collections.OrderedDict[_CallKey, list[Item]] = dataclasses.field(
+        default_factory=collections.OrderedDict)
+    dropped: bool = False  # an open call's inputs were let go (more than _OPEN_CALLS open)
+    done: bool = False
+    seen: dict[tuple, int] = dataclasses.field(default_factory=dict)  # name_keys' occurrence counts, paired records
+    names: set[str] = dataclasses.field(default_factory=set)     # every module name read, spelled
+    modules: set[str] = dataclasses.field(default_factory=set)   # module records' names read, spelled
+    parents: set[str] = dataclasses.field(default_factory=set)   # their ancestors
+    named_inputs: bool = False  # an input read names its argument (`matching.named_inputs`)
+    inner: dict[str, bool] = dataclasses.field(default_factory=dict)  # inside_leaf of names left to content pairing
+    low: int | None = None  # the earliest step whose occurrence counts `seen` holds
+
+    def fill(self, n: int, spelled: dict[str, str]) -> None:
+        """Read records until `n` are ahead (parameter values, which compare does not pair, left out), noting the
+        names the whole-list rules read."""
+        while not self.done and len(self.ahead) < n:
+            item = next(self.it, None)
+            if item is None:
+                self.done = True
+                continue
+            r = item.record
+            if r.kind == Kind.PARAM:
+                continue
+            self.ahead.append(item)
+            spelt = spelled.get(r.module)
+            if spelt is None:
+                spelt = spelled[r.module] = spelling(r.module)
+            self.names.add(spelt)
+            if r.kind in MODULE_KINDS and spelt not in self.modules:
+                self.modules.add(spelt)
+                self.parents.update(ancestors(spelt))
+            if r.arg is not None and r.io == Io.INPUT:
+                self.named_inputs = True
+
+
+def pairs_resynced(migrated: Iterable[Item], reference: Iterable[Item], crossing: bool, block: int = BLOCK,
+                   lookahead: int = LOOKAHEAD) -> Iterator[list[Pair]]:
+    """The rows `matching.match` makes of the two whole streams (names as `namers` gives them without a --map), in
+    blocks, in the reference's order; OutOfStepError where that cannot be done a window at a time (see the module
+    docstring). `crossing`: one side PyTorch, the other MindSpore."""
+    a, b = _Side(iter(migrated)), _Side(iter(reference))
+    spelled: dict[str, str] = {}
+    by_arg: bool | None = None
+    size = block
+    while True:
+        a.fill(size, spelled)
+        b.fill(size, spelled)
+        if not a.ahead and not b.ahead:
+            break
+        now = a.named_inputs and b.named_inputs
+        if by_arg is None:
+            by_arg = now
+        elif now != by_arg:  # the rounds before keyed inputs by position
+            raise OutOfStepError(Why.ORDER)
+        window = _Window(a, b, by_arg, spelled, crossing)
+        cut = window.cut()
+        if cut is None:
+            if size >= lookahead:
+                raise OutOfStepError(Why.WINDOW)
+            size = min(2 * size, lookahead)
+            continue
+        yield window.commit(*cut)
+        size = block
+    _check_whole(a, b)
+
+
+def _check_whole(a: _Side, b: _Side) -> None:
+    """OutOfStepError where a rule `match` applies to the whole lists decides otherwise than the rounds did: a wrapper
+    prefix to strip, or a name left to content pairing that the other side's full module list puts inside a leaf."""
+    if wrapper_prefixes([a.names, b.names]) != ("", ""):
+        raise OutOfStepError(Why.ORDER)
+    for side, other in ((a, b), (b, a)):
+        if any(inside_leaf(name, other.modules, other.parents) != inner for name, inner in side.inner.items()):
+            raise OutOfStepError(Why.ORDER)
+
+
+class _Window:
+    """One round: both sides' records read ahead, paired as `match` pairs them, and where that may be cut."""
+
+    def __init__(self, a: _Side, b: _Side, by_arg: bool, spelled: dict[str, str], crossing: bool) -> None:
+        self.a, self.b, self.spelled = a, b, spelled
+        self.keyed_a = self._keyed(a, b, by_arg, crossing)
+        self.keyed_b = self._keyed(b, a, by_arg, crossing)
+        self.held: list[tuple[int, int]] = []  # pass-through name pairs whose calls have not all passed yet
+        self.matched: Matched = pair_keyed(self.keyed_a, self.keyed_b, self._apart)
+
+    def _keyed(self, side: _Side, other: _Side, by_arg: bool, crossing: bool) -> Keyed:
+        items = side.ahead
+        names = [it.record.module for it in items]
+        if crossing and any(it.record.kind == Kind.PARAM_GRAD for it in items):
+            raise OutOfStepError(Why.PARAM_NAMES)
+        keys = name_keys(items, names, self.spelled, by_arg, dict(side.seen))
+        theirs = other.seen
+        for key in keys:  # a twin paired in an earlier round: the whole lists pair across the cut made there
+            if key is not None and key[1] < theirs.get(key[0], 0):  # type: ignore[index]
+                raise OutOfStepError(Why.ORDER)
+        c = len(side.tail)
+        fold = {k - c: v - c for k, v in passthrough(side.tail + items).items() if k >= c}
+        inner = {k for k, it in enumerate(items) if it.record.kind == Kind.BLOCK or it.record.kind in MODULE_KINDS
+                 and inside_leaf(self.spelled[it.record.module], other.modules, other.parents)}
+        return Keyed(items, names, keys, fold, inner)
+
+    def _apart(self, odd: list[tuple[int, int]]) -> set[tuple[int, int]]:
+        """`match`'s look at the name pairs where a side folds a pass-through call, from each call's records (held
+        inputs and those read ahead); a pair whose calls may still have records to come is held back."""
+        calls = [_calls(self.a), _calls(self.b)]
+        out = set()
+        for i, j in odd:
+            x, y = _returns(self.a, i, calls[0]), _returns(self.b, j, calls[1])
+            if x is _OPEN or y is _OPEN:
+                self.held.append((i, j))
+            elif parts_ways(x, y):  # type: ignore[arg-type]
+                out.add((i, j))
+        return out
+
+    def cut(self) -> tuple[int, int] | None:
+        """(records of `a`, records of `b`) to hand out: the last cut where the whole-list pairing provably splits
+        (module docstring), all of both when both streams ended; None when there is none."""
+        a, b, m = self.a, self.b, self.matched
+        na, nb = len(a.ahead), len(b.ahead)
+        if a.done and b.done and not self.held:
+            return na, nb
+        limit_a = min((i for i, _ in self.held), default=na)
+        limit_b = min((j for _, j in self.held), default=nb)
+        streams = (True, False)
+        last_a = {s: _last_loose(self.keyed_a, m, s, True) for s in streams}
+        last_b = {s: _last_loose(self.keyed_b, m, s, False) for s in streams}
+        anchors = {s: sorted(m.anchors[s]) for s in streams}
+        named = m.named
+        later = [nb] * (len(named) + 1)  # the smallest `b` index of the name pairs after each
+        for t in range(len(named) - 1, -1, -1):
+            later[t] = min(named[t][1], later[t + 1])
+        best, most = None, -1
+        for t, (i, j) in enumerate(named):
+            most = max(most, j)
+            if i >= limit_a or j >= limit_b:
+                break
+            if most != j or later[t + 1] <= j or not _ends_run(a, i) or not _ends_run(b, j):
+                continue
+            if all(_closed(anchors[s], last_a[s], last_b[s], i + 1, j + 1) for s in streams):
+                best = (i + 1, j + 1)
+        return best
+
+    def commit(self, ka: int, kb: int) -> list[Pair]:
+        """Hand out the rows of the first `ka` and `kb` records of each side and move both streams on past them."""
+        rows = self.matched.rows
+        if ka < len(self.a.ahead) or kb < len(self.b.ahead):  # the rows up to the reference's last record handed out
+            end = self.b.ahead[kb - 1]
+            rows = rows[:next(n for n, p in enumerate(rows) if p.b is end) + 1]
+        paired = sum(1 for p in rows if p.a is not None and p.b is not None)
+        if len(rows) != ka + kb - paired:  # never hand out a row the cut does not hold whole
+            raise OutOfStepError(Why.WINDOW)
+        for side, keyed, k, named in ((self.a, self.keyed_a, ka, {i for i, _ in self.matched.named}),
+                                      (self.b, self.keyed_b, kb, {j for _, j in self.matched.named})):
+            for key in keyed.keys[:k]:
+                if key is not None:
+                    side.seen[key[0]] = key[1] + 1  # type: ignore[index]
+            for n in range(k):  # the names left to content pairing: inside a leaf of the other side or not
+                r = keyed.items[n].record
+                if r.kind in MODULE_KINDS and n not in named and n not in keyed.fold:
+                    if side.inner.setdefault(self.spelled[r.module], n in keyed.inner) != (n in keyed.inner):
+                        raise OutOfStepError(Why.ORDER)
+            block = side.ahead[:k]
+            _note_calls(side, block)
+            _close_calls(side, block)
+            side.tail = (side.tail + block)[-_CONTEXT:]
+            del side.ahead[:k]
+        _forget_steps(self.a, self.b)
+        return rows
+
+
+_OPEN = object()  # a call whose records have not all been read
+
+
+def _calls(side: _Side) -> dict[_CallKey, list[int]]:
+    """(step, module, call id) -> the indices of that call's module records read ahead."""
+    out: dict[_CallKey, list[int]] = collections.defaultdict(list)
+    for k, it in enumerate(side.ahead):
+        r = it.record
+        if r.call is not None and r.kind in MODULE_KINDS:
+            out[(r.step, r.module, r.call)].append(k)
+    return out
+
+
+def _returns(side: _Side, k: int, calls: dict[_CallKey, list[int]]) -> object:
+    """`returns_input` of record k's call: its inputs held since they passed and its records read ahead; _OPEN when
+    its outputs may go on past what was read."""
+    r = side.ahead[k].record
+    if r.call is None:
+        return None
+    key = (r.step, r.module, r.call)
+    ins = side.open_calls.get(key, [])
+    if not ins and side.dropped:  # they may have been let go
+        raise OutOfStepError(Why.PASS_THROUGH)
+    mine = calls.get(key, [])
+    outs = [n for n in mine if side.ahead[n].record.io not in INPUTS]
+    if not side.done and (not outs or outs[-1] + 1 >= len(side.ahead)):
+        return _OPEN
+    listed = list(ins) + [side.ahead[n] for n in mine]
+    at = len(ins) + mine.index(k)
+    return returns_input(listed, at, {key: list(range(len(listed)))})
+
+
+def _run_key(item: Item) -> tuple[str, Kind]:
+    return item.record.module, item.record.kind
+
+
+def _ends_run(side: _Side, k: int) -> bool:
+    """Whether record k ends a run of one module's records (`passthrough`'s calls): the next one read starts another,
+    or the stream ended after it."""
+    items = side.ahead
+    if k + 1 == len(items):
+        return side.done
+    return _run_key(items[k + 1]) != _run_key(items[k])
+
+
+def _stream_of(item: Item, stream: bool) -> bool:
+    return (item.record.kind == Kind.PARAM_GRAD) == stream
+
+
+def _last_loose(keyed: Keyed, m: Matched, stream: bool, is_a: bool) -> list[int]:
+    """For each k, the last record before k of this stream left to pairing by content (-1: none)."""
+    named = {i for i, _ in m.named} if is_a else {j for _, j in m.named}
+    out, last = [-1], -1
+    for n, it in enumerate(keyed.items):
+        if _stream_of(it, stream) and n not in named and n not in keyed.fold and n not in keyed.inner:
+            last = n
+        out.append(last)
+    return out
+
+
+def _closed(anchors: list[tuple[int, int]], loose_a: list[int], loose_b: list[int], ka: int, kb: int) -> bool:
+    """Whether cutting after ka and kb records leaves no record of this stream waiting for a partner by content
+    after the last anchor before the cut (the whole lists' gap would reach past it)."""
+    t = bisect.bisect_left(anchors, (ka, -1)) - 1
+    last_a, last_b = anchors[t] if t >= 0 else (-1, -1)
+    return loose_a[ka] <= last_a and loose_b[kb] <= last_b  # (an anchor is never loose: equal only at -1, none)
+
+
+def _note_calls(side: _Side, block: Sequence[Item]) -> None:
+    """Keep the inputs of each module call until its outputs have passed (what `returns_input` reads)."""
+    calls = side.open_calls
+    for it in block:
+        r = it.record
+        if r.call is None or r.kind not in MODULE_KINDS:
+            continue
+        if r.io in INPUTS:
+            calls.setdefault((r.step, r.module, r.call), []).append(it)
+            if len(calls) > _OPEN_CALLS:
+                calls.popitem(last=False)
+                side.dropped = True
+
+
+def _close_calls(side: _Side, block: Sequence[Item]) -> None:
+    """Let go of the inputs of the calls whose outputs this block held (a call's outputs are one run)."""
+    for it in block:
+        r = it.record
+        if r.call is not None and r.io not in INPUTS:
+            side.open_calls.pop((r.step, r.module, r.call), None)
+
+
+def _forget_steps(a: _Side, b: _Side) -> None:
+    """Drop the occurrence counts of the steps both sides have passed (a name key holds its step), once a step."""
+    steps = [s.ahead[0].record.step if s.ahead else s.tail[-1].record.step for s in (a, b) if s.ahead or s.tail]
+    low = min(steps, default=None)
+    for side in (a, b):
+        if low is not None and side.low != low:
+            side.seen = {base: n for base, n in side.seen.items() if base[4] >= low}
+            side.low = low
