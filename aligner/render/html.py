@@ -24,6 +24,13 @@ tolerance band, counted in a note under the chart and marked in the table. A nea
 its phase's trace: the verdict says it is wrong, so the chart must show it. Values off the axis (inf, or beyond
 `_CAP`) are drawn at its edge as triangles, exact zeros at the bottom edge; the hover always shows the true value.
 
+A long comparison (streamed, rows let go of: `long_report`; past compare/stream.py's WINDOW rows) holds only some
+rows, so its page differs in two places: the chart draws `render.html_profile.ErrorProfile`'s buckets, taken row by row
+as the comparison streamed (each bucket's largest error at the row where it occurs, so one divergent row among a
+million shows; its worst row outside tolerance; the band), and the table shows the kept rows around each finding, at
+most `_TABLE_ROWS`, a line for each gap, and where every row is: the --csv report linked, or the command that writes
+it. The headline's tolerance counts come from the profile too. Every other comparison gets the page described above.
+
 Speed: each row's text is formatted once (shared by the hover and the table), the figure is a plain dict handed to
 plotly with validation off, and the table is one string join: 10,000 rows take about 0.4 s of CPU, 0.15 s of it
 compressing plotly.js (once a process). Size: 200 rows make a 2.1 MB page, 1.96 MB of it the compressed plotly.js.
