@@ -17,7 +17,7 @@ import enum
 import math
 import re
 from collections import defaultdict
-from typing import Callable, Hashable, Sequence
+from typing import Callable, Container, Hashable, Sequence
 
 from msgspec import UNSET
 
@@ -445,7 +445,7 @@ class Keyed:
     names: Sequence[str | None]
     keys: list[Hashable | None]
     fold: dict[int, int]
-    inner: set[int]
+    inner: Container[int]
 
 
 @dataclasses.dataclass
@@ -453,10 +453,8 @@ class Matched:
     """What `pair_keyed` decided: the rows, and how (a stream paired a window at a time checks where it may cut)."""
 
     rows: list[Pair]
-    partner: dict[int, int]            # record of `a` -> its twin in `b`
     named: list[tuple[int, int]]       # the pairs by name, by `a`'s order
-    anchors: dict[bool, set[tuple[int, int]]]  # per stream (parameter gradients or not): the name pairs that anchor
-    by_content: set[int]               # the records of `a` paired by content
+    anchors: dict[bool, list[tuple[int, int]]]  # per stream (parameter gradients or not): the name pairs that anchor
 
 
 def pair_keyed(a: Keyed, b: Keyed, apart: Callable[[list[tuple[int, int]]], set[tuple[int, int]]]) -> Matched:
@@ -476,7 +474,7 @@ def pair_keyed(a: Keyed, b: Keyed, apart: Callable[[list[tuple[int, int]]], set[
     partner = dict(named)  # record of `a` -> its twin in `b`
     by_content: set[int] = set()  # the records of `a` paired by content (the others by name)
     used_b = set(partner.values())
-    anchored: dict[bool, set[tuple[int, int]]] = {}
+    anchored: dict[bool, list[tuple[int, int]]] = {}
 
     def score(ia: int, ib: int) -> float:
         return _score(items_a[ia], items_b[ib], names_a[ia], names_b[ib])
@@ -485,14 +483,16 @@ def pair_keyed(a: Keyed, b: Keyed, apart: Callable[[list[tuple[int, int]]], set[
     # relative to its module's backward records is the framework's choice (MindSpore: parameter gradients, then the
     # cell's grad_output and grad_input together; PyTorch: grad_output, parameter gradients, grad_input), so a
     # parameter-gradient anchor would put a module's grad_output in different gaps on the two sides.
+    grads_a = [it.record.kind == Kind.PARAM_GRAD for it in items_a]
+    grads_b = [it.record.kind == Kind.PARAM_GRAD for it in items_b]
     for stream in (True, False):
-        in_a = [(it.record.kind == Kind.PARAM_GRAD) == stream for it in items_a]
-        in_b = [(it.record.kind == Kind.PARAM_GRAD) == stream for it in items_b]
+        in_a = grads_a if stream else [not g for g in grads_a]
+        in_b = grads_b if stream else [not g for g in grads_b]
         if not (any(in_a) and any(in_b)):  # one side has none of this stream: nothing to align
-            anchored[stream] = set()
+            anchored[stream] = []
             continue
         lis = longest_increasing([(ia, ib) for ia, ib in named if in_a[ia]])
-        anchored[stream] = set(lis)
+        anchored[stream] = lis
         anchors = [(-1, -1)] + lis + [(len(items_a), len(items_b))]
         for (a0, b0), (a1, b1) in zip(anchors, anchors[1:]):
             if a1 - a0 < 2 or b1 - b0 < 2:  # consecutive anchors on one side: an empty gap
@@ -523,4 +523,4 @@ def pair_keyed(a: Keyed, b: Keyed, apart: Callable[[list[tuple[int, int]]], set[
             rows.append(Pair(None, item, MatchedBy.FOLDED if ib in b.fold else None))
         if ib in after:
             rows += after[ib]
-    return Matched(rows, partner, named, anchored, by_content)
+    return Matched(rows, named, anchored)

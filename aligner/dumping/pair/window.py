@@ -165,6 +165,8 @@ class _Window:
         self.keyed_b = self._keyed(b, a, by_arg, crossing)
         self.held: list[tuple[int, int]] = []  # pass-through name pairs whose calls have not all passed yet
         self.matched: Matched = pair_keyed(self.keyed_a, self.keyed_b, self._apart)
+        self.unnamed = [_unnamed(keyed, {p[side] for p in self.matched.named})  # not paired by name, not folded
+                        for side, keyed in enumerate((self.keyed_a, self.keyed_b))]
 
     def _keyed(self, side: _Side, other: _Side, by_arg: bool, crossing: bool) -> Keyed:
         items = side.ahead
@@ -178,9 +180,7 @@ class _Window:
                 raise OutOfStepError(Why.ORDER)
         c = len(side.tail)
         fold = {k - c: v - c for k, v in passthrough(side.tail + items).items() if k >= c}
-        inner = {k for k, it in enumerate(items) if it.record.kind == Kind.BLOCK or it.record.kind in MODULE_KINDS
-                 and inside_leaf(self.spelled[it.record.module], other.modules, other.parents)}
-        return Keyed(items, names, keys, fold, inner)
+        return Keyed(items, names, keys, fold, _Inner(items, self.spelled, other))
 
     def _apart(self, odd: list[tuple[int, int]]) -> set[tuple[int, int]]:
         """`match`'s look at the name pairs where a side folds a pass-through call, from each call's records (held
@@ -204,24 +204,23 @@ class _Window:
             return na, nb
         limit_a = min((i for i, _ in self.held), default=na)
         limit_b = min((j for _, j in self.held), default=nb)
-        streams = (True, False)
-        last_a = {s: _last_loose(self.keyed_a, m, s, True) for s in streams}
-        last_b = {s: _last_loose(self.keyed_b, m, s, False) for s in streams}
-        anchors = {s: sorted(m.anchors[s]) for s in streams}
+        loose = [{s: [n for n in self.unnamed[side] if n not in keyed.inner and
+                      (keyed.items[n].record.kind == Kind.PARAM_GRAD) == s] for s in (True, False)}
+                 for side, keyed in enumerate((self.keyed_a, self.keyed_b))]
         named = m.named
-        later = [nb] * (len(named) + 1)  # the smallest `b` index of the name pairs after each
+        most, top = [], -1  # the largest `b` index of the name pairs up to each
+        for _, j in named:
+            top = max(top, j)
+            most.append(top)
+        later = nb  # the smallest `b` index of the name pairs after the one looked at
         for t in range(len(named) - 1, -1, -1):
-            later[t] = min(named[t][1], later[t + 1])
-        best, most = None, -1
-        for t, (i, j) in enumerate(named):
-            most = max(most, j)
-            if i >= limit_a or j >= limit_b:
-                break
-            if most != j or later[t + 1] <= j or not _ends_run(a, i) or not _ends_run(b, j):
-                continue
-            if all(_closed(anchors[s], last_a[s], last_b[s], i + 1, j + 1) for s in streams):
-                best = (i + 1, j + 1)
-        return best
+            i, j = named[t]
+            ok = i < limit_a and j < limit_b and most[t] == j and later > j
+            later = min(later, j)
+            if ok and _ends_run(a, i) and _ends_run(b, j) and \
+                    all(_closed(m.anchors[s], loose[0][s], loose[1][s], i + 1, j + 1) for s in (True, False)):
+                return i + 1, j + 1
+        return None
 
     def commit(self, ka: int, kb: int) -> list[Pair]:
         """Hand out the rows of the first `ka` and `kb` records of each side and move both streams on past them."""
@@ -232,16 +231,16 @@ class _Window:
         paired = sum(1 for p in rows if p.a is not None and p.b is not None)
         if len(rows) != ka + kb - paired:  # never hand out a row the cut does not hold whole
             raise OutOfStepError(Why.WINDOW)
-        for side, keyed, k, named in ((self.a, self.keyed_a, ka, {i for i, _ in self.matched.named}),
-                                      (self.b, self.keyed_b, kb, {j for _, j in self.matched.named})):
+        for side, keyed, k, unnamed in ((self.a, self.keyed_a, ka, self.unnamed[0]),
+                                        (self.b, self.keyed_b, kb, self.unnamed[1])):
             for key in keyed.keys[:k]:
                 if key is not None:
                     side.seen[key[0]] = key[1] + 1  # type: ignore[index]
-            for n in range(k):  # the names left to content pairing: inside a leaf of the other side or not
+            for n in unnamed[:bisect.bisect_left(unnamed, k)]:  # left to content pairing: inside a leaf or not
                 r = keyed.items[n].record
-                if r.kind in MODULE_KINDS and n not in named and n not in keyed.fold:
-                    if side.inner.setdefault(self.spelled[r.module], n in keyed.inner) != (n in keyed.inner):
-                        raise OutOfStepError(Why.ORDER)
+                if r.kind in MODULE_KINDS and \
+                        side.inner.setdefault(self.spelled[r.module], n in keyed.inner) != (n in keyed.inner):
+                    raise OutOfStepError(Why.ORDER)
             block = side.ahead[:k]
             _note_calls(side, block)
             _close_calls(side, block)
@@ -296,27 +295,31 @@ def _ends_run(side: _Side, k: int) -> bool:
     return _run_key(items[k + 1]) != _run_key(items[k])
 
 
-def _stream_of(item: Item, stream: bool) -> bool:
-    return (item.record.kind == Kind.PARAM_GRAD) == stream
+def _unnamed(keyed: Keyed, named: set[int]) -> list[int]:
+    """The records with no twin by name that are not folded away, in order."""
+    return [n for n in range(len(keyed.items)) if n not in named and n not in keyed.fold]
 
 
-def _last_loose(keyed: Keyed, m: Matched, stream: bool, is_a: bool) -> list[int]:
-    """For each k, the last record before k of this stream left to pairing by content (-1: none)."""
-    named = {i for i, _ in m.named} if is_a else {j for _, j in m.named}
-    out, last = [-1], -1
-    for n, it in enumerate(keyed.items):
-        if _stream_of(it, stream) and n not in named and n not in keyed.fold and n not in keyed.inner:
-            last = n
-        out.append(last)
-    return out
+class _Inner:
+    """`match`'s records kept out of the pairing by content (blocks' statistics, and modules inside one the other
+    side records as a leaf, of the other side's modules read so far), tested when asked."""
+
+    def __init__(self, items: list[Item], spelled: dict[str, str], other: _Side) -> None:
+        self.items, self.spelled, self.other = items, spelled, other
+
+    def __contains__(self, k: object) -> bool:
+        r = self.items[k].record  # type: ignore[call-overload]
+        return r.kind == Kind.BLOCK or r.kind in MODULE_KINDS and \
+            inside_leaf(self.spelled[r.module], self.other.modules, self.other.parents)
 
 
 def _closed(anchors: list[tuple[int, int]], loose_a: list[int], loose_b: list[int], ka: int, kb: int) -> bool:
     """Whether cutting after ka and kb records leaves no record of this stream waiting for a partner by content
-    after the last anchor before the cut (the whole lists' gap would reach past it)."""
+    after the last anchor before the cut (the whole lists' gap would reach past it): `loose_*` those records."""
     t = bisect.bisect_left(anchors, (ka, -1)) - 1
     last_a, last_b = anchors[t] if t >= 0 else (-1, -1)
-    return loose_a[ka] <= last_a and loose_b[kb] <= last_b  # (an anchor is never loose: equal only at -1, none)
+    t_a, t_b = bisect.bisect_left(loose_a, ka) - 1, bisect.bisect_left(loose_b, kb) - 1
+    return (loose_a[t_a] if t_a >= 0 else -1) < last_a + 1 and (loose_b[t_b] if t_b >= 0 else -1) < last_b + 1
 
 
 def _note_calls(side: _Side, block: Sequence[Item]) -> None:
