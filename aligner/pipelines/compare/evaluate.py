@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from aligner.core.tolerance import ToleranceSpec
 from aligner.core.words import words
 from aligner.dumping.pair.matching import MatchedBy, Pair
 from aligner.dumping.read.source import Item, TensorError, open_tensor
-from aligner.metrics.measure import Metrics, compare_stats, compare_streams, same_rows
+from aligner.metrics.measure import Metrics, StatsItem, compare_stats, compare_stats_many, compare_streams, same_rows
 from aligner.pipelines.compare.says import Say
 
 if TYPE_CHECKING:  # only --calibrate makes one (calibrate.py is loaded on that path only)
@@ -32,7 +32,7 @@ class RowStatus(str, enum.Enum):
         return self.value
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Row:
     """One pair and what comparing it gave: metrics, or the reason it could not be compared (built final: a row is
     never changed once made)."""
@@ -121,3 +121,32 @@ def evaluate(pair: Pair, tolerance: ToleranceSpec) -> Row:
     except (TensorError, OSError) as exc:
         return Row(pair, read=True, error=str(exc))
     return Row(pair, metrics, read=True)
+
+
+def evaluate_stats(pairs: Sequence[Pair], tolerance: ToleranceSpec) -> list[Row | None]:
+    """`evaluate` of each pair it compares by recorded statistics, from one vectorised `compare_stats_many` over them
+    all (the same rows, ~1 us a pair where one `evaluate` takes ~4); None for the others: evaluate those."""
+    out: list[Row | None] = [None] * len(pairs)
+    at: list[int] = []
+    items: list[StatsItem] = []
+    floor = tolerance.floor
+    for k, pair in enumerate(pairs):  # what `evaluate` tests before it calls compare_stats (uncomparable included)
+        a, b = pair.a, pair.b
+        if a is None or b is None:
+            continue
+        ra, rb = a.record, b.record
+        if ra.stats is None or rb.stats is None or ra.skipped is not None or rb.skipped is not None or not (
+                a.path is None and not a.error or b.path is None and not b.error):
+            continue
+        try:
+            tol = tolerance.chosen(rb.module, (rb.step, rb.seq))
+            if tol is None and floor is not None and ra.dtype and rb.dtype:
+                tol = tolerance.for_dtype(ra.dtype, rb.dtype)
+        except Exception:  # evaluate meets it again, in its turn, and raises it
+            continue
+        at.append(k)
+        items.append((ra.stats, rb.stats, ra.shape, rb.shape, ra.dtype, rb.dtype, tol))
+    for k, metrics in zip(at, compare_stats_many(items)):
+        if metrics is not None:  # statistics both recorded (not all UNSET): `uncomparable` gives None
+            out[k] = Row(pairs[k], metrics, read=True)
+    return out

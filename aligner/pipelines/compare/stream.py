@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import enum
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 from aligner.core.collect import gc_paused
 from aligner.core.errors import AlignerError
@@ -44,7 +44,7 @@ from aligner.dumping.read.stream import Stream, UnorderedError, open_stream
 from aligner.pipelines import compare as package  # with_settings: loaded for a finding in dumps with call records
 from aligner.pipelines.compare import run
 from aligner.pipelines.compare.engine import Engine, LocalEngine
-from aligner.pipelines.compare.evaluate import Row
+from aligner.pipelines.compare.evaluate import Row, evaluate_stats
 from aligner.pipelines.compare.result import CompareResult, Streamed, Tally
 from aligner.pipelines.compare.verdict import NanFinding, Verdict, judge, phase_of
 
@@ -269,6 +269,17 @@ def _verdict(rows: dict[int, Row], window: Window) -> Verdict:
         immaterial=tuple(index[i] for i in local.immaterial))
 
 
+def _evaluated(pairs: list[Pair], tolerance: ToleranceSpec, workers: int | None,
+               progress: Callable[[], None]) -> list[Row]:
+    """`run.evaluate_pairs` of a block: its stats-only pairs in one vectorised pass (`evaluate_stats`), the others
+    (tensor files, one side only, statistics not plain numbers) as before."""
+    rows = evaluate_stats(pairs, tolerance)
+    for _ in range(len(pairs) - rows.count(None)):
+        progress()
+    rest = iter(run.evaluate_pairs([p for p, r in zip(pairs, rows) if r is None], tolerance, workers, progress))
+    return [row if row is not None else next(rest) for row in rows]
+
+
 def _stream(migrated: Stream, reference: Stream, tolerance: ToleranceSpec, workers: int | None,
             sink: RowSink | None, window: int, progress: Progress) -> tuple[Window, _Counter, int]:
     crossing = {migrated.framework, reference.framework} == {Framework.PYTORCH, Framework.MINDSPORE}
@@ -277,7 +288,7 @@ def _stream(migrated: Stream, reference: Stream, tolerance: ToleranceSpec, worke
         for pairs in pairs_in_step(migrated, reference, crossing):
             if tolerance.floor is None and any(p.b is not None and p.b.record.kind == Kind.BUFFER for p in pairs):
                 raise NotInStepError(Fallback.BUFFERS)
-            for row in run.evaluate_pairs(pairs, tolerance, workers, task.advance):
+            for row in _evaluated(pairs, tolerance, workers, task.advance):
                 if sink is not None:
                     sink.add(i, row)
                 counter.add(i, row, kept)
