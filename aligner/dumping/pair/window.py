@@ -116,10 +116,10 @@ class _Side:
 
 
 def pairs_resynced(migrated: Iterable[Item], reference: Iterable[Item], crossing: bool, block: int = BLOCK,
-                   lookahead: int = LOOKAHEAD) -> Iterator[list[Pair]]:
+                   lookahead: int | None = None) -> Iterator[list[Pair]]:
     """The rows `matching.match` makes of the two whole streams (names as `namers` gives them without a --map), in
     blocks, in the reference's order; OutOfStepError where that cannot be done a window at a time (see the module
-    docstring). `crossing`: one side PyTorch, the other MindSpore."""
+    docstring). `crossing`: one side PyTorch, the other MindSpore; `lookahead`: LOOKAHEAD when None."""
     a, b = _Side(iter(migrated)), _Side(iter(reference))
     spelled: dict[str, str] = {}
     by_arg: bool | None = None
@@ -137,9 +137,10 @@ def pairs_resynced(migrated: Iterable[Item], reference: Iterable[Item], crossing
         window = _Window(a, b, by_arg, spelled, crossing)
         cut = window.cut()
         if cut is None:
-            if size >= lookahead:
+            most = lookahead or LOOKAHEAD
+            if size >= most:
                 raise OutOfStepError(Why.WINDOW)
-            size = min(2 * size, lookahead)
+            size = min(2 * size, most)
             continue
         yield window.commit(*cut)
         size = block
@@ -271,9 +272,9 @@ def _returns(side: _Side, k: int, calls: dict[_CallKey, list[int]]) -> object:
         return None
     key = (r.step, r.module, r.call)
     ins = side.open_calls.get(key, [])
-    if not ins and side.dropped:  # they may have been let go
-        raise OutOfStepError(Why.PASS_THROUGH)
     mine = calls.get(key, [])
+    if not ins and side.dropped and all(side.ahead[n].record.io not in INPUTS for n in mine):  # let go?
+        raise OutOfStepError(Why.PASS_THROUGH)
     outs = [n for n in mine if side.ahead[n].record.io not in INPUTS]
     if not side.done and (not outs or outs[-1] + 1 >= len(side.ahead)):
         return _OPEN

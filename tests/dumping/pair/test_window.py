@@ -7,6 +7,7 @@ import random
 import pytest
 
 from aligner.dumping.manifest import Record
+from aligner.dumping.pair import window
 from aligner.dumping.pair.matching import Pair, match
 from aligner.dumping.pair.window import OutOfStepError, Why, pairs_resynced
 from aligner.dumping.read.source import Item
@@ -160,3 +161,23 @@ def test_parameter_gradients_across_frameworks_are_out_of_step() -> None:
         list(pairs_resynced(iter(a), iter(a), True))
     assert info.value.why is Why.PARAM_NAMES
     assert _rows(_streamed(a, list(a), 4)) == _rows(match(a, list(a)))  # one framework: names pair as they are
+
+
+def test_a_pass_through_whose_inputs_were_let_go_is_out_of_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block whose output is its last child's (folded on both sides: `match` looks at the block's inputs to tell a
+    pass-through from a computation): with no open call's inputs held (the limit cut to 0), the window cannot look
+    and refuses (PASS_THROUGH); with them held, it pairs as `match` does."""
+    def side() -> list[Item]:
+        children = _dump(_model(12))
+        for k, it in enumerate(children):
+            it.record.seq = k + 1
+        last = children[-1].record.stats.max
+        return [_record(0, "block", "input", 0.5, 99, typ="Block"), *children,
+                _record(len(children) + 1, "block", "output", last, 99, typ="Block")]
+
+    a, b = side(), side()
+    assert _rows(_streamed(a, b, 4)) == _rows(match(a, b))
+    monkeypatch.setattr(window, "_OPEN_CALLS", 0)
+    with pytest.raises(OutOfStepError) as info:
+        _streamed(a, b, 4)
+    assert info.value.why is Why.PASS_THROUGH
