@@ -119,7 +119,7 @@ def tolerance_words(result: CompareResult, counted: ToleranceGroups | None = Non
         counted = ToleranceGroups(spec)
         for row in result.rows:
             counted.add(row)
-    groups, calibrated = counted.groups, counted.calibrated
+    groups, calibrated = counted.groups(), counted.calibrated
     if not groups and not calibrated:
         return rule + " No record was compared."
     parts = []

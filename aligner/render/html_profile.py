@@ -26,6 +26,7 @@ from aligner.pipelines.compare.verdict import FORWARD, error_level
 BUCKETS = 2000  # at most this many points per trace; at least half as many once there are more rows
 TRACES = ("forward", "backward", "nearzero")  # what a bucket keeps a peak of (Phase values, then near-zero matches)
 _NEAR_ZERO = 2  # TRACES.index("nearzero")
+_OK, _DIVERGED = RowStatus.OK, RowStatus.DIVERGED  # bound once: an enum class attribute costs a lookup a row
 
 
 def near_zero(row: Row) -> bool:
@@ -95,38 +96,43 @@ class Bucket:
 
 
 class ToleranceGroups:
-    """The tolerances the rows were judged by, counted row by row: each (rtol, atol) with its count, dtypes and
-    whether it is every row's dtype default; the calibrated ones' range (what `render.html.tolerance_words` says)."""
+    """The tolerances the rows were judged by, counted row by row (`add`): `groups()` gives each (rtol, atol) with its
+    count, dtypes and whether it is every row's dtype default; `calibrated`, the rows whose tolerance --calibrate
+    measured, and their range (what `render.html.tolerance_words` says)."""
 
     def __init__(self, spec: ToleranceSpec) -> None:
         self.spec = spec
-        self.groups: dict[tuple[float, float], list] = {}  # (rtol, atol) -> [count, dtypes, all dtype defaults]
-        self._defaults: dict[tuple[str, str], tuple[float, float]] = {}
-        self.calibrated = 0  # rows whose tolerance came from --calibrate, and the range of theirs
+        self._plain = spec.is_default  # no --rtol/--atol: no row's tolerance is the user's
+        # (rtol, atol, dtype a, dtype b, whether the user's tolerance applies) -> rows, in the order first seen
+        self._counts: dict[tuple[float, float, str, str, bool], int] = {}
+        self.calibrated = 0
         self.rtols, self.atols = (math.inf, -math.inf), (math.inf, -math.inf)
 
     def add(self, row: Row) -> None:
-        m, spec = row.metrics, self.spec
+        m = row.metrics
         if m is None:
             return
-        if row.noise is not None and spec.explicit(row.name) is None:
-            default = spec.for_dtype(m.dtype_a, m.dtype_b)
+        if row.noise is not None and self.spec.explicit(row.name) is None:
+            default = self.spec.for_dtype(m.dtype_a, m.dtype_b)
             if (m.rtol, m.atol) != (default.rtol, default.atol):
                 self.calibrated += 1
                 self.rtols = (min(self.rtols[0], m.rtol), max(self.rtols[1], m.rtol))
                 self.atols = (min(self.atols[0], m.atol), max(self.atols[1], m.atol))
                 return
-        g = self.groups.get((m.rtol, m.atol))
-        if g is None:
-            g = self.groups[(m.rtol, m.atol)] = [0, set(), True]
-        g[0] += 1
-        g[1].add(m.dtype_b if m.dtype_a == m.dtype_b else f"{m.dtype_a}/{m.dtype_b}")
-        if g[2]:
-            key = (m.dtype_a, m.dtype_b)
-            if key not in self._defaults:
-                tol = Tolerance.for_dtype(*key)
-                self._defaults[key] = (tol.rtol, tol.atol)
-            g[2] = self._defaults[key] == (m.rtol, m.atol) and (spec.is_default or spec.explicit(row.name) is None)
+        key = (m.rtol, m.atol, m.dtype_a, m.dtype_b, not self._plain and self.spec.explicit(row.name) is not None)
+        counts = self._counts
+        counts[key] = counts.get(key, 0) + 1
+
+    def groups(self) -> dict[tuple[float, float], tuple[int, set[str], bool]]:
+        """(rtol, atol) -> (rows, their dtypes, whether each is its dtypes' default, the user's tolerance applying to
+        none), in the order first seen."""
+        out: dict[tuple[float, float], tuple[int, set[str], bool]] = {}
+        for (rtol, atol, dtype_a, dtype_b, explicit), count in self._counts.items():
+            n, dtypes, default = out.get((rtol, atol), (0, set(), True))
+            dtypes.add(dtype_b if dtype_a == dtype_b else f"{dtype_a}/{dtype_b}")
+            tol = Tolerance.for_dtype(dtype_a, dtype_b)
+            out[(rtol, atol)] = (n + count, dtypes, default and (tol.rtol, tol.atol) == (rtol, atol) and not explicit)
+        return out
 
 
 class ErrorProfile:
@@ -147,8 +153,9 @@ class ErrorProfile:
         self.hidden = 0      # matched rows whose reference is near zero (their trace is hidden)
         self.backward = False  # whether a backward row was compared
         self.tolerances = ToleranceGroups(self.spec)
-        self._run = 0        # the (step, phase) run of the last row drawn, and its key
-        self._key: tuple[int, bool] | None = None
+        self._run = 0        # the (step, phase) run of the last row drawn, its step and phase
+        self._step: int | None = None
+        self._forward: bool | None = None
         self._end = 0        # the first row past the last bucket
 
     @classmethod
@@ -175,16 +182,18 @@ class ErrorProfile:
         b.compared += 1
         level = error_level(row)
         status = row.status
-        forward = row.pair.ref.record.kind in FORWARD
+        rec = row.pair.ref.record
+        forward = rec.kind in FORWARD
         if not forward:
             self.backward = True
-        if m.cosine is not None and (b.cosine is None or m.cosine < b.cosine[0]):
-            b.cosine = (m.cosine, index)
-        if status is RowStatus.DIVERGED:
+        cosine = m.cosine
+        if cosine is not None and (b.cosine is None or cosine < b.cosine[0]):
+            b.cosine = (cosine, index)
+        if status is _DIVERGED:
             b.diverged += 1
             if b.worst is None or level > b.worst.level:
                 b.worst = Peak.of(level, index, status, row)
-        elif status is RowStatus.OK and near_zero(row):
+        elif status is _OK and near_zero(row):
             self.hidden += 1
             peak = b.peaks[_NEAR_ZERO]
             if peak is None or level > peak.level:
@@ -194,22 +203,26 @@ class ErrorProfile:
         peak = b.peaks[k]
         if peak is None or level > peak.level:
             b.peaks[k] = Peak.of(level, index, status, row)
-        key = (row.pair.ref.record.step, forward)
-        if key != self._key:
+        if rec.step != self._step or forward is not self._forward:  # another (step, phase) run
             self._run += 1
-            self._key = key
+            self._step, self._forward = rec.step, forward
         run = b.runs[k]
         if run is None:
             b.runs[k] = [self._run, self._run]
         else:
             run[1] = self._run
-        if 0 < level < math.inf:
-            self.low = min(self.low, level)
-        if m.rtol > 0:
-            self.low = min(self.low, m.rtol)
-        self.high = max(self.high, level)
-        b.lo = min(b.lo, m.rtol)
-        b.hi = max(b.hi, m.rtol + (m.atol * math.sqrt(m.numel) / m.norm_b if m.norm_b else math.inf))
+        rtol = m.rtol
+        if 0 < level < self.low:
+            self.low = level
+        if 0 < rtol < self.low:
+            self.low = rtol
+        if level > self.high:
+            self.high = level
+        if rtol < b.lo:
+            b.lo = rtol
+        hi = rtol + m.atol * math.sqrt(m.numel) / m.norm_b if m.norm_b else math.inf
+        if hi > b.hi:
+            b.hi = hi
 
     def _open(self, index: int) -> None:
         """A bucket for row `index`, the buckets merged in pairs until it fits among `most`."""
