@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 from typing import IO, Any, Protocol, Sequence
 
 import msgspec
+from msgspec.structs import astuple
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
@@ -339,6 +341,7 @@ def write_compare_json(result: CompareResult, fh: IO[str], spool: ReportSpool | 
     fh.write("{\n" + "".join(f"{json.dumps(key)}: {json.dumps(value)},\n" for key, value in head.items()))
     fh.write('"rows": [\n')
     if spool is not None and spool.json is not None:
+        spool.flush()
         joined = _Joined(_byte_sink(fh))
         spool.json.copy(joined, spool.patches(result, csv_rows=False))
         joined.end()
@@ -371,6 +374,22 @@ def _row_bytes(row: RowFields) -> bytes:
         return _ROW_ENCODER.encode(data)
     except UnicodeEncodeError:
         return json.dumps(jsonable(as_fields(row))).encode()
+
+
+def _rows_lines(rows: list[RowFields]) -> bytes:
+    """Rows as `_row_bytes` writes them, each ending in a newline, by one msgspec call for them all (~0.4 us a row
+    where a call each took ~1.5): msgspec writes a non-finite number as null, so a row with more nulls than None
+    fields, or a block msgspec cannot encode, is written row by row by `_row_bytes`."""
+    try:
+        data = _ROW_ENCODER.encode_lines(rows)
+    except UnicodeEncodeError:
+        return b"".join([_row_bytes(row) + b"\n" for row in rows])
+    nones = [astuple(row).count(None) for row in rows]
+    if data.count(b"null") == sum(nones):  # (a name holding "null" only sends its block the slow way)
+        return data
+    lines = data.split(b"\n")
+    return b"".join([line + b"\n" if line.count(b"null") == n else _row_bytes(row) + b"\n"
+                     for line, n, row in zip(lines, nones, rows)])
 
 
 def _byte_sink(fh: IO[str]) -> _Writes:
@@ -524,6 +543,14 @@ class _Spool:
         self.at[i] = (self.size, len(data))
         self.size += len(data)
 
+    def add_lines(self, first: int, data: bytes) -> None:
+        """Rows first, first + 1, ... as the lines of `data` (each ending in a newline), in one write."""
+        self.file.write(data)
+        lengths = [len(line) + 1 for line in data.split(b"\n")[:-1]]
+        starts = itertools.accumulate(lengths[:-1], initial=self.size)
+        self.at.update(zip(range(first, first + len(lengths)), zip(starts, lengths)))
+        self.size += len(data)
+
     def copy(self, out: _Writes, patches: dict[int, bytes]) -> None:
         """The spooled bytes into `out`, the rows in `patches` replaced."""
         self.file.flush()
@@ -561,13 +588,21 @@ class ReportSpool:
     def __init__(self, json_rows: bool, csv_rows: bool) -> None:
         self.json = _Spool() if json_rows else None
         self.csv = _Spool() if csv_rows else None
+        self._rows: list[RowFields] = []  # JSON rows not yet in the spool (at most _JSON_ROWS), from row _first on
+        self._first = 0
         self._text = io.StringIO()
         self._csv_writer = csv.DictWriter(self._text, _CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
 
     def add(self, index: int, row: Row) -> None:
         record = row_record(index, row, None, None)
         if self.json is not None:
-            self.json.add(index, _row_bytes(record) + b"\n")
+            if self._rows and index != self._first + len(self._rows):
+                self.flush()
+            if not self._rows:
+                self._first = index
+            self._rows.append(record)
+            if len(self._rows) >= _JSON_ROWS:
+                self.flush()
         if self.csv is not None:
             self.csv.add(index, self._csv_line(as_fields(record)))
 
@@ -577,13 +612,22 @@ class ReportSpool:
         self._csv_writer.writerow({k: _csv_cell(v) for k, v in fields.items()})
         return self._text.getvalue().encode()
 
+    def flush(self) -> None:
+        """The JSON rows held into the spool (before it is read)."""
+        if self.json is not None and self._rows:
+            self.json.add_lines(self._first, _rows_lines(self._rows))
+            self._rows = []
+
     def settled(self, index: int) -> None:
         """Row `index` gets no label: where it starts need not be kept."""
+        if self._rows and index >= self._first:
+            self.flush()
         for spool in (self.json, self.csv):
             if spool is not None:
                 spool.at.pop(index, None)
 
     def restart(self) -> None:
+        self._rows = []
         for spool in (self.json, self.csv):
             if spool is not None:
                 spool.restart()
