@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import aligner
-from aligner.pipelines.compare.result import CompareResult
+from aligner.pipelines.compare.result import CompareResult, row_record
 from aligner.render import compare as render
 from aligner.render.jsonout import jsonable
 from tests.support.compare_fixtures import chain, write_dump
@@ -61,3 +61,34 @@ def test_rows_across_writes(tmp_path: Path, records: int) -> None:
     result = aligner.compare(write_dump(tmp_path / "a", "mindspore", a, mode="stats"),
                              write_dump(tmp_path / "b", "pytorch", b, mode="stats"))
     assert streamed(result) == reference_json(result)
+
+
+def test_rows_spooled_a_block_at_a_time(tmp_path: Path) -> None:
+    """A streamed comparison's rows go into the spool a block at a time (one msgspec call a block): the report is
+    what the row-by-row writer writes, with rows holding an infinite error (found by their nulls) in several blocks, a
+    module named "null", one whose name holds a lone surrogate (a block msgspec cannot encode), and rows settled
+    before their block was written (a window smaller than a block)."""
+    n = render._JSON_ROWS * 2 + 3
+    x = np.linspace(-1, 1, 6, dtype=np.float32)
+    names = [f"m.{i}" for i in range(n)]
+    names[5], names[render._JSON_ROWS + 9] = "null", "bad\ud800name"
+    zero = {7, render._JSON_ROWS + 1, n - 1}  # the reference all zeros there: the norm's relative error is inf
+    a = [{"module": name, "array": x * (1.5 if i % 1000 == 7 else 1)} for i, name in enumerate(names)]
+    b = [{"module": name, "array": x * 0 if i in zero else x} for i, name in enumerate(names)]
+    result = aligner.compare(write_dump(tmp_path / "a", "mindspore", a, mode="stats"),
+                             write_dump(tmp_path / "b", "pytorch", b, mode="stats"))
+    assert sum(r.metrics is not None and r.metrics.rel_l2_err == float("inf") for r in result.rows) == len(zero)
+    assert any(r.pair.ref.record.module == "bad\ud800name" for r in result.rows)
+    spool = render.ReportSpool(json_rows=True, csv_rows=False)
+    for i, row in enumerate(result.rows):
+        spool.add(i, row)
+        if i >= 100 and i - 100 not in result.verdict.labels:
+            spool.settled(i - 100)  # 100 rows back: in the block not yet written, or in the one before
+    fh = io.StringIO()
+    render.write_compare_json(result, fh, spool)
+    assert fh.getvalue() == streamed(result)
+    # unlabelled, as the spool first writes them (the verdict labels the diverged rows above, which are written again)
+    records = [row_record(i, row, None, None) for i, row in enumerate(result.rows)]
+    for start in range(0, n, render._JSON_ROWS):
+        block = records[start:start + render._JSON_ROWS]
+        assert render._rows_lines(block) == b"".join(render._row_bytes(r) + b"\n" for r in block)
