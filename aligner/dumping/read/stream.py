@@ -65,6 +65,13 @@ class Stream:
     # the call records that carry the module's attributes (its first call in a step), by (step, call id), met so
     # far: what compare's settings of a blamed module read (one per module and step, not one per call)
     calls: dict[tuple[int, int], Record] = dataclasses.field(default_factory=dict)
+    size: int = 0  # bytes of the manifest (0 for a dump read whole): what a progress bar's total counts
+    _reader: _Reader | None = None
+
+    @property
+    def consumed(self) -> int:
+        """Bytes of the manifest read so far (a block of lines at a time; 0 for a dump read whole)."""
+        return self._reader.consumed if self._reader is not None else 0
 
     def __iter__(self) -> Iterator[Item]:
         return self._items
@@ -105,8 +112,8 @@ def open_stream(path: str | os.PathLike, *, trust_pickle: bool = False) -> Strea
     except BaseException:
         fh.close()
         raise
-    stream = Stream(root, reader.framework, reader.mode, reader.problems, reader.items(), fh, reader.calls)
-    return stream
+    return Stream(root, reader.framework, reader.mode, reader.problems, reader.items(), fh, reader.calls,
+                  os.fstat(fh.fileno()).st_size, reader)
 
 
 def stream_source(source: Source) -> Stream:
@@ -129,6 +136,7 @@ class _Reader:
             first = fh.readline()
         except (OSError, UnicodeDecodeError) as exc:
             raise AlignerError(f"{root}: cannot read {manifest.MANIFEST}: {exc}") from exc
+        self.consumed = len(first)  # bytes read: the header, then each block as it is decoded
         self.first: list[Record | str] = []
         if first.strip():
             entry = manifest.decode_line(1, first)
@@ -150,6 +158,7 @@ class _Reader:
             yield -1, 0, 1, self.first
         try:
             for offset, lineno, block in manifest.blocks(self.fh, BLOCK):
+                self.consumed = offset + len(block)
                 yield offset, len(block), lineno, manifest.decode_block(block, lineno, self.canonical_of)
         except (OSError, UnicodeDecodeError) as exc:
             raise AlignerError(f"{self.root}: cannot read {manifest.MANIFEST}: {exc}") from exc

@@ -269,26 +269,32 @@ def _verdict(rows: dict[int, Row], window: Window) -> Verdict:
         immaterial=tuple(index[i] for i in local.immaterial))
 
 
-def _evaluated(pairs: list[Pair], tolerance: ToleranceSpec, workers: int | None,
-               progress: Callable[[], None]) -> list[Row]:
+def _evaluated(pairs: list[Pair], tolerance: ToleranceSpec, workers: int | None, advance: Callable[[int], None],
+               share: int) -> list[Row]:
     """`run.evaluate_pairs` of a block: its stats-only pairs in one vectorised pass (`evaluate_stats`), the others
-    (tensor files, one side only, statistics not plain numbers) as before."""
+    (tensor files, one side only, statistics not plain numbers) as before; `advance(share)` for each pair done."""
     rows = evaluate_stats(pairs, tolerance)
-    for _ in range(len(pairs) - rows.count(None)):
-        progress()
-    rest = iter(run.evaluate_pairs([p for p, r in zip(pairs, rows) if r is None], tolerance, workers, progress))
-    return [row if row is not None else next(rest) for row in rows]
+    rest = [p for p, r in zip(pairs, rows) if r is None]
+    advance(share * (len(pairs) - len(rest)))
+    done = iter(run.evaluate_pairs(rest, tolerance, workers, lambda: advance(share)) if rest else ())
+    return [row if row is not None else next(done) for row in rows]
 
 
 def _stream(migrated: Stream, reference: Stream, tolerance: ToleranceSpec, workers: int | None,
             sink: RowSink | None, window: int, progress: Progress) -> tuple[Window, _Counter, int]:
     crossing = {migrated.framework, reference.framework} == {Framework.PYTORCH, Framework.MINDSPORE}
     kept, counter, i = Window(window), _Counter(), 0
-    with progress.task("comparing", total=0) as task:
+    total = migrated.size + reference.size if migrated.size and reference.size else 0  # the manifests' bytes
+    done = 0  # of them (without manifests, of the rows)
+    with progress.task("comparing", total=total) as task:
         for pairs in pairs_in_step(migrated, reference, crossing):
             if tolerance.floor is None and any(p.b is not None and p.b.record.kind == Kind.BUFFER for p in pairs):
                 raise NotInStepError(Fallback.BUFFERS)
-            for row in _evaluated(pairs, tolerance, workers, task.advance):
+            read = migrated.consumed + reference.consumed if total else done + len(pairs)
+            share, extra = divmod(read - done, len(pairs) or 1)  # the bytes read for this block, spread over it
+            task.advance(extra)
+            done = read
+            for row in _evaluated(pairs, tolerance, workers, task.advance, share):
                 if sink is not None:
                     sink.add(i, row)
                 counter.add(i, row, kept)
