@@ -62,6 +62,12 @@ def different_models(migrated: Path, reference: Path, alike: int, smaller: int) 
         f"needed); dump the same model in both frameworks, or pass --map with the renames between them")
 
 
+def training_floor(tolerance: ToleranceSpec) -> ToleranceSpec:
+    """The tolerance with the training-mode floor, for a reference that ran BatchNorm in training mode (it holds
+    buffer records)."""
+    return dataclasses.replace(tolerance, floor=TRAINING_FLOOR, floor_reason=_TRAINING_REASON)
+
+
 @dataclasses.dataclass
 class Paired:
     """Two dump directories read, the reference side chosen and their records matched (what compare and replay
@@ -93,7 +99,7 @@ def read_pair(dumps_a: str | Path, dumps_b: str | Path, *, ref: str | None = Non
     r = reference_index(ref, (sources[0].framework, sources[1].framework))
     migrated, reference = sources[1 - r], sources[r]
     if any(it.record.kind == Kind.BUFFER for it in reference.items) and tolerance.floor is None:
-        tolerance = dataclasses.replace(tolerance, floor=TRAINING_FLOOR, floor_reason=_TRAINING_REASON)
+        tolerance = training_floor(tolerance)
     first, second = sources
     name_first, name_second = namers(first.items, first.framework, second.framework, second.items, rename)
     names = (name_first, name_second) if r == 1 else (name_second, name_first)

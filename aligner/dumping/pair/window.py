@@ -89,6 +89,7 @@ class _Side:
     modules: set[str] = dataclasses.field(default_factory=set)   # module records' names read, spelled
     parents: set[str] = dataclasses.field(default_factory=set)   # their ancestors
     named_inputs: bool = False  # an input read names its argument (`matching.named_inputs`)
+    buffers: bool = False  # a buffer record was read (a BatchNorm in training mode)
     inner: dict[str, bool] = dataclasses.field(default_factory=dict)  # inside_leaf of names left to content pairing
     low: int | None = None  # the earliest step whose occurrence counts `seen` holds
 
@@ -103,6 +104,8 @@ class _Side:
             r = item.record
             if r.kind == Kind.PARAM:
                 continue
+            if r.kind == Kind.BUFFER:
+                self.buffers = True
             self.ahead.append(item)
             spelt = spelled.get(r.module)
             if spelt is None:
@@ -115,12 +118,28 @@ class _Side:
                 self.named_inputs = True
 
 
-def pairs_resynced(migrated: Iterable[Item], reference: Iterable[Item], crossing: bool, block: int = BLOCK,
-                   lookahead: int | None = None) -> Iterator[list[Pair]]:
+class Resync:
     """The rows `matching.match` makes of the two whole streams (names as `namers` gives them without a --map), in
-    blocks, in the reference's order; OutOfStepError where that cannot be done a window at a time (see the module
-    docstring). `crossing`: one side PyTorch, the other MindSpore; `lookahead`: LOOKAHEAD when None."""
-    a, b = _Side(iter(migrated)), _Side(iter(reference))
+    blocks, in the reference's order, as it is iterated; OutOfStepError where that cannot be done a window at a time
+    (see the module docstring). `crossing`: one side PyTorch, the other MindSpore; `lookahead`: LOOKAHEAD when None.
+    """
+
+    def __init__(self, migrated: Iterable[Item], reference: Iterable[Item], crossing: bool, block: int = BLOCK,
+                 lookahead: int | None = None) -> None:
+        self.a, self.b = _Side(iter(migrated)), _Side(iter(reference))
+        self.crossing, self.block, self.lookahead = crossing, block, lookahead
+
+    @property
+    def reference_buffers(self) -> bool:
+        """Whether the reference's records read so far (a block's worth past the rows handed out) hold a buffer
+        record: what `read_pair` sets the training-mode tolerance floor by, over the whole dump."""
+        return self.b.buffers
+
+    def __iter__(self) -> Iterator[list[Pair]]:
+        return _rounds(self.a, self.b, self.crossing, self.block, self.lookahead)
+
+
+def _rounds(a: _Side, b: _Side, crossing: bool, block: int, lookahead: int | None) -> Iterator[list[Pair]]:
     spelled: dict[str, str] = {}
     by_arg: bool | None = None
     size = block

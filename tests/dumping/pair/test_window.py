@@ -9,7 +9,7 @@ import pytest
 from aligner.dumping.manifest import Record
 from aligner.dumping.pair import window
 from aligner.dumping.pair.matching import Pair, match
-from aligner.dumping.pair.window import OutOfStepError, Why, pairs_resynced
+from aligner.dumping.pair.window import OutOfStepError, Resync, Why
 from aligner.dumping.read.source import Item
 from aligner.metrics.stats import Stats
 
@@ -46,7 +46,7 @@ def _rows(pairs: list[Pair]) -> list[tuple]:
 
 
 def _streamed(a: list[Item], b: list[Item], block: int, lookahead: int = 1 << 10) -> list[Pair]:
-    return [p for rows in pairs_resynced(iter(a), iter(b), False, block, lookahead) for p in rows]
+    return [p for rows in Resync(iter(a), iter(b), False, block, lookahead) for p in rows]
 
 
 def _edit(calls: list[Call], rng: random.Random, edits: int) -> list[Call]:
@@ -158,7 +158,7 @@ def test_parameter_gradients_across_frameworks_are_out_of_step() -> None:
     """PyTorch and MindSpore name parameter gradients apart (planned over all of them): PARAM_NAMES."""
     a = _dump(_model(8)) + [_record(100, "layers.0.fc0.weight", "output", 3.0, 0, kind="param_grad")]
     with pytest.raises(OutOfStepError) as info:
-        list(pairs_resynced(iter(a), iter(a), True))
+        list(Resync(iter(a), iter(a), True))
     assert info.value.why is Why.PARAM_NAMES
     assert _rows(_streamed(a, list(a), 4)) == _rows(match(a, list(a)))  # one framework: names pair as they are
 

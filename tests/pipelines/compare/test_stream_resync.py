@@ -116,12 +116,30 @@ def _param_grads(ms: Path, pt: Path) -> None:
         _rewrite(root, _resequenced(lines + [dict(extra[1], file=None)]))
 
 
-def _buffers(ms: Path, pt: Path) -> None:
-    """A BatchNorm buffer record in the reference: its tolerance floor is known only once read (BUFFERS)."""
+def _buffer(pt: Path, at: int) -> None:
+    """A BatchNorm buffer record in the reference after its line `at` (the whole-list tolerance floor)."""
     lines = _records(pt)
     extra = _records(write_dump(pt.parent / "b_pt", "x", [
-        {"module": "layer1", "kind": "buffer", "array": np.zeros(8, np.float32)}], mode="stats"))
-    _rewrite(pt, _resequenced(lines + [dict(extra[1], file=None)]))
+        {"module": lines[at]["module"], "kind": "buffer", "io": "running_mean", "array": np.zeros(8, np.float32)}],
+        mode="stats"))
+    _rewrite(pt, _resequenced(lines[:at + 1] + [dict(extra[1], file=None)] + lines[at + 1:]))
+
+
+def _buffers(ms: Path, pt: Path) -> None:
+    """The reference's buffer record at its end: rows were evaluated before its tolerance floor was known (BUFFERS)."""
+    _buffer(pt, 48)
+
+
+def test_a_training_reference_streams_with_its_floor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A buffer record among the reference's first records (BatchNorm in training mode: timm writes it after the
+    layer's output): read before any row is evaluated, so the stream takes the whole-list tolerance floor."""
+    monkeypatch.setattr(stream, "BLOCK", 4)
+    ms, pt = _dumps(tmp_path, bug={13: lambda h: h * 1.01})
+    _buffer(pt, 2)
+    whole, whole_text, streamed, streamed_text = _both(ms, pt, tmp_path)
+    assert streamed.streamed.fallback is None and whole.tolerance.floor is not None
+    assert streamed.tolerance == whole.tolerance
+    assert streamed_text == whole_text
 
 
 def _unordered(ms: Path, pt: Path) -> None:
