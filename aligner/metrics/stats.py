@@ -41,7 +41,7 @@ class Stats(msgspec.Struct, kw_only=True, gc=False):
     numel: int | None | UnsetType = UNSET
 
     def __bool__(self) -> bool:
-        return msgspec.structs.astuple(self) != _NOTHING
+        return self.max is not UNSET or msgspec.structs.astuple(self) != _NOTHING  # (max: what most dumps record)
 
     def has(self, name: str) -> bool:
         """Whether the statistic `name` (a field's name) was recorded, None included."""

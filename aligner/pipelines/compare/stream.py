@@ -36,8 +36,8 @@ from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import CALIBRATION_K, ToleranceSpec
 from aligner.dumping.manifest import Kind
 from aligner.dumping.pair.matching import MatchedBy, Pair, layer_type, same_layer
-from aligner.dumping.pair.paired import SAME_MODEL_MIN_PAIRED, SAME_MODEL_MIN_RECORDS, different_models, training_floor
-from aligner.dumping.pair.window import OutOfStepError, Resync
+from aligner.dumping.pair.paired import SAME_MODEL_MIN_PAIRED, SAME_MODEL_MIN_RECORDS, different_models
+from aligner.dumping.pair.window import OutOfStepError, pairs_resynced
 from aligner.dumping.read.foreign.layout import detect
 from aligner.dumping.read.source import Source
 from aligner.dumping.read.stream import Stream, UnorderedError, open_stream
@@ -51,6 +51,7 @@ from aligner.pipelines.compare.verdict import NanFinding, Verdict, judge, phase_
 BLOCK = 4096     # records of each side read, paired and evaluated at a time (more while the sides resynchronise)
 WINDOW = 50_000  # rows kept before and after the first notable row of each phase (~3 KB each: ~150 MB a region)
 _KEPT_FIRST = 8  # rows kept of each kind a report names the first of, and first rows (render/compare.py shows 5)
+_OP = Kind.OP  # bound once: an enum member looked up on its class costs ~0.1 us a row
 
 
 class Fallback(enum.Enum):
@@ -62,8 +63,7 @@ class Fallback(enum.Enum):
     WINDOW = "window"                # the two sides do not resynchronise within the look-ahead (window.LOOKAHEAD)
     PARAM_NAMES = "param_names"      # parameter gradients renamed between PyTorch and MindSpore
     PASS_THROUGH = "pass_through"    # a pass-through call's inputs were let go before its outputs passed
-    BUFFERS = "buffers"              # the reference's first buffer record (BatchNorm in training mode) came after
-    #                                  rows were evaluated without its tolerance floor
+    BUFFERS = "buffers"              # the reference ran BatchNorm in training mode after its tolerance was fixed
     UNORDERED = "unordered"          # a manifest out of execution order (read whole, then sorted)
 
 
@@ -86,14 +86,12 @@ class RowSink(Protocol):
     def restart(self) -> None: ...
 
 
-def pairs_in_step(migrated: Stream, reference: Stream, crossing: bool) -> Iterator[tuple[list[Pair], bool]]:
+def pairs_in_step(migrated: Stream, reference: Stream, crossing: bool) -> Iterator[list[Pair]]:
     """Blocks of the rows `matching.match` makes of the two dumps, in the reference's execution order
-    (aligner.dumping.pair.window), each with whether the reference read a buffer record so far; NotInStepError where
-    they cannot be paired a window at a time (or either is out of execution order)."""
-    resync = Resync(migrated, reference, crossing, BLOCK)
+    (aligner.dumping.pair.window); NotInStepError where they cannot be paired a window at a time (or either is out of
+    execution order)."""
     try:
-        for pairs in resync:
-            yield pairs, resync.reference_buffers
+        yield from pairs_resynced(migrated, reference, crossing, BLOCK)
     except OutOfStepError as exc:
         raise NotInStepError(Fallback(exc.why.value)) from None
     except UnorderedError:
@@ -163,9 +161,9 @@ def _notable(row: Row) -> int:
     m = row.metrics
     if m is None:
         return 0
-    if m.diverged and m.method != "none":
-        return _COMPARED
-    return _SEEN if m.diverged or m.nan_a or m.inf_a or m.nan_b or m.inf_b else 0
+    if m.diverged:
+        return _COMPARED if m.method != "none" else _SEEN
+    return _SEEN if m.nan_a or m.inf_a or m.nan_b or m.inf_b else 0
 
 
 class Kept(Sequence[Row]):
@@ -229,7 +227,7 @@ class _Counter:
         m = row.metrics
         if m is not None:
             self.compared += 1
-        if b is not None and b.record.kind == Kind.OP:
+        if b is not None and b.record.kind == _OP:
             self.op_parents.add(b.record.parent or "")
         if row.error or row.skipped or m is not None and m.reordered:
             for what, yes in (("errors", bool(row.error) and a is not None and b is not None),
@@ -284,17 +282,15 @@ def _evaluated(pairs: list[Pair], tolerance: ToleranceSpec, workers: int | None,
 
 
 def _stream(migrated: Stream, reference: Stream, tolerance: ToleranceSpec, workers: int | None,
-            sink: RowSink | None, window: int, progress: Progress) -> tuple[Window, _Counter, int, ToleranceSpec]:
+            sink: RowSink | None, window: int, progress: Progress) -> tuple[Window, _Counter, int]:
     crossing = {migrated.framework, reference.framework} == {Framework.PYTORCH, Framework.MINDSPORE}
     kept, counter, i = Window(window), _Counter(), 0
     total = migrated.size + reference.size if migrated.size and reference.size else 0  # the manifests' bytes
     done = 0  # of them (without manifests, of the rows)
     with progress.task("comparing", total=total) as task:
-        for pairs, buffers in pairs_in_step(migrated, reference, crossing):
-            if buffers and tolerance.floor is None:  # the training-mode floor, known before any row: as read_pair
-                if i:
-                    raise NotInStepError(Fallback.BUFFERS)
-                tolerance = training_floor(tolerance)
+        for pairs in pairs_in_step(migrated, reference, crossing):
+            if tolerance.floor is None and any(p.b is not None and p.b.record.kind == Kind.BUFFER for p in pairs):
+                raise NotInStepError(Fallback.BUFFERS)
             read = migrated.consumed + reference.consumed if total else done + len(pairs)
             share, extra = divmod(read - done, len(pairs) or 1)  # the bytes read for this block, spread over it
             task.advance(extra)
@@ -307,7 +303,7 @@ def _stream(migrated: Stream, reference: Stream, tolerance: ToleranceSpec, worke
                 if gone is not None and sink is not None:
                     sink.settled(gone)
                 i += 1
-    return kept, counter, i, tolerance
+    return kept, counter, i
 
 
 @gc_paused()
@@ -339,9 +335,9 @@ def compare_streamed(dumps_a: str, dumps_b: str, *, sink: RowSink | None = None,
         second = opened.enter_context(open_stream(dumps_b, trust_pickle=trust_pickle))
         r = reference_index(ref, (first.framework, second.framework))
         migrated, reference = (second, first) if r == 0 else (first, second)
-        tolerance = tolerance or ToleranceSpec()  # (a reference that ran BatchNorm in training mode: its floor)
+        tolerance = tolerance or ToleranceSpec()  # (a reference that ran BatchNorm in training mode: BUFFERS)
         try:
-            kept, counter, total, tolerance = _stream(migrated, reference, tolerance, workers, sink, window, progress)
+            kept, counter, total = _stream(migrated, reference, tolerance, workers, sink, window, progress)
         except NotInStepError as exc:
             return whole(exc.why)
     _check_same_model(counter, migrated, reference)
