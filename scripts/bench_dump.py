@@ -18,6 +18,12 @@ was before; and the cost of writing a full dump's bytes per step to the same dis
 prints stats-only / floor, at once / floor, and full / (floor + disk); with --variants, for MindSpore, also each way
 around its hook machinery tried (MS_VARIANTS: forward hooks only, tensor hooks instead of cell backward hooks, its
 TensorDump op) against the floor and against no dump.
+
+--device cuda (torch only) runs the torch side on a GPU. There a dump queues each record's statistics or host copy
+on the device and reads them back at the context's exit (`session.QUEUE_DEVICES`); "at once" is each record read
+back as its hook runs (`session.DEFER` off: one device wait per record), and "full at once" the same for full dumps.
+--check then dumps one step both ways and says whether the records agree (files and links exactly, statistics to
+float64 rounding): the proof that queued reads see each tensor as its hook saw it, in-place ops after it included.
 """
 from __future__ import annotations
 
@@ -38,24 +44,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, fo
 import aligner
 from aligner.dumping import session as dump_session
 from aligner.dumping.writer import DirectWriter
-from tests.support.twin_models import make_twins
+from tests.support.twin_models import make_twins, torch_model
 
 MODES = ("none", "full", "stats", "no_inputs", "stats_host")
 FLOOR_MODES = ("none", "floor", "stats", "stats_now")
+DEVICE = "cpu"  # --device: where the torch side runs
 
 
 def torch_step(model, x) -> Callable[[], Any]:
     """One SGD training step; it returns the parameters' gradients (what `aligner.watch(grads="step")` is handed)."""
     import torch
 
+    model.to(DEVICE)
     params = list(model.parameters())
     opt = torch.optim.SGD(params, lr=0.01)
-    inp = torch.from_numpy(x)
+    inp = torch.from_numpy(x).to(DEVICE)
 
     def step() -> Any:
         opt.zero_grad()
         model(inp).square().mean().backward()
         opt.step()
+        if DEVICE != "cpu":
+            torch.accelerator.synchronize()  # the step's time is the device's, not the launch queue's
         return [p.grad for p in params]
     return step
 
@@ -79,8 +89,7 @@ def make_model(framework: str, kind: str) -> Any:
     """A fresh model: a twin of tests/support/twin_models.py or resnet18 (timm for torch, mindcv for MindSpore; random
     init): the issue's realistic workload, batch 8 at 224x224."""
     if kind != "resnet18":
-        tnet, mnet = make_twins(kind)
-        return tnet if framework == "torch" else mnet
+        return torch_model(kind) if framework == "torch" else make_twins(kind)[1]
     if framework == "torch":
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         importlib.import_module("tests.zoo.torch_compat")  # torchvision's op schemas, before timm imports it
@@ -193,10 +202,10 @@ def samples(step: Callable[[], None], model, steps: int, root: Path, modes: tupl
                 step()
                 for handle in handles:
                     handle.remove()
-            elif mode == "stats_now":
+            elif mode in ("stats_now", "full_now"):
                 dump_session.DEFER = False
                 try:
-                    with aligner.dump(model, root / mode, step=i, stats_only=True):
+                    with aligner.dump(model, root / mode, step=i, stats_only=mode == "stats_now"):
                         step()
                 finally:
                     dump_session.DEFER = True
@@ -226,16 +235,22 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224, help="with --floor: resnet18's input height and width")
     parser.add_argument("--variants", action="store_true",
                         help="with --floor: also MindSpore's ways around its hook machinery (MS_VARIANTS)")
+    parser.add_argument("--device", default="cpu", help="where the torch side runs (cuda: torch only, see above)")
+    parser.add_argument("--check", action="store_true",
+                        help="dump one step queued and at once, and compare the records")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
+    if DEVICE != "cpu":
+        args.frameworks = "torch"
+    if args.check:
+        check(args)
+        return
     if args.floor:
         floor(args)
         return
     modes = ("none", "full", "stats") if args.quick else MODES
-    import mindspore as ms
-    import torch
-
-    torch.set_num_threads(args.threads)
-    ms.set_context(mode=ms.PYNATIVE_MODE)
+    set_up(args)
     shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, 224, 224)}[args.model]
     x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
     print(f"{args.model}, batch {args.batch}, input {x.shape[1:]}, median of {args.steps} interleaved steps, "
@@ -263,16 +278,12 @@ def main() -> None:
 
 def floor(args: argparse.Namespace) -> None:
     """Stats-only and full dumps against the floor (see the module docstring), each framework in turn."""
-    import mindspore as ms
-    import torch
-
-    torch.set_num_threads(args.threads)
-    ms.set_context(mode=ms.PYNATIVE_MODE)
+    set_up(args)
     shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, args.size, args.size)}[args.model]
     x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
     print(f"{args.model}, batch {args.batch}, input {shape}, {args.steps} interleaved steps, torch threads "
-          f"{args.threads}; median (best) ms; floor: the same hooks doing nothing; disk: writing a full step's tensor "
-          "files")
+          f"{args.threads}, torch on {DEVICE}; median (best) ms; floor: the same hooks doing nothing; disk: writing a "
+          "full step's tensor files")
     print(f"{'framework':<10} {'no dump':>13} {'floor':>13} {'stats':>13} {'stats/floor':>13} {'at once/floor':>14} "
           f"{'disk':>6} {'full/(floor+disk)':>18}")
     for name in args.frameworks.split(","):
@@ -284,17 +295,87 @@ def floor(args: argparse.Namespace) -> None:
             variants = tuple(MS_VARIANTS)[1:] if name == "mindspore" and args.variants else ()
             t = samples(step, model, args.steps, root, FLOOR_MODES + variants)
             # full dumps apart (their write-back would slow the next step: see main), against their own floor
-            f = samples(step, model, args.steps, root, ("floor", "full"))
+            f = samples(step, model, args.steps, root, ("floor", "full") + (("full_now",) if DEVICE != "cpu" else ()))
             files = sorted((root / "full").rglob("*.npy"))
             per_step = len(files) // (args.steps + 2) or 1
             disk = disk_cost(root / "disk", [np.load(p) for p in files[:per_step]], max(3, args.steps // 3))
-        both = t | {"full_floor": f["floor"], "full": f["full"]}
+        both = t | {"full_floor": f["floor"]} | {m: v for m, v in f.items() if m != "floor"}
         med, best = {m: statistics.median(v) for m, v in both.items()}, {m: min(v) for m, v in both.items()}
         print(floor_row(name, med, best, disk))
+        if "full_now" in med:
+            m, b = med["full_now"] / (med["full_floor"] + disk), best["full_now"] / (best["full_floor"] + disk)
+            now = f"{m:.2f}x ({b:.2f}x)"
+            print(f"{'':10} full at once: {med['full_now'] * 1e3:.1f} ({best['full_now'] * 1e3:.1f}) ms, {now} "
+                  "(floor + disk)")
         for variant in variants:
             vs_floor = f"{med[variant] / med['floor']:.2f}x ({best[variant] / best['floor']:.2f}x)"
             vs_none = f"{med[variant] / med['none']:.2f}x ({best[variant] / best['none']:.2f}x)"
             print(f"{'':10} {MS_VARIANTS[variant]}: {vs_floor} the floor, {vs_none} no dump")
+
+
+def set_up(args: argparse.Namespace) -> None:
+    """Threads, MindSpore's PyNative mode where MindSpore runs, and what runs where."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if "mindspore" in args.frameworks.split(","):
+        import mindspore as ms
+
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    if DEVICE != "cpu":
+        print(f"torch {torch.__version__} on {torch.accelerator.current_accelerator()}: "
+              f"{torch.cuda.get_device_name() if torch.cuda.is_available() else DEVICE}")
+
+
+def check(args: argparse.Namespace) -> None:
+    """One training step dumped queued (the default) and at once (`session.DEFER` off), stats-only and full, from
+    the same weights: the records must agree (files and links exactly, statistics to float64 rounding)."""
+    import copy
+
+    import msgspec
+
+    from aligner.dumping.manifest import Record, iter_manifest
+
+    set_up(args)
+    shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, args.size, args.size)}[args.model]
+    x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
+    base = make_model("torch", args.model)
+    bad = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for stats_only in (True, False):
+            dumps = []
+            for defer in (True, False):
+                model = copy.deepcopy(base)
+                step = torch_step(model, x)
+                root = Path(tmp) / f"{stats_only}-{defer}"
+                dump_session.DEFER = defer
+                try:
+                    with aligner.dump(model, root, stats_only=stats_only, params=True):
+                        step()
+                finally:
+                    dump_session.DEFER = True
+                items = [item for _, item in iter_manifest(root)][1:]
+                dumps.append([msgspec.structs.asdict(r) for r in items if isinstance(r, Record)])
+            queued, now = dumps
+            worst = 0.0
+            for a, b in zip(queued, now):
+                sa, sb = a.pop("stats"), b.pop("stats")
+                da, db = (sa.to_dict() if sa else {}), (sb.to_dict() if sb else {})
+                for k in set(da) | set(db):
+                    va, vb = da.get(k), db.get(k)
+                    if k in ("mean", "l2") and isinstance(va, float) and isinstance(vb, float):
+                        worst = max(worst, abs(va - vb) / max(abs(vb), 1e-300))
+                    elif va != vb:
+                        bad += 1
+                        print(f"  differs: {a['module']} {a['kind']} {k}: queued {va!r}, at once {vb!r}")
+                if a != b:
+                    bad += 1
+                    print(f"  differs: {a['module']} {a['kind']}: {a} / {b}")
+            print(f"check {'stats-only' if stats_only else 'full'}: {len(queued)} records queued, {len(now)} at "
+                  f"once; worst relative difference of mean/L2 {worst:.2e}")
+            bad += len(queued) != len(now)
+    print("check: records agree" if not bad else f"check: {bad} differences")
+    sys.exit(1 if bad else 0)
 
 
 def floor_row(name: str, med: dict[str, float], best: dict[str, float], disk: float) -> str:

@@ -9,6 +9,7 @@ of `aligner.metrics.stats.tensor_stats`: counts and min/max exactly, mean and L2
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
@@ -114,6 +115,151 @@ def torch_stats(tensor: Any) -> Stats:
             values[:4] = torch.cat((torch.stack(torch.aminmax(kept)).to(f64), k64.sum().reshape(1),
                                     torch.dot(k64, k64).reshape(1))).tolist()
     return _assemble(floating, numel, values[:4], values[4:])
+
+
+@dataclasses.dataclass(frozen=True)
+class QueuedStats:
+    """The statistics of an accelerator tensor as one device vector, queued behind the ops already issued and read
+    back later (`read_queued`) with others in one transfer, so recording it makes the training thread wait for
+    nothing."""
+
+    vector: Any  # float64 on the tensor's device: [min, max, sum, sum of squares] of the finite elements, the counts
+    floating: bool
+    numel: int
+
+
+def torch_stats_queued(tensor: Any) -> QueuedStats | Stats:
+    """`torch_stats` without its transfer: the reductions are queued on the tensor's device now (a later in-place op
+    queues behind them, so it cannot change them) and read back by `read_queued`. Extrema and sums are taken over
+    the finite elements at once (masking NaN/Inf), where `torch_stats` redoes them in a second transfer."""
+    import torch
+
+    x = tensor.detach().reshape(-1)
+    numel = x.numel()
+    floating = x.is_floating_point()
+    if numel == 0:
+        return empty_stats(floating)
+    f64 = torch.float64
+    if not floating:
+        x = x.to(f64)
+    elif x.element_size() < 4:
+        x = x.float()
+    mag = x.abs()
+    finite = torch.isfinite(x)
+    x64 = torch.where(finite, x.to(f64), 0.0)
+    low = torch.where(finite, x, torch.inf).min().to(f64)
+    high = torch.where(finite, x, -torch.inf).max().to(f64)
+    counts = torch.stack((torch.isnan(x).sum(), torch.isinf(x).sum(), (x == 0).sum(), (mag <= NEAR_ZERO).sum(),
+                          (mag >= NEAR_ONE).sum(), (mag < TINY).sum())).to(f64)
+    head = torch.stack((low, high, x64.sum(), torch.dot(x64, x64)))
+    return QueuedStats(torch.cat((head, counts)), floating, numel)
+
+
+def read_queued(queued: list[QueuedStats]) -> list[Stats]:
+    """The statistics of queued vectors, in their order: one transfer per device (it waits for their ops)."""
+    import torch
+
+    values: dict[int, list[float]] = {}
+    by_device: dict[Any, list[int]] = {}
+    for i, q in enumerate(queued):
+        by_device.setdefault(q.vector.device, []).append(i)
+    for indices in by_device.values():
+        rows = torch.stack([queued[i].vector for i in indices]).cpu().tolist()
+        values.update(zip(indices, rows))
+    return [_assemble(q.floating, q.numel, values[i][:4], values[i][4:]) for i, q in enumerate(queued)]
+
+
+# A StatsStage buffer holds STAGE_ELEMENTS (16 MiB as float32, ~130 MiB more while it is read) and takes tensors of
+# at most STAGE_MAX elements: segment_reduce is parallel over many short segments, not along a long one (staging
+# resnet18's large activations, 2**23 elements a buffer, made 20 flushes a step wait ~5 ms each on an H200), so a
+# bigger tensor is reduced alone (torch_stats_queued). docs/scale.md has the device figures.
+STAGE_ELEMENTS = 1 << 22
+STAGE_MAX = 1 << 18
+
+
+@dataclasses.dataclass(frozen=True)
+class Staged:
+    """A tensor's place in a StatsStage: which buffer (device and width), which segment."""
+
+    key: tuple[Any, Any]
+    index: int
+
+
+class StatsStage:
+    """The statistics of many small accelerator tensors at once: each is copied into a flat device buffer by one
+    queued kernel (`add`; 16-bit floats widen to float32, float64 stays), and `read` reduces every segment together
+    (segment_reduce: ~20 kernels and one transfer per buffer, where `torch_stats_queued` launches ~20 per tensor)."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[Any, Any], Any] = {}
+        self._lengths: dict[tuple[Any, Any], list[int]] = {}
+        self._used: dict[tuple[Any, Any], int] = {}
+
+    @staticmethod
+    def _key(tensor: Any) -> tuple[Any, Any] | None:
+        """The buffer a torch tensor is staged in (device, width); None for one that is not staged."""
+        import torch
+
+        if not tensor.is_floating_point() or not 0 < tensor.numel() <= STAGE_MAX:
+            return None
+        return tensor.device, torch.float64 if tensor.dtype == torch.float64 else torch.float32
+
+    def full(self, tensor: Any) -> bool:
+        """Whether `tensor` would be staged but its buffer has no room left for it: read the stage first."""
+        key = self._key(tensor)
+        return key is not None and self._used.get(key, 0) + tensor.numel() > STAGE_ELEMENTS
+
+    def add(self, tensor: Any) -> Staged | None:
+        """Queue the copy of a floating torch tensor of at most STAGE_MAX elements (`full` said there is room);
+        None for a tensor that is not staged."""
+        import torch
+
+        t = tensor.detach()
+        key = self._key(t)
+        if key is None:
+            return None
+        n, width, used = t.numel(), key[1], self._used.get(key, 0)
+        buffer = self._buffers.get(key)
+        if buffer is None:
+            buffer = self._buffers[key] = torch.empty(STAGE_ELEMENTS, dtype=width, device=t.device)
+        buffer[used:used + n].view(t.shape).copy_(t)
+        lengths = self._lengths.setdefault(key, [])
+        lengths.append(n)
+        self._used[key] = used + n
+        return Staged(key, len(lengths) - 1)
+
+    def read(self) -> dict[tuple[Any, Any], list[Stats]]:
+        """Every staged tensor's statistics, by buffer and segment (one transfer per buffer); the stage is empty
+        after, its buffers given back."""
+        out = {key: self._read(key) for key in self._lengths}
+        self._lengths.clear()
+        self._used.clear()
+        self._buffers.clear()  # back to the framework's allocator: a closed dump holds no device memory
+        return out
+
+    def _read(self, key: tuple[Any, Any]) -> list[Stats]:
+        import torch
+
+        lengths = self._lengths[key]
+        x = self._buffers[key][:self._used[key]]
+        device = x.device
+        lens = torch.tensor(lengths, device=device)
+        f64 = torch.float64
+
+        def seg(v: Any, how: str) -> Any:
+            return torch.segment_reduce(v, how, lengths=lens, unsafe=True)  # unsafe: no check, so no wait
+
+        finite = torch.isfinite(x)
+        x64 = torch.where(finite, x, 0.0).to(f64)
+        mag = x.abs()
+        # counts as float32 sums of 0/1, one mask at a time (memory): exact, a segment holds < 2**24 elements
+        counts = [seg(mask.to(torch.float32), "sum").to(f64) for mask in (
+            torch.isnan(x), torch.isinf(x), x == 0, mag <= NEAR_ZERO, mag >= NEAR_ONE, mag < TINY)]
+        table = torch.stack([seg(torch.where(finite, x, torch.inf), "min").to(f64),
+                             seg(torch.where(finite, x, -torch.inf), "max").to(f64),
+                             seg(x64, "sum"), seg(x64 * x64, "sum"), *counts], dim=1)
+        rows = table.cpu().tolist()
+        return [_assemble(True, n, row[:4], row[4:]) for n, row in zip(lengths, rows)]
 
 
 def mindspore_stats(tensor: Any) -> Stats:

@@ -4,24 +4,39 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import sys
 import threading
 import weakref
 from typing import Any, Hashable, Protocol
 
 import numpy as np
 
-from aligner.core.dtypes import canonical
-from aligner.dumping.fstats import fast_stats_of, ms_cpu_target, ms_deferrable, on_host, stats_of
+from aligner.core.dtypes import canonical, torch_to_numpy
+from aligner.dumping.fstats import (
+    QueuedStats,
+    Staged,
+    StatsStage,
+    fast_stats_of,
+    ms_cpu_target,
+    ms_deferrable,
+    on_host,
+    read_queued,
+    stats_of,
+    torch_stats_queued,
+)
 from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.tensors import (
+    HostStage,
     dtype_label,
     dtype_name,
     failure,
     shape_of,
     tensors_in,
     to_host,
+    torch_copy_queued,
     unstorable,
     view_key,
+    wait_queued,
 )
 from aligner.metrics.stats import Stats
 
@@ -37,6 +52,12 @@ FRAMEWORK_STATS = True
 # tensor. Links then go by object identity alone (`Session.by_identity`). scripts/bench_dump.py turns DEFER off.
 DEFER = True
 DEFER_BYTES = 256 << 20
+# A torch tensor on an accelerator (these device types) is recorded the same way, for the same reason: reading its
+# statistics or copying it to the host waits for the device. Its reductions (stats-only) or its copy into pinned
+# host memory (full) are queued on the device at once, behind the op that wrote it and ahead of any later in-place
+# op, and read back at the flush: one wait and one small transfer per flush instead of one per record.
+QUEUE_DEVICES = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "mtia", "privateuseone"})
+DEFER_RECORDS = 1 << 16  # records waiting at most (each queued statistic holds an 80-byte device vector)
 
 
 # How many recent outputs a session holds to link inputs that view their memory (see Session._views): a chain's
@@ -69,6 +90,22 @@ class _Waiting:
     grad: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class _StagedCopy:
+    """A host copy of a CUDA tensor queued into the session's HostStage: its index there, and its device."""
+
+    index: int
+    device: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class _QueuedCopy:
+    """A host copy of an accelerator tensor queued on `device` (see QUEUE_DEVICES): complete once it has waited."""
+
+    host: Any
+    device: Any
+
+
 @dataclasses.dataclass
 class Frame:
     """One module call in progress: its path, call id, and the sequence number its children's records start at."""
@@ -95,6 +132,9 @@ class Session:
         self._pending: list[_Waiting] = []
         self._pending_bytes = 0
         self._defer_ms = mindspore and DEFER and ms_cpu_target()
+        self._queue_torch = not mindspore and DEFER
+        self._stats_stage = StatsStage()  # small accelerator tensors' statistics, reduced together at the flush
+        self._host_stage = HostStage()    # CUDA tensors' host copies, queued into one pinned buffer
         # links by object identity only (no tensor's address or version read: each waits for its op); the MindSpore
         # hooks tell the session which new objects a cell's backward hook hands on (`same_tensors`)
         self.by_identity = self._defer_ms
@@ -190,17 +230,19 @@ class Session:
         """Queue `tensor`'s record with the next sequence number (returned): with a host copy of the tensor (full
         dumps), or (a sink without `host_arrays`) with its statistics, computed now where the tensor lives: on its
         accelerator (`stats_of`), or in host memory in one pass without a copy (`fast_stats_of`), or for MindSpore on
-        a CPU target later, in a batch (`DEFER`). A tensor that cannot be stored (a dtype no reader supports, a layout
+        a CPU target later, in a batch (`DEFER`), or for torch on an accelerator queued there and read back in a
+        batch (`QUEUE_DEVICES`). A tensor that cannot be stored (a dtype no reader supports, a layout
         without strides) is a skipped record saying why: a dump never breaks the forward it records. `grad`: a
         gradient that a deferred record makes a link at the flush if it views the last gradient's memory."""
         array: np.ndarray | None = None
         stats: Stats | None = None
         skipped: str | None = None
         held: Any = None
+        queue = self._queue_torch and _on_queue_device(tensor)  # queued on its device below, under the lock
         try:
             dtype, shape = dtype_name(tensor), shape_of(tensor)
             held = ms_deferrable(tensor, dtype) if self._defer_ms else None
-            if held is not None:
+            if held is not None or queue:
                 array = None  # the host copy (full) or the statistics, at the flush
             elif self.host_arrays and not stats_only:
                 array = host = to_host(tensor)
@@ -211,12 +253,33 @@ class Session:
             array, stats, skipped = None, None, unstorable(tensor, exc)
             dtype, shape = dtype_label(tensor), _shape(tensor)
         with self._lock:
+            if queue and skipped is None:
+                try:
+                    held = self._queue(tensor, stats_only)
+                except Exception as exc:  # whatever the tensor is, the user's forward goes on
+                    held, skipped = None, unstorable(tensor, exc)
+                if isinstance(held, Stats):
+                    stats, held = held, None
             seq = self.seq
             record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index, dtype=dtype,
                             shape=shape, step=self.step, stats=stats, call=call, parent=parent, source=source, arg=arg,
                             skipped=skipped, scope=scope)
             self._put(record, array, held, stats_only, grad)
         return seq
+
+    def _queue(self, tensor: Any, stats_only: bool) -> Staged | QueuedStats | _StagedCopy | _QueuedCopy | Stats:
+        """An accelerator torch tensor's statistics or host copy, queued on its device (see QUEUE_DEVICES), the lock
+        held: small tensors through the session's stages (one kernel each), others on their own; the statistics of
+        an empty tensor at once. A stage with no room left is read first (a flush)."""
+        if self.host_arrays and not stats_only:
+            if not self._host_stage.takes(tensor):
+                return _QueuedCopy(torch_copy_queued(tensor), tensor.device)
+            if self._host_stage.full(tensor):
+                self._flush()
+            return _StagedCopy(self._host_stage.add(tensor), tensor.device)
+        if self._stats_stage.full(tensor):
+            self._flush()
+        return self._stats_stage.add(tensor) or torch_stats_queued(tensor)
 
     def failed(self, module: str, type_: str, kind: Kind, io: Io, exc: Exception, *, call: int | None = None,
                parent: str | None = None) -> None:
@@ -235,8 +298,8 @@ class Session:
         if held is not None or self._pending:
             self._pending.append(_Waiting(record, array, held, stats_only, grad and held is not None))
             if held is not None:
-                self._pending_bytes += int(held.nbytes)  # from its shape: no wait
-                if self._pending_bytes >= DEFER_BYTES:
+                self._pending_bytes += _held_bytes(held)  # from its shape: no wait
+                if self._pending_bytes >= DEFER_BYTES or len(self._pending) >= DEFER_RECORDS:
                     self._flush()
             return
         self._hand(record, array)
@@ -253,10 +316,19 @@ class Session:
         """Copy or reduce every held tensor (one wait for MindSpore's queued ops) and hand the waiting records over in
         order (the lock held)."""
         pending, self._pending, self._pending_bytes = self._pending, [], 0
+        queued = self._read_queued(pending)
         for item in pending:
             record, array, held = item.record, item.array, item.held
             if item.grad and self._linked_grad(record, held):
                 array = None
+            elif isinstance(held, Staged | QueuedStats | _StagedCopy | _QueuedCopy):
+                read = queued[id(held)]
+                if isinstance(read, str):
+                    record.skipped = read
+                elif isinstance(read, Stats):
+                    record.stats = read
+                else:
+                    array = read
             elif held is not None:
                 try:
                     if self.host_arrays and not item.stats_only:
@@ -266,6 +338,34 @@ class Session:
                 except Exception as exc:  # whatever the tensor is, the dump goes on
                     record.skipped = unstorable(held, exc)
             self._hand(record, array)
+
+    def _read_queued(self, pending: list[_Waiting]) -> dict[int, Stats | np.ndarray | str]:
+        """What the accelerator work queued for `pending` gave, by id of what is held: statistics (one transfer per
+        stage buffer or device), host arrays (after one wait per device), or why a record could not be read (its
+        skip reason: a device error surfaces here, not in the hooks, and the dump goes on)."""
+        held = [w.held for w in pending]
+        out: dict[int, Stats | np.ndarray | str] = {}
+        stats = [h for h in held if isinstance(h, QueuedStats)]
+        staged = [h for h in held if isinstance(h, Staged)]
+        copies = [h for h in held if isinstance(h, _StagedCopy | _QueuedCopy)]
+        try:
+            out.update(zip(map(id, stats), read_queued(stats) if stats else ()))
+        except Exception as exc:
+            out.update((id(q), failure(exc)) for q in stats)
+        try:
+            by_buffer = self._stats_stage.read()
+            out.update((id(s), by_buffer[s.key][s.index]) for s in staged)
+        except Exception as exc:
+            out.update((id(s), failure(exc)) for s in staged)
+        try:
+            if copies:
+                wait_queued({c.device for c in copies})
+            arrays = self._host_stage.arrays()
+            out.update((id(c), arrays[c.index] if isinstance(c, _StagedCopy) else torch_to_numpy(c.host))
+                       for c in copies)
+        except Exception as exc:
+            out.update((id(c), failure(exc)) for c in copies)
+        return out
 
     def _linked_grad(self, record: Record, grad: Any) -> bool:
         """At the flush: make a gradient's record a link when it views the very memory of the last gradient recorded
@@ -442,6 +542,21 @@ class Session:
             index = self._probes[name]
             self._probes[name] += 1
         self.emit(name, "probe", Kind.PROBE, Io.OUTPUT, index, tensor, parent=self.parent())
+
+
+def _on_queue_device(tensor: Any) -> bool:
+    """Whether `tensor` is a strided torch tensor on a device of QUEUE_DEVICES (its record is queued there)."""
+    torch = sys.modules.get("torch")
+    return (torch is not None and isinstance(tensor, torch.Tensor) and tensor.device.type in QUEUE_DEVICES
+            and tensor.layout == torch.strided)
+
+
+def _held_bytes(held: Any) -> int:
+    """The host memory a waiting record holds: a MindSpore tensor's or a queued copy's bytes (statistics and staged
+    copies, whose stages bound themselves: none)."""
+    if isinstance(held, Staged | QueuedStats | _StagedCopy):
+        return 0
+    return int((held.host if isinstance(held, _QueuedCopy) else held).nbytes)
 
 
 def _shape(tensor: Any) -> list[int]:

@@ -88,6 +88,77 @@ def to_host(tensor: Any) -> np.ndarray:
     raise AlignerError(f"aligner.save needs a torch or MindSpore tensor or a numpy array, got {type(tensor).__name__}")
 
 
+def torch_copy_queued(tensor: Any) -> Any:
+    """A host copy of an accelerator torch tensor, queued behind the ops already issued (into pinned memory where
+    the device is CUDA, so the copy does not wait); it holds the tensor's values once `wait_queued` returns."""
+    import torch
+
+    t = tensor.detach()
+    pin = t.device.type == "cuda"
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=pin)
+    return host.copy_(t, non_blocking=pin)
+
+
+HOST_STAGE_BYTES = 256 << 20  # pinned host memory a HostStage copies into before a flush
+HOST_STAGE_DEVICES = frozenset({"cuda"})  # where a copy into pinned memory runs without waiting
+
+
+class HostStage:
+    """Host copies of CUDA tensors queued into one pinned buffer: one copy kernel per tensor and no allocation of
+    its own. `arrays` hands out views of the buffer (no second copy) and the next records get a fresh buffer: torch's
+    pinned-memory cache gives the old one back once the writer has let go of every view."""
+
+    def __init__(self) -> None:
+        self._pool: Any = None
+        self._used = 0
+        self._views: list[Any] = []
+
+    @staticmethod
+    def takes(tensor: Any) -> bool:
+        """Whether `tensor` is copied through the stage: a CUDA tensor of at most a quarter of its buffer."""
+        nbytes = tensor.numel() * tensor.element_size()
+        return tensor.device.type in HOST_STAGE_DEVICES and nbytes <= HOST_STAGE_BYTES // 4
+
+    def full(self, tensor: Any) -> bool:
+        """Whether the buffer has no room left for `tensor` (which `takes`): read it first."""
+        return self._used + _aligned(tensor.numel() * tensor.element_size()) > HOST_STAGE_BYTES
+
+    def add(self, tensor: Any) -> int:
+        """Queue the copy of `tensor` (which `takes`, and not `full`); the index of its array in `arrays`."""
+        import torch
+
+        if self._pool is None:
+            self._pool = torch.empty(HOST_STAGE_BYTES, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+        t = tensor.detach()
+        nbytes = t.numel() * t.element_size()
+        view = self._pool[self._used:self._used + nbytes].view(t.dtype).view(t.shape)
+        view.copy_(t, non_blocking=True)
+        self._used += _aligned(nbytes)
+        self._views.append(view)
+        return len(self._views) - 1
+
+    def arrays(self) -> list[np.ndarray]:
+        """The host copies, in the order added (call after `wait_queued`): views of the buffer, which they keep
+        alive; the stage starts a new buffer after."""
+        out = [torch_to_numpy(view) for view in self._views]
+        self._pool, self._views, self._used = None, [], 0
+        return out
+
+
+def _aligned(nbytes: int) -> int:
+    """`nbytes` rounded up to 64 bytes: every staged copy starts on a boundary any dtype's view accepts."""
+    return (nbytes + 63) & ~63
+
+
+def wait_queued(devices: set[Any]) -> None:
+    """Wait until every op queued on `devices` (torch devices) has run: queued copies are then complete."""
+    import torch
+
+    for device in devices:
+        if device.type != "cpu":
+            torch.accelerator.synchronize(device)
+
+
 def dtype_name(tensor: Any) -> str:
     """The canonical dtype name of a torch/MindSpore tensor or numpy array, without copying it."""
     return canonical(tensor.dtype)

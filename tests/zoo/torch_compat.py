@@ -23,8 +23,11 @@ def _has_op(name: str) -> bool:
 
 
 def install() -> None:
-    """Idempotent: define torchvision::nms/qnms schemas unless the real extension already did."""
+    """Idempotent: define torchvision::nms/qnms schemas unless the real extension already did. A CUDA torch build
+    loads torchvision's extension itself (its `_C.so` links what it needs), which would then find them defined."""
     global _LIB
+    if torch.version.cuda is not None:
+        return
     missing = [n for n in ("nms", "qnms") if not _has_op(n)]
     if not missing:
         return
