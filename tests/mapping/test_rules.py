@@ -3,7 +3,6 @@ tied weights and num_batches_tracked. Checkpoints are real files (torch.save / m
 random values, and every test checks where each value ends up, not only the names."""
 from __future__ import annotations
 
-import mindspore as ms
 import numpy as np
 import pytest
 import torch
@@ -12,12 +11,9 @@ import yaml
 from aligner.cli import main as align_main
 from aligner.core.errors import AlignerError
 from aligner.pipelines.convert.checkpoint import convert, state_dict_to
+from tests.support.checkpoints import rand, read, save_ckpt, save_pth
 
 # ------------------------------------------------------------------------------------------------------- helpers
-
-def rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape).astype(np.float32)
-
 
 def bn_torch(rng: np.random.Generator, prefix: str, c: int) -> dict[str, np.ndarray]:
     return {f"{prefix}.weight": rand(rng, c), f"{prefix}.bias": rand(rng, c), f"{prefix}.running_mean": rand(rng, c),
@@ -29,24 +25,6 @@ def bn_ms(rng: np.random.Generator, prefix: str, c: int) -> dict[str, np.ndarray
     return {f"{prefix}.moving_mean": rand(rng, c),
             f"{prefix}.moving_variance": rng.uniform(0.5, 2, c).astype(np.float32),
             f"{prefix}.gamma": rand(rng, c), f"{prefix}.beta": rand(rng, c)}
-
-
-def save_pth(path, state: dict[str, np.ndarray]) -> str:
-    torch.save({k: torch.from_numpy(np.array(v)) for k, v in state.items()}, path)
-    return str(path)
-
-
-def save_ckpt(path, state: dict[str, np.ndarray]) -> str:
-    ms.save_checkpoint([{"name": k, "data": ms.Tensor(v)} for k, v in state.items()], str(path))
-    return str(path)
-
-
-def read(path) -> dict[str, np.ndarray]:
-    """A converted file as the target framework itself loads it."""
-    path = str(path)
-    if path.endswith(".ckpt"):
-        return {k: p.asnumpy() for k, p in ms.load_checkpoint(path).items()}
-    return {k: v.numpy() for k, v in torch.load(path, weights_only=True).items()}
 
 
 def cli(*args) -> int:

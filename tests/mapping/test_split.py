@@ -5,35 +5,15 @@ from __future__ import annotations
 
 import json
 
-import mindspore as ms
 import numpy as np
 import pytest
-import torch
 import yaml
 
 from aligner.core.errors import AlignerError
 from aligner.mapping.fused import detect
 from aligner.pipelines.convert.checkpoint import convert
+from tests.support.checkpoints import rand, read, save_ckpt, save_pth
 from tests.support.cli import align_in_process, assert_one_line_error
-
-
-def rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape).astype(np.float32)
-
-
-def save_pth(path, state: dict[str, np.ndarray]) -> str:
-    torch.save({k: torch.from_numpy(np.array(v)) for k, v in state.items()}, path)
-    return str(path)
-
-
-def save_ckpt(path, state: dict[str, np.ndarray]) -> str:
-    ms.save_checkpoint([{"name": k, "data": ms.Tensor(v)} for k, v in state.items()], str(path))
-    return str(path)
-
-
-def read_ckpt(path) -> dict[str, np.ndarray]:
-    return {k: p.asnumpy() for k, p in ms.load_checkpoint(str(path)).items()}
-
 
 C, BLOCKS = 4, 12
 
@@ -89,7 +69,7 @@ def test_one_regex_split_entry_splits_every_block(tmp_path) -> None:
     src = vit_source(rng)
     (tmp_path / "m.yaml").write_text(REGEX_MAP)
     result = convert(save_pth(tmp_path / "a.pth", src), str(tmp_path / "b.ckpt"), map_path=str(tmp_path / "m.yaml"))
-    out = read_ckpt(tmp_path / "b.ckpt")
+    out = read(tmp_path / "b.ckpt")
     assert len(out) == BLOCKS * 8 and result.written
     check_qkv(out, src)
     split = [e for e in result.entries if e.sources == ["blocks.7.attn.qkv.bias"]]
@@ -110,7 +90,7 @@ def test_regex_concat_groups_matches_by_their_captured_groups(tmp_path) -> None:
         "     patterns: ['layers\\.(?P<n>\\d+)\\.mlp\\.gate_proj\\.weight',\n"
         "                'layers\\.(?P<n>\\d+)\\.mlp\\.up_proj\\.weight']}\n")
     convert(save_pth(tmp_path / "a.pth", src), str(tmp_path / "b.ckpt"), map_path=str(tmp_path / "m.yaml"))
-    out = read_ckpt(tmp_path / "b.ckpt")
+    out = read(tmp_path / "b.ckpt")
     assert set(out) == {f"h.{b}.gate_up.weight" for b in range(3)}
     for b in range(3):
         np.testing.assert_array_equal(out[f"h.{b}.gate_up.weight"], np.concatenate(
@@ -125,7 +105,7 @@ def test_regex_reshape_and_transpose_with_backrefs(tmp_path) -> None:
         "  - {op: transpose, pattern: 'a\\.(\\d)\\.w', perm: [1, 0], target: 'a.\\1.w_t'}\n"
         "  - {op: reshape, pattern: 'b\\.(\\d)\\.pos', shape: [3, 4], target: 'table.\\1'}\n")
     convert(save_pth(tmp_path / "a.pth", src), str(tmp_path / "b.ckpt"), map_path=str(tmp_path / "m.yaml"))
-    out = read_ckpt(tmp_path / "b.ckpt")
+    out = read(tmp_path / "b.ckpt")
     assert set(out) == {"a.0.w_t", "a.1.w_t", "table.0"}
     np.testing.assert_array_equal(out["a.1.w_t"], src["a.1.w"].T)
     np.testing.assert_array_equal(out["table.0"], src["b.0.pos"].reshape(3, 4))
@@ -140,7 +120,7 @@ def test_save_map_of_a_regex_split_reloads_to_the_same_checkpoint(tmp_path) -> N
     saved = yaml.safe_load((tmp_path / "saved.yaml").read_text())
     assert len([t for t in saved["transforms"] if t["op"] == "split"]) == 2 * BLOCKS  # literal, one per tensor
     convert(pth, str(tmp_path / "c.ckpt"), map_path=str(tmp_path / "saved.yaml"))
-    first, second = read_ckpt(tmp_path / "b.ckpt"), read_ckpt(tmp_path / "c.ckpt")
+    first, second = read(tmp_path / "b.ckpt"), read(tmp_path / "c.ckpt")
     assert set(first) == set(second)
     for name in first:
         np.testing.assert_array_equal(first[name], second[name], err_msg=name)
@@ -197,7 +177,7 @@ def test_literal_entries_may_still_reuse_one_tensor(tmp_path) -> None:
     (tmp_path / "m.yaml").write_text("transforms:\n  - {op: transpose, source: w, perm: [1, 0], target: wt}\n"
                                      "  - {op: reshape, source: w, shape: [6], target: flat}\n")
     convert(save_pth(tmp_path / "a.pth", src), str(tmp_path / "b.ckpt"), map_path=str(tmp_path / "m.yaml"))
-    out = read_ckpt(tmp_path / "b.ckpt")
+    out = read(tmp_path / "b.ckpt")
     np.testing.assert_array_equal(out["wt"], src["w"].T)
     np.testing.assert_array_equal(out["flat"], src["w"].reshape(6))
 
@@ -211,7 +191,7 @@ def test_like_splits_fused_qkv_of_every_block_and_reports_it(tmp_path, capsys) -
     proc = align_in_process(capsys, "convert", pth, "-o", tmp_path / "b.ckpt", "--like", like, "--json",
                             tmp_path / "r.json", "-v")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    check_qkv(read_ckpt(tmp_path / "b.ckpt"), src)
+    check_qkv(read(tmp_path / "b.ckpt"), src)
     assert ("split blocks.11.attn.qkv.weight -> encoder.layer.11.attention.attention.query.weight, ...key.weight, "
             "...value.weight (axis 0)") in proc.stdout
     result = json.loads((tmp_path / "r.json").read_text())
@@ -238,7 +218,7 @@ def test_like_splits_gate_up_and_casts_to_the_target_dtype(tmp_path) -> None:
     result = convert(save_pth(tmp_path / "a.pth", src), str(tmp_path / "b.ckpt"),
                      like_path=save_ckpt(tmp_path / "like.ckpt", target))
     assert result.written and len(result.splits) == 4
-    out = read_ckpt(tmp_path / "b.ckpt")
+    out = read(tmp_path / "b.ckpt")
     for b in range(2):
         gate_up = src[f"h.{b}.mlp.gate_up_proj.weight"].astype(np.float16)
         np.testing.assert_array_equal(out[f"model.layers.{b}.mlp.gate_proj.weight"], gate_up[:3])
@@ -256,7 +236,7 @@ def test_fused_split_is_saved_and_replayed_by_save_map(tmp_path) -> None:
     convert(pth, str(tmp_path / "b.ckpt"), like_path=save_ckpt(tmp_path / "like.ckpt", hf_target(rng)),
             save_map=str(tmp_path / "saved.yaml"))
     convert(pth, str(tmp_path / "c.ckpt"), map_path=str(tmp_path / "saved.yaml"))
-    check_qkv(read_ckpt(tmp_path / "c.ckpt"), src)
+    check_qkv(read(tmp_path / "c.ckpt"), src)
 
 
 def test_ambiguous_fused_source_is_not_split_and_says_so(tmp_path) -> None:
@@ -309,7 +289,7 @@ def test_target_keeping_a_fused_tensor_is_matched_not_split(tmp_path) -> None:
     result = convert(save_pth(tmp_path / "a.pth", src), str(tmp_path / "b.ckpt"),
                      like_path=save_ckpt(tmp_path / "like.ckpt", target), allow_incomplete=True)
     assert not result.splits
-    np.testing.assert_array_equal(read_ckpt(tmp_path / "b.ckpt")["layers.0.mixer.qkv.weight"],
+    np.testing.assert_array_equal(read(tmp_path / "b.ckpt")["layers.0.mixer.qkv.weight"],
                                   src["blocks.0.attn.qkv.weight"])
 
 
@@ -326,7 +306,7 @@ def test_lone_leftovers_pair_only_on_a_unique_shape_and_a_shared_word(tmp_path) 
     status = {e.target or e.sources[0]: e.status for e in result.entries}
     assert status["embeddings.cls_token"] == status["embeddings.position_embeddings"] == "structural"
     assert status["offset"] == status["x.gain"] == "missing"
-    out = read_ckpt(tmp_path / "b.ckpt")
+    out = read(tmp_path / "b.ckpt")
     np.testing.assert_array_equal(out["embeddings.position_embeddings"], src["pos_embed"])
     np.testing.assert_array_equal(out["embeddings.cls_token"], src["cls_token"])
 
