@@ -88,11 +88,8 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
     ms_first = framework_first == Framework.MINDSPORE
     if {framework_first, framework_second} == {Framework.PYTORCH, Framework.MINDSPORE}:
         ms_items = first if ms_first else second
-        infos = {it.record.module: io.TensorInfo(tuple(it.record.shape), it.record.dtype or "float32")
-                 for it in ms_items if it.record.kind == Kind.PARAM_GRAD}
-        for entry in mapping.build_plan(infos, Framework.MINDSPORE, Framework.PYTORCH).entries if infos else []:
-            if entry.target and len(entry.sources) == 1:
-                params[entry.sources[0]] = entry.target
+        params = grad_names({it.record.module: grad_info(it.record) for it in ms_items
+                             if it.record.kind == Kind.PARAM_GRAD})
 
     def renamed(items: Sequence[Item]) -> dict[str, str | None]:
         """{module: new name} for the names of `items` a user rule changes."""
@@ -127,6 +124,18 @@ def namers(first: Sequence[Item], framework_first: str, framework_second: str, s
 
     return namer(0, ms_first), namer(1, framework_second == Framework.MINDSPORE)
     # --- end of the issue 12 edit ---
+
+
+def grad_info(record: Record) -> io.TensorInfo:
+    """A parameter gradient's shape and dtype, as the name planner reads them."""
+    return io.TensorInfo(tuple(record.shape), record.dtype or "float32")
+
+
+def grad_names(infos: dict[str, io.TensorInfo]) -> dict[str, str]:
+    """MindSpore parameter-gradient names -> PyTorch's, planned by the conversion's layer rules over all of them
+    (`gamma` -> `weight`): the names a MindSpore side's parameter gradients match under."""
+    plan = mapping.build_plan(infos, Framework.MINDSPORE, Framework.PYTORCH).entries if infos else []
+    return {entry.sources[0]: entry.target for entry in plan if entry.target and len(entry.sources) == 1}
 
 
 def spelling(path: str) -> str:

@@ -28,6 +28,7 @@ import dataclasses
 import enum
 from typing import Iterable, Iterator, Sequence
 
+from aligner import io
 from aligner.dumping.manifest import INPUTS, Io, Kind
 from aligner.dumping.pair.matching import (
     MODULE_KINDS,
@@ -35,6 +36,8 @@ from aligner.dumping.pair.matching import (
     Matched,
     Pair,
     ancestors,
+    grad_info,
+    grad_names,
     inside_leaf,
     name_keys,
     pair_keyed,
@@ -85,7 +88,8 @@ class _Side:
     dropped: bool = False  # an open call's inputs were let go (more than _OPEN_CALLS open)
     done: bool = False
     seen: dict[tuple, int] = dataclasses.field(default_factory=dict)  # name_keys' occurrence counts, paired records
-    names: set[str] = dataclasses.field(default_factory=set)     # every module name read, spelled
+    names: set[str] = dataclasses.field(default_factory=set)     # every module name read, spelled (but gradients')
+    grads: set[str] = dataclasses.field(default_factory=set)     # the parameter gradients' names read
     modules: set[str] = dataclasses.field(default_factory=set)   # module records' names read, spelled
     parents: set[str] = dataclasses.field(default_factory=set)   # their ancestors
     named_inputs: bool = False  # an input read names its argument (`matching.named_inputs`)
@@ -107,6 +111,9 @@ class _Side:
             if r.kind == Kind.BUFFER:
                 self.buffers = True
             self.ahead.append(item)
+            if r.kind == Kind.PARAM_GRAD:  # (named once they are planned: _check_whole)
+                self.grads.add(r.module)
+                continue
             spelt = spelled.get(r.module)
             if spelt is None:
                 spelt = spelled[r.module] = spelling(r.module)
@@ -121,13 +128,14 @@ class _Side:
 class Resync:
     """The rows `matching.match` makes of the two whole streams (names as `namers` gives them without a --map), in
     blocks, in the reference's order, as it is iterated; OutOfStepError where that cannot be done a window at a time
-    (see the module docstring). `crossing`: one side PyTorch, the other MindSpore; `lookahead`: LOOKAHEAD when None.
+    (see the module docstring). `mindspore`: which side is MindSpore's when the other is PyTorch's (0 `migrated`, 1
+    `reference`; None when not: parameter gradients keep their names); `lookahead`: LOOKAHEAD when None.
     """
 
-    def __init__(self, migrated: Iterable[Item], reference: Iterable[Item], crossing: bool, block: int = BLOCK,
-                 lookahead: int | None = None) -> None:
+    def __init__(self, migrated: Iterable[Item], reference: Iterable[Item], mindspore: int | None = None,
+                 block: int = BLOCK, lookahead: int | None = None) -> None:
         self.a, self.b = _Side(iter(migrated)), _Side(iter(reference))
-        self.crossing, self.block, self.lookahead = crossing, block, lookahead
+        self.mindspore, self.block, self.lookahead = mindspore, block, lookahead
 
     @property
     def reference_buffers(self) -> bool:
@@ -136,40 +144,73 @@ class Resync:
         return self.b.buffers
 
     def __iter__(self) -> Iterator[list[Pair]]:
-        return _rounds(self.a, self.b, self.crossing, self.block, self.lookahead)
+        return _rounds(self.a, self.b, self.mindspore, self.block, self.lookahead or LOOKAHEAD)
 
 
-def _rounds(a: _Side, b: _Side, crossing: bool, block: int, lookahead: int | None) -> Iterator[list[Pair]]:
+@dataclasses.dataclass
+class _Grads:
+    """The MindSpore side's parameter-gradient names (`matching.grad_names`), planned over the gradients read ahead
+    once the first step that has some was read whole; each later gradient must be one of those, of the same shape
+    and dtype, so that the plan over the whole dump is this one."""
+
+    infos: dict[str, io.TensorInfo] | None = None
+    names: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def plan(self, side: _Side, spelled: dict[str, str], most: int) -> None:
+        """Plan once the side's first gradients are read, reading on to the end of their step (at most `most`
+        records ahead: PARAM_NAMES past that); PARAM_NAMES for a gradient read that the plan does not hold."""
+        if self.infos is None:
+            first = next((it.record.step for it in side.ahead if it.record.kind == Kind.PARAM_GRAD), None)
+            if first is None:
+                return
+            while not side.done and side.ahead[-1].record.step == first:
+                if len(side.ahead) >= most:
+                    raise OutOfStepError(Why.PARAM_NAMES)
+                side.fill(len(side.ahead) + 1, spelled)
+            self.infos = {it.record.module: grad_info(it.record) for it in side.ahead
+                          if it.record.kind == Kind.PARAM_GRAD}
+            self.names = grad_names(self.infos)
+        for it in side.ahead:
+            if it.record.kind == Kind.PARAM_GRAD and self.infos.get(it.record.module) != grad_info(it.record):
+                raise OutOfStepError(Why.PARAM_NAMES)
+
+
+def _rounds(a: _Side, b: _Side, mindspore: int | None, block: int, most: int) -> Iterator[list[Pair]]:
     spelled: dict[str, str] = {}
     by_arg: bool | None = None
+    grads = _Grads()
     size = block
     while True:
         a.fill(size, spelled)
         b.fill(size, spelled)
         if not a.ahead and not b.ahead:
             break
+        if mindspore is not None:
+            grads.plan((a, b)[mindspore], spelled, most)
         now = a.named_inputs and b.named_inputs
         if by_arg is None:
             by_arg = now
         elif now != by_arg:  # the rounds before keyed inputs by position
             raise OutOfStepError(Why.ORDER)
-        window = _Window(a, b, by_arg, spelled, crossing)
+        window = _Window(a, b, by_arg, spelled, grads.names if mindspore == 0 else {},
+                         grads.names if mindspore == 1 else {})
         cut = window.cut()
         if cut is None:
-            most = lookahead or LOOKAHEAD
             if size >= most:
                 raise OutOfStepError(Why.WINDOW)
             size = min(2 * size, most)
             continue
         yield window.commit(*cut)
         size = block
-    _check_whole(a, b)
+    _check_whole(a, b, [grads.names if mindspore == side else {} for side in (0, 1)])
 
 
-def _check_whole(a: _Side, b: _Side) -> None:
+def _check_whole(a: _Side, b: _Side, renamed: list[dict[str, str]]) -> None:
     """OutOfStepError where a rule `match` applies to the whole lists decides otherwise than the rounds did: a wrapper
-    prefix to strip, or a name left to content pairing that the other side's full module list puts inside a leaf."""
-    if wrapper_prefixes([a.names, b.names]) != ("", ""):
+    prefix to strip, or a name left to content pairing that the other side's full module list puts inside a leaf.
+    `renamed`: each side's parameter-gradient names."""
+    names = [side.names | {spelling(grads.get(m, m)) for m in side.grads} for side, grads in zip((a, b), renamed)]
+    if wrapper_prefixes(names) != ("", ""):
         raise OutOfStepError(Why.ORDER)
     for side, other in ((a, b), (b, a)):
         if any(inside_leaf(name, other.modules, other.parents) != inner for name, inner in side.inner.items()):
@@ -179,20 +220,21 @@ def _check_whole(a: _Side, b: _Side) -> None:
 class _Window:
     """One round: both sides' records read ahead, paired as `match` pairs them, and where that may be cut."""
 
-    def __init__(self, a: _Side, b: _Side, by_arg: bool, spelled: dict[str, str], crossing: bool) -> None:
+    def __init__(self, a: _Side, b: _Side, by_arg: bool, spelled: dict[str, str], grads_a: dict[str, str],
+                 grads_b: dict[str, str]) -> None:
         self.a, self.b, self.spelled = a, b, spelled
-        self.keyed_a = self._keyed(a, b, by_arg, crossing)
-        self.keyed_b = self._keyed(b, a, by_arg, crossing)
+        self.keyed_a = self._keyed(a, b, by_arg, grads_a)
+        self.keyed_b = self._keyed(b, a, by_arg, grads_b)
         self.held: list[tuple[int, int]] = []  # pass-through name pairs whose calls have not all passed yet
         self.matched: Matched = pair_keyed(self.keyed_a, self.keyed_b, self._apart)
         self.unnamed = [_unnamed(keyed, {p[side] for p in self.matched.named})  # not paired by name, not folded
                         for side, keyed in enumerate((self.keyed_a, self.keyed_b))]
 
-    def _keyed(self, side: _Side, other: _Side, by_arg: bool, crossing: bool) -> Keyed:
+    def _keyed(self, side: _Side, other: _Side, by_arg: bool, grads: dict[str, str]) -> Keyed:
+        """A side's records read ahead keyed as `match` keys them (`grads`: its parameter gradients' names)."""
         items = side.ahead
-        names = [it.record.module for it in items]
-        if crossing and any(it.record.kind == Kind.PARAM_GRAD for it in items):
-            raise OutOfStepError(Why.PARAM_NAMES)
+        names = [grads.get(r.module, r.module) if grads and r.kind == Kind.PARAM_GRAD else r.module
+                 for r in (it.record for it in items)]
         keys = name_keys(items, names, self.spelled, by_arg, dict(side.seen))
         theirs = other.seen
         for key in keys:  # a twin paired in an earlier round: the whole lists pair across the cut made there

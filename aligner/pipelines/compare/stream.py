@@ -36,8 +36,8 @@ from aligner.core.progress import SILENT, Progress
 from aligner.core.tolerance import CALIBRATION_K, ToleranceSpec
 from aligner.dumping.manifest import Kind
 from aligner.dumping.pair.matching import MatchedBy, Pair, layer_type, same_layer
-from aligner.dumping.pair.paired import SAME_MODEL_MIN_PAIRED, SAME_MODEL_MIN_RECORDS, different_models
-from aligner.dumping.pair.window import OutOfStepError, pairs_resynced
+from aligner.dumping.pair.paired import SAME_MODEL_MIN_PAIRED, SAME_MODEL_MIN_RECORDS, different_models, training_floor
+from aligner.dumping.pair.window import OutOfStepError, Resync
 from aligner.dumping.read.foreign.layout import detect
 from aligner.dumping.read.source import Source
 from aligner.dumping.read.stream import Stream, UnorderedError, open_stream
@@ -63,7 +63,8 @@ class Fallback(enum.Enum):
     WINDOW = "window"                # the two sides do not resynchronise within the look-ahead (window.LOOKAHEAD)
     PARAM_NAMES = "param_names"      # parameter gradients renamed between PyTorch and MindSpore
     PASS_THROUGH = "pass_through"    # a pass-through call's inputs were let go before its outputs passed
-    BUFFERS = "buffers"              # the reference ran BatchNorm in training mode after its tolerance was fixed
+    BUFFERS = "buffers"              # the reference's first buffer record (BatchNorm in training mode) came after
+    #                                  rows were evaluated without its tolerance floor
     UNORDERED = "unordered"          # a manifest out of execution order (read whole, then sorted)
 
 
@@ -86,12 +87,15 @@ class RowSink(Protocol):
     def restart(self) -> None: ...
 
 
-def pairs_in_step(migrated: Stream, reference: Stream, crossing: bool) -> Iterator[list[Pair]]:
+def pairs_in_step(migrated: Stream, reference: Stream, crossing: bool) -> Iterator[tuple[list[Pair], bool]]:
     """Blocks of the rows `matching.match` makes of the two dumps, in the reference's execution order
-    (aligner.dumping.pair.window); NotInStepError where they cannot be paired a window at a time (or either is out of
-    execution order)."""
+    (aligner.dumping.pair.window), each with whether the reference read a buffer record so far; NotInStepError where
+    they cannot be paired a window at a time (or either is out of execution order)."""
+    mindspore = (0 if migrated.framework == Framework.MINDSPORE else 1) if crossing else None
+    resync = Resync(migrated, reference, mindspore, BLOCK)
     try:
-        yield from pairs_resynced(migrated, reference, crossing, BLOCK)
+        for pairs in resync:
+            yield pairs, resync.reference_buffers
     except OutOfStepError as exc:
         raise NotInStepError(Fallback(exc.why.value)) from None
     except UnorderedError:
@@ -282,15 +286,17 @@ def _evaluated(pairs: list[Pair], tolerance: ToleranceSpec, workers: int | None,
 
 
 def _stream(migrated: Stream, reference: Stream, tolerance: ToleranceSpec, workers: int | None,
-            sink: RowSink | None, window: int, progress: Progress) -> tuple[Window, _Counter, int]:
+            sink: RowSink | None, window: int, progress: Progress) -> tuple[Window, _Counter, int, ToleranceSpec]:
     crossing = {migrated.framework, reference.framework} == {Framework.PYTORCH, Framework.MINDSPORE}
     kept, counter, i = Window(window), _Counter(), 0
     total = migrated.size + reference.size if migrated.size and reference.size else 0  # the manifests' bytes
     done = 0  # of them (without manifests, of the rows)
     with progress.task("comparing", total=total) as task:
-        for pairs in pairs_in_step(migrated, reference, crossing):
-            if tolerance.floor is None and any(p.b is not None and p.b.record.kind == Kind.BUFFER for p in pairs):
-                raise NotInStepError(Fallback.BUFFERS)
+        for pairs, buffers in pairs_in_step(migrated, reference, crossing):
+            if buffers and tolerance.floor is None:  # the training-mode floor, known before any row: as read_pair
+                if i:
+                    raise NotInStepError(Fallback.BUFFERS)
+                tolerance = training_floor(tolerance)
             read = migrated.consumed + reference.consumed if total else done + len(pairs)
             share, extra = divmod(read - done, len(pairs) or 1)  # the bytes read for this block, spread over it
             task.advance(extra)
@@ -303,7 +309,7 @@ def _stream(migrated: Stream, reference: Stream, tolerance: ToleranceSpec, worke
                 if gone is not None and sink is not None:
                     sink.settled(gone)
                 i += 1
-    return kept, counter, i
+    return kept, counter, i, tolerance
 
 
 @gc_paused()
@@ -335,9 +341,9 @@ def compare_streamed(dumps_a: str, dumps_b: str, *, sink: RowSink | None = None,
         second = opened.enter_context(open_stream(dumps_b, trust_pickle=trust_pickle))
         r = reference_index(ref, (first.framework, second.framework))
         migrated, reference = (second, first) if r == 0 else (first, second)
-        tolerance = tolerance or ToleranceSpec()  # (a reference that ran BatchNorm in training mode: BUFFERS)
+        tolerance = tolerance or ToleranceSpec()  # (a reference that ran BatchNorm in training mode: its floor)
         try:
-            kept, counter, total = _stream(migrated, reference, tolerance, workers, sink, window, progress)
+            kept, counter, total, tolerance = _stream(migrated, reference, tolerance, workers, sink, window, progress)
         except NotInStepError as exc:
             return whole(exc.why)
     _check_same_model(counter, migrated, reference)

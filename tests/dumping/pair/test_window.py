@@ -8,7 +8,7 @@ import pytest
 
 from aligner.dumping.manifest import Record
 from aligner.dumping.pair import window
-from aligner.dumping.pair.matching import Pair, match
+from aligner.dumping.pair.matching import Pair, match, namers
 from aligner.dumping.pair.window import OutOfStepError, Resync, Why
 from aligner.dumping.read.source import Item
 from aligner.metrics.stats import Stats
@@ -46,7 +46,7 @@ def _rows(pairs: list[Pair]) -> list[tuple]:
 
 
 def _streamed(a: list[Item], b: list[Item], block: int, lookahead: int = 1 << 10) -> list[Pair]:
-    return [p for rows in Resync(iter(a), iter(b), False, block, lookahead) for p in rows]
+    return [p for rows in Resync(iter(a), iter(b), None, block, lookahead) for p in rows]
 
 
 def _edit(calls: list[Call], rng: random.Random, edits: int) -> list[Call]:
@@ -154,13 +154,53 @@ def test_no_cut_within_the_look_ahead_is_out_of_step() -> None:
     assert _rows(_streamed(a, b, 4, lookahead=128)) == _rows(match(a, b))
 
 
-def test_parameter_gradients_across_frameworks_are_out_of_step() -> None:
-    """PyTorch and MindSpore name parameter gradients apart (planned over all of them): PARAM_NAMES."""
-    a = _dump(_model(8)) + [_record(100, "layers.0.fc0.weight", "output", 3.0, 0, kind="param_grad")]
+def _backward(grads: dict[str, float], steps: int, framework: str) -> list[Item]:
+    """`steps` steps of a forward, then the parameter gradients (MindSpore's names or PyTorch's) among backward
+    records, as a training step dumps them."""
+    items: list[Item] = []
+    for step in range(steps):
+        for module, value, typ, _ in _model(12):
+            items.append(_record(len(items), module, "output", value, len(items) + 1, step=step, typ=typ))
+        for k, (name, value) in enumerate(grads.items()):
+            items.append(_record(len(items), f"layers.{k}", "grad_output", value + 7.0, len(items) + 1,
+                                 kind="backward", step=step))
+            ms_name = name.replace(".weight", ".gamma").replace(".bias", ".beta") if framework == "ms" else name
+            items.append(_record(len(items), ms_name, "output", value + step, 0, kind="param_grad", step=step))
+    return items
+
+
+GRADS = {f"layers.{k}.norm.{p}": 0.1 * k + (p == "bias") for k in range(6) for p in ("weight", "bias")}
+
+
+def _named(ms: list[Item], pt: list[Item], ms_first: bool) -> list[Pair]:
+    """`match` with the names `namers` gives a MindSpore and a PyTorch side (gamma -> weight)."""
+    first, second = (ms, pt) if ms_first else (pt, ms)
+    names = namers(first, "mindspore" if ms_first else "pytorch", "pytorch" if ms_first else "mindspore", second)
+    return match(first, second, *names)
+
+
+@pytest.mark.parametrize("block", [3, 16])
+def test_parameter_gradients_across_frameworks_pair_under_their_planned_names(block: int) -> None:
+    """MindSpore's `gamma`/`beta` gradients and PyTorch's `weight`/`bias`, over three steps: planned once the first
+    step's gradients are read, the rows are `match`'s under `namers`' names, in both orders."""
+    ms, pt = _backward(GRADS, 3, "ms"), _backward(GRADS, 3, "pt")
+    for first, second, side in ((ms, pt, 0), (pt, ms, 1)):
+        got = [p for rows in Resync(iter(first), iter(second), side, block) for p in rows]
+        whole = _named(ms, pt, side == 0)
+        assert _rows(got) == _rows(whole)
+        assert sum(p.matched_by == "name" and p.b.record.kind == "param_grad" for p in got) == 36
+
+
+def test_a_parameter_gradient_the_plan_lacks_is_out_of_step() -> None:
+    """A gradient in a later step that the first step's did not have: the plan over the whole dump may name the
+    others otherwise (PARAM_NAMES); one window holding every step pairs as `match`."""
+    ms, pt = _backward(GRADS, 2, "ms"), _backward(GRADS, 2, "pt")
+    ms.append(_record(len(ms), "head.gamma", "output", 3.0, 0, kind="param_grad", step=1))
+    pt.append(_record(len(pt), "head.weight", "output", 3.0, 0, kind="param_grad", step=1))
     with pytest.raises(OutOfStepError) as info:
-        list(Resync(iter(a), iter(a), True))
+        list(Resync(iter(ms), iter(pt), 0, 4))
     assert info.value.why is Why.PARAM_NAMES
-    assert _rows(_streamed(a, list(a), 4)) == _rows(match(a, list(a)))  # one framework: names pair as they are
+    assert _rows([p for rows in Resync(iter(ms), iter(pt), 0, 4096) for p in rows]) == _rows(_named(ms, pt, True))
 
 
 def test_a_pass_through_whose_inputs_were_let_go_is_out_of_step(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -106,14 +106,38 @@ def _renamed_run(ms: Path, pt: Path) -> None:
     _rewrite(ms, lines)
 
 
+def _with_grads(root: Path, grads: list[tuple[str, int]], step_one: bool) -> None:
+    """Parameter gradients (name, step) after the chain's records; with `step_one`, the first ten records again as
+    a second step before the step-1 gradients."""
+    lines = _records(root)
+    extra = _records(write_dump(root.parent / f"g_{root.name}", "x", [
+        {"module": name, "kind": "param_grad", "array": np.full(8, 1.0 + k, np.float32), "step": step}
+        for k, (name, step) in enumerate(grads)], mode="stats"))[1:]
+    again = [dict(line, step=1) for line in lines[1:11]] if step_one else []
+    _rewrite(root, _resequenced(lines + [dict(g, file=None) for g in extra if g["step"] == 0] + again +
+                                [dict(g, file=None) for g in extra if g["step"] == 1]))
+
+
 def _param_grads(ms: Path, pt: Path) -> None:
-    """A parameter gradient on each side: PyTorch and MindSpore name them apart (PARAM_NAMES)."""
-    grad = np.ones((8,), np.float32)
-    for root, name in ((ms, "layer1.gamma"), (pt, "layer1.weight")):
-        lines = _records(root)
-        extra = _records(write_dump(root.parent / f"g_{root.name}", "x", [
-            {"module": name, "kind": "param_grad", "array": grad}], mode="stats"))
-        _rewrite(root, _resequenced(lines + [dict(extra[1], file=None)]))
+    """Gradients of layer1's parameters in step 0, and of layer2's only in step 1, past the look-ahead: the plan of
+    step 0's names may not be the whole dump's (PARAM_NAMES)."""
+    _with_grads(ms, [("layer1.gamma", 0), ("layer2.gamma", 1)], True)
+    _with_grads(pt, [("layer1.weight", 0), ("layer2.weight", 1)], True)
+
+
+def test_parameter_gradients_across_frameworks_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MindSpore's `gamma`/`beta` gradients against PyTorch's `weight`/`bias` (planned once the step's gradients are
+    read, as `namers` plans them over the whole dump): the whole-list reports, the gradients paired by name."""
+    monkeypatch.setattr(stream, "BLOCK", 4)
+    ms, pt = _dumps(tmp_path, bug={13: lambda h: h * 1.01})
+    _with_grads(ms, [("layer1.gamma", 0), ("layer1.beta", 0), ("layer2.gamma", 0)], False)
+    _with_grads(pt, [("layer1.weight", 0), ("layer1.bias", 0), ("layer2.weight", 0)], False)
+    whole, whole_text, streamed, streamed_text = _both(ms, pt, tmp_path)
+    assert streamed.streamed.fallback is None
+    assert streamed_text == whole_text
+    renamed = {(r.pair.a.record.module, r.pair.b.record.module) for r in whole.rows
+               if r.pair.matched_by == "name" and r.pair.b.record.kind == "param_grad"}
+    assert ("layer1.gamma", "layer1.weight") in renamed  # (a rename only the plan makes)
 
 
 def _buffer(pt: Path, at: int) -> None:
