@@ -60,7 +60,16 @@ from aligner.render.compare import (
     zoomed,
     zoomed_text,
 )
-from aligner.render.html_profile import Bucket, ErrorProfile, Peak, ToleranceGroups, near_zero
+from aligner.render.html_profile import (
+    BACKWARD_PEAK,
+    FORWARD_PEAK,
+    NEAR_ZERO_PEAK,
+    Bucket,
+    ErrorProfile,
+    Peak,
+    ToleranceGroups,
+    near_zero,
+)
 from aligner.render.htmltext import page_text as _e
 from aligner.render.htmltext import plotly_text as _pe
 from aligner.render.plotlyjs import plotly_loader
@@ -594,7 +603,7 @@ def _profile_figure(result: CompareResult, profile: ErrorProfile) -> dict[str, A
         data.append({"type": "scatter", "uid": "tol-hi", "name": "tolerance band (rtol … rtol + atol·√n/‖b‖)",
                      "legendgroup": "tol", "x": xs, "y": hi, "mode": "lines", "fill": "tonexty",
                      "fillcolor": _COLORS["band"], "line": {"width": 0.5, "color": "#888"}, "hoverinfo": "skip"})
-    for k, phase in enumerate((Phase.FORWARD, Phase.BACKWARD)):
+    for k, phase in ((FORWARD_PEAK, Phase.FORWARD), (BACKWARD_PEAK, Phase.BACKWARD)):
         line: list[tuple[Peak, Bucket | None] | None] = []
         run = None
         for b in buckets:
@@ -613,7 +622,7 @@ def _profile_figure(result: CompareResult, profile: ErrorProfile) -> dict[str, A
     if bad:
         data.append(trace("diverged", "outside tolerance (each bucket's worst)", bad, mode="markers",
                           marker={"size": 7, "color": _COLORS["diverged"]}))
-    near = [(b.peaks[2], b) for b in buckets if b.peaks[2] is not None]
+    near = [(b.peaks[NEAR_ZERO_PEAK], b) for b in buckets if b.peaks[NEAR_ZERO_PEAK] is not None]
     if near:
         data.append(trace("nearzero", f"near-zero reference ({profile.hidden}, hidden)", near, hidden=True,
                           mode="markers", visible="legendonly", marker={"size": 5, "color": _COLORS["nearzero"]}))

@@ -24,8 +24,7 @@ from aligner.pipelines.compare.stream import RowSink
 from aligner.pipelines.compare.verdict import FORWARD, error_level
 
 BUCKETS = 2000  # at most this many points per trace; at least half as many once there are more rows
-TRACES = ("forward", "backward", "nearzero")  # what a bucket keeps a peak of (Phase values, then near-zero matches)
-_NEAR_ZERO = 2  # TRACES.index("nearzero")
+FORWARD_PEAK, BACKWARD_PEAK, NEAR_ZERO_PEAK = 0, 1, 2  # a bucket's peaks: forward, backward, matched near-zero
 _OK, _DIVERGED = RowStatus.OK, RowStatus.DIVERGED  # bound once: an enum class attribute costs a lookup a row
 
 
@@ -61,13 +60,13 @@ class Peak(NamedTuple):
                    m.rtol, m.atol)
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass
 class Bucket:
     """What the chart shows of a run of consecutive rows, first to last (see the module docstring)."""
 
     first: int
     last: int
-    peaks: list = dataclasses.field(default_factory=lambda: [None, None, None])  # Peak | None per TRACES entry
+    peaks: list = dataclasses.field(default_factory=lambda: [None, None, None])  # Peak | None, at *_PEAK
     runs: list = dataclasses.field(default_factory=lambda: [None, None])  # [first, last] run of each phase's rows
     worst: Peak | None = None     # the row outside tolerance with the largest error
     diverged: int = 0             # rows outside tolerance
@@ -195,11 +194,11 @@ class ErrorProfile:
                 b.worst = Peak.of(level, index, status, row)
         elif status is _OK and near_zero(row):
             self.hidden += 1
-            peak = b.peaks[_NEAR_ZERO]
+            peak = b.peaks[NEAR_ZERO_PEAK]
             if peak is None or level > peak.level:
-                b.peaks[_NEAR_ZERO] = Peak.of(level, index, status, row)
+                b.peaks[NEAR_ZERO_PEAK] = Peak.of(level, index, status, row)
             return
-        k = 0 if forward else 1
+        k = FORWARD_PEAK if forward else BACKWARD_PEAK
         peak = b.peaks[k]
         if peak is None or level > peak.level:
             b.peaks[k] = Peak.of(level, index, status, row)

@@ -107,12 +107,18 @@ def test_a_single_divergent_row_among_thousands_is_charted_and_tabled(tmp_path: 
 def test_profile_buckets_keep_every_peak() -> None:
     """The buckets merged in pairs as rows arrive: they cover every row once, in order, at most `buckets` of them
     and at least half as many, and each holds its rows' largest error (where it occurs), its count of rows outside
-    tolerance and its smallest cosine, as computed from all its rows at once."""
+    tolerance and its smallest cosine, as computed from all its rows at once; after a restart, what a fresh profile
+    holds."""
     levels = [1e-7 * (1 + (i * 7919) % 13) for i in range(1000)]
     for i in (3, 517, 518, 999):
         levels[i] = 0.1 * (1 + i % 3)
     rows = [_row(i, level) for i, level in enumerate(levels)]
     profile = ErrorProfile.of(ToleranceSpec(), list(enumerate(rows)), buckets=16)
+    again = ErrorProfile.of(ToleranceSpec(), list(enumerate(rows[:700])), buckets=16)
+    again.restart()  # a streamed comparison that falls back to reading whole hands every row again
+    for i, row in enumerate(rows):
+        again.add(i, row)
+    assert again.buckets == profile.buckets and again.tolerances.groups() == profile.tolerances.groups()
     b = profile.buckets
     assert 8 <= len(b) <= 16 and profile.width == 64
     assert b[0].first == 0 and b[-1].last == 999 and all(x.last + 1 == y.first for x, y in zip(b, b[1:]))
