@@ -19,11 +19,11 @@ prints stats-only / floor, at once / floor, and full / (floor + disk); with --va
 around its hook machinery tried (MS_VARIANTS: forward hooks only, tensor hooks instead of cell backward hooks, its
 TensorDump op) against the floor and against no dump.
 
---device cuda (torch only) runs the torch side on a GPU. There a dump queues each record's statistics or host copy
-on the device and reads them back at the context's exit (`session.QUEUE_DEVICES`); "at once" is each record read
-back as its hook runs (`session.DEFER` off: one device wait per record), and "full at once" the same for full dumps.
---check then dumps one step both ways and says whether the records agree (files and links exactly, statistics to
-float64 rounding): the proof that queued reads see each tensor as its hook saw it, in-place ops after it included.
+--device cuda (torch only) runs the torch side on a GPU. There a stats-only dump queues each record's statistics on
+the device and reads them back at the flush (`session.QUEUE_DEVICES`); "at once" reads each as its hook runs
+(`session.DEFER` off: one device wait per record). --check dumps one step both ways and says whether the records
+agree (files and links exactly, statistics to float64 rounding): the proof that queued reads see each tensor as its
+hook saw it, in-place ops after it included.
 """
 from __future__ import annotations
 
@@ -78,9 +78,12 @@ def ms_step(model, x) -> Callable[[], Any]:
     grad_fn = ms.value_and_grad(lambda v: model(v).square().mean(), None, opt.parameters)
     inp = ms.Tensor(x)
 
+    last = opt.parameters[-1]
+
     def step() -> Any:
         _, grads = grad_fn(inp)
         opt(grads)
+        last.asnumpy()  # waits for the optimizer's last op: the step's time is the backend's, not the queue's
         return grads
     return step
 
@@ -189,37 +192,46 @@ def timed(step: Callable[[], None], model, steps: int, root: Path, modes: tuple[
     return {mode: statistics.median(t) for mode, t in samples(step, model, steps, root, modes).items()}
 
 
-def samples(step: Callable[[], None], model, steps: int, root: Path, modes: tuple[str, ...]) -> dict[str, list[float]]:
-    """Seconds of each of `steps` steps for each mode, interleaved step by step (two warm-up rounds dropped)."""
+def samples(step: Callable[[], None], model, steps: int, root: Path, modes: tuple[str, ...],
+            warmup: int = 2, progress: bool = False) -> dict[str, list[float]]:
+    """Seconds of each of `steps` steps for each mode, interleaved step by step (`warmup` rounds dropped); with
+    `progress`, each step's time on stderr as it ends (a MindSpore CPU step at 224x224 lasts minutes)."""
     times: dict[str, list[float]] = {mode: [] for mode in modes}
-    for i in range(steps + 2):
+    for i in range(steps + warmup):
         for mode in modes:
-            start = time.perf_counter()
-            if mode == "none":
+            times[mode].append(one_step(step, model, root, mode, i))
+            if progress:
+                print(f"  round {i}{' (warm-up)' if i < warmup else ''} {mode}: {times[mode][-1]:.2f} s",
+                      file=sys.stderr, flush=True)
+    return {mode: t[warmup:] for mode, t in times.items()}
+
+
+def one_step(step: Callable[[], None], model, root: Path, mode: str, i: int) -> float:
+    """Seconds of one step in `mode` (MODES, FLOOR_MODES, MS_VARIANTS, "full_now"), dumped as step `i` under root."""
+    start = time.perf_counter()
+    if mode == "none":
+        step()
+    elif mode == "floor" or mode in MS_VARIANTS:
+        handles = noop_hooks(model) if mode == "floor" else ms_hooks(model, mode, root / "tensordump")
+        step()
+        for handle in handles:
+            handle.remove()
+    elif mode in ("stats_now", "full_now"):
+        dump_session.DEFER = False
+        try:
+            with aligner.dump(model, root / mode, step=i, stats_only=mode == "stats_now"):
                 step()
-            elif mode == "floor" or mode in MS_VARIANTS:
-                handles = noop_hooks(model) if mode == "floor" else ms_hooks(model, mode, root / "tensordump")
+        finally:
+            dump_session.DEFER = True
+    else:
+        inputs = False if mode == "no_inputs" else None
+        dump_session.FRAMEWORK_STATS = mode != "stats_host"
+        try:
+            with aligner.dump(model, root / mode, step=i, stats_only=mode.startswith("stats"), inputs=inputs):
                 step()
-                for handle in handles:
-                    handle.remove()
-            elif mode in ("stats_now", "full_now"):
-                dump_session.DEFER = False
-                try:
-                    with aligner.dump(model, root / mode, step=i, stats_only=mode == "stats_now"):
-                        step()
-                finally:
-                    dump_session.DEFER = True
-            else:
-                inputs = False if mode == "no_inputs" else None
-                dump_session.FRAMEWORK_STATS = mode != "stats_host"
-                try:
-                    with aligner.dump(model, root / mode, step=i, stats_only=mode.startswith("stats"),
-                                      inputs=inputs):
-                        step()
-                finally:
-                    dump_session.FRAMEWORK_STATS = True
-            times[mode].append(time.perf_counter() - start)
-    return {mode: t[2:] for mode, t in times.items()}
+        finally:
+            dump_session.FRAMEWORK_STATS = True
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -295,18 +307,13 @@ def floor(args: argparse.Namespace) -> None:
             variants = tuple(MS_VARIANTS)[1:] if name == "mindspore" and args.variants else ()
             t = samples(step, model, args.steps, root, FLOOR_MODES + variants)
             # full dumps apart (their write-back would slow the next step: see main), against their own floor
-            f = samples(step, model, args.steps, root, ("floor", "full") + (("full_now",) if DEVICE != "cpu" else ()))
+            f = samples(step, model, args.steps, root, ("floor", "full"))
             files = sorted((root / "full").rglob("*.npy"))
             per_step = len(files) // (args.steps + 2) or 1
             disk = disk_cost(root / "disk", [np.load(p) for p in files[:per_step]], max(3, args.steps // 3))
-        both = t | {"full_floor": f["floor"]} | {m: v for m, v in f.items() if m != "floor"}
+        both = t | {"full_floor": f["floor"], "full": f["full"]}
         med, best = {m: statistics.median(v) for m, v in both.items()}, {m: min(v) for m, v in both.items()}
         print(floor_row(name, med, best, disk))
-        if "full_now" in med:
-            m, b = med["full_now"] / (med["full_floor"] + disk), best["full_now"] / (best["full_floor"] + disk)
-            now = f"{m:.2f}x ({b:.2f}x)"
-            print(f"{'':10} full at once: {med['full_now'] * 1e3:.1f} ({best['full_now'] * 1e3:.1f}) ms, {now} "
-                  "(floor + disk)")
         for variant in variants:
             vs_floor = f"{med[variant] / med['floor']:.2f}x ({best[variant] / best['floor']:.2f}x)"
             vs_none = f"{med[variant] / med['none']:.2f}x ({best[variant] / best['none']:.2f}x)"

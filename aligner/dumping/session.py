@@ -11,7 +11,7 @@ from typing import Any, Hashable, Protocol
 
 import numpy as np
 
-from aligner.core.dtypes import canonical, torch_to_numpy
+from aligner.core.dtypes import canonical
 from aligner.dumping.fstats import (
     QueuedStats,
     Staged,
@@ -26,17 +26,14 @@ from aligner.dumping.fstats import (
 )
 from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.tensors import (
-    HostStage,
     dtype_label,
     dtype_name,
     failure,
     shape_of,
     tensors_in,
     to_host,
-    torch_copy_queued,
     unstorable,
     view_key,
-    wait_queued,
 )
 from aligner.metrics.stats import Stats
 
@@ -52,10 +49,11 @@ FRAMEWORK_STATS = True
 # tensor. Links then go by object identity alone (`Session.by_identity`). scripts/bench_dump.py turns DEFER off.
 DEFER = True
 DEFER_BYTES = 256 << 20
-# A torch tensor on an accelerator (these device types) is recorded the same way, for the same reason: reading its
-# statistics or copying it to the host waits for the device. Its reductions (stats-only) or its copy into pinned
-# host memory (full) are queued on the device at once, behind the op that wrote it and ahead of any later in-place
-# op, and read back at the flush: one wait and one small transfer per flush instead of one per record.
+# A torch tensor on an accelerator (these device types) has its statistics queued the same way, for the same reason:
+# reading them waits for the device. Its reductions are queued on the device at once, behind the op that wrote it and
+# ahead of any later in-place op, and read back at the flush: one wait and one small transfer per flush instead of one
+# per record. A full dump copies each tensor to the host at once: copies queued into pinned memory measured no faster
+# on a GPU (the disk bounds a full dump) and slower on small tensors (docs/scale.md).
 QUEUE_DEVICES = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "mtia", "privateuseone"})
 DEFER_RECORDS = 1 << 16  # records waiting at most (each queued statistic holds an 80-byte device vector)
 
@@ -90,22 +88,6 @@ class _Waiting:
     grad: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
-class _StagedCopy:
-    """A host copy of a CUDA tensor queued into the session's HostStage: its index there, and its device."""
-
-    index: int
-    device: Any
-
-
-@dataclasses.dataclass(frozen=True)
-class _QueuedCopy:
-    """A host copy of an accelerator tensor queued on `device` (see QUEUE_DEVICES): complete once it has waited."""
-
-    host: Any
-    device: Any
-
-
 @dataclasses.dataclass
 class Frame:
     """One module call in progress: its path, call id, and the sequence number its children's records start at."""
@@ -134,7 +116,6 @@ class Session:
         self._defer_ms = mindspore and DEFER and ms_cpu_target()
         self._queue_torch = not mindspore and DEFER
         self._stats_stage = StatsStage()  # small accelerator tensors' statistics, reduced together at the flush
-        self._host_stage = HostStage()    # CUDA tensors' host copies, queued into one pinned buffer
         # links by object identity only (no tensor's address or version read: each waits for its op); the MindSpore
         # hooks tell the session which new objects a cell's backward hook hands on (`same_tensors`)
         self.by_identity = self._defer_ms
@@ -238,7 +219,8 @@ class Session:
         stats: Stats | None = None
         skipped: str | None = None
         held: Any = None
-        queue = self._queue_torch and _on_queue_device(tensor)  # queued on its device below, under the lock
+        # statistics queued on the tensor's device below, under the lock
+        queue = self._queue_torch and (stats_only or not self.host_arrays) and _on_queue_device(tensor)
         try:
             dtype, shape = dtype_name(tensor), shape_of(tensor)
             held = ms_deferrable(tensor, dtype) if self._defer_ms else None
@@ -255,7 +237,7 @@ class Session:
         with self._lock:
             if queue and skipped is None:
                 try:
-                    held = self._queue(tensor, stats_only)
+                    held = self._queue(tensor)
                 except Exception as exc:  # whatever the tensor is, the user's forward goes on
                     held, skipped = None, unstorable(tensor, exc)
                 if isinstance(held, Stats):
@@ -267,16 +249,10 @@ class Session:
             self._put(record, array, held, stats_only, grad)
         return seq
 
-    def _queue(self, tensor: Any, stats_only: bool) -> Staged | QueuedStats | _StagedCopy | _QueuedCopy | Stats:
-        """An accelerator torch tensor's statistics or host copy, queued on its device (see QUEUE_DEVICES), the lock
-        held: small tensors through the session's stages (one kernel each), others on their own; the statistics of
-        an empty tensor at once. A stage with no room left is read first (a flush)."""
-        if self.host_arrays and not stats_only:
-            if not self._host_stage.takes(tensor):
-                return _QueuedCopy(torch_copy_queued(tensor), tensor.device)
-            if self._host_stage.full(tensor):
-                self._flush()
-            return _StagedCopy(self._host_stage.add(tensor), tensor.device)
+    def _queue(self, tensor: Any) -> Staged | QueuedStats | Stats:
+        """An accelerator torch tensor's statistics queued on its device (see QUEUE_DEVICES), the lock held: a small
+        tensor through the session's stage (one kernel), a larger one on its own; an empty tensor's at once. A stage
+        with no room left is read first (a flush)."""
         if self._stats_stage.full(tensor):
             self._flush()
         return self._stats_stage.add(tensor) or torch_stats_queued(tensor)
@@ -321,14 +297,12 @@ class Session:
             record, array, held = item.record, item.array, item.held
             if item.grad and self._linked_grad(record, held):
                 array = None
-            elif isinstance(held, Staged | QueuedStats | _StagedCopy | _QueuedCopy):
+            elif isinstance(held, Staged | QueuedStats):
                 read = queued[id(held)]
                 if isinstance(read, str):
                     record.skipped = read
-                elif isinstance(read, Stats):
-                    record.stats = read
                 else:
-                    array = read
+                    record.stats = read
             elif held is not None:
                 try:
                     if self.host_arrays and not item.stats_only:
@@ -339,15 +313,14 @@ class Session:
                     record.skipped = unstorable(held, exc)
             self._hand(record, array)
 
-    def _read_queued(self, pending: list[_Waiting]) -> dict[int, Stats | np.ndarray | str]:
-        """What the accelerator work queued for `pending` gave, by id of what is held: statistics (one transfer per
-        stage buffer or device), host arrays (after one wait per device), or why a record could not be read (its
-        skip reason: a device error surfaces here, not in the hooks, and the dump goes on)."""
+    def _read_queued(self, pending: list[_Waiting]) -> dict[int, Stats | str]:
+        """The statistics queued on accelerators for `pending`, by id of what is held (one transfer per stage buffer
+        or device), or why a record could not be read (its skip reason: a device error surfaces here, not in the
+        hooks, and the dump goes on)."""
         held = [w.held for w in pending]
-        out: dict[int, Stats | np.ndarray | str] = {}
+        out: dict[int, Stats | str] = {}
         stats = [h for h in held if isinstance(h, QueuedStats)]
         staged = [h for h in held if isinstance(h, Staged)]
-        copies = [h for h in held if isinstance(h, _StagedCopy | _QueuedCopy)]
         try:
             out.update(zip(map(id, stats), read_queued(stats) if stats else ()))
         except Exception as exc:
@@ -357,14 +330,6 @@ class Session:
             out.update((id(s), by_buffer[s.key][s.index]) for s in staged)
         except Exception as exc:
             out.update((id(s), failure(exc)) for s in staged)
-        try:
-            if copies:
-                wait_queued({c.device for c in copies})
-            arrays = self._host_stage.arrays()
-            out.update((id(c), arrays[c.index] if isinstance(c, _StagedCopy) else torch_to_numpy(c.host))
-                       for c in copies)
-        except Exception as exc:
-            out.update((id(c), failure(exc)) for c in copies)
         return out
 
     def _linked_grad(self, record: Record, grad: Any) -> bool:
@@ -552,11 +517,8 @@ def _on_queue_device(tensor: Any) -> bool:
 
 
 def _held_bytes(held: Any) -> int:
-    """The host memory a waiting record holds: a MindSpore tensor's or a queued copy's bytes (statistics and staged
-    copies, whose stages bound themselves: none)."""
-    if isinstance(held, Staged | QueuedStats | _StagedCopy):
-        return 0
-    return int((held.host if isinstance(held, _QueuedCopy) else held).nbytes)
+    """The host memory a waiting record holds: a MindSpore tensor's bytes (queued statistics: none)."""
+    return 0 if isinstance(held, Staged | QueuedStats) else int(held.nbytes)
 
 
 def _shape(tensor: Any) -> list[int]:

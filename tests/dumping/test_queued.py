@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import aligner
-from aligner.dumping import fstats, session, tensors
+from aligner.dumping import fstats, session
 from aligner.dumping.fstats import QueuedStats, StatsStage, read_queued, torch_stats_queued
 from aligner.dumping.manifest import Record, iter_manifest
 from aligner.metrics.stats import Stats, tensor_stats
@@ -40,7 +40,6 @@ def dump(tmp_path: Path, name: str, kind: str, queued: bool, monkeypatch: pytest
     model, _ = make_twins(kind)
     with monkeypatch.context() as m:
         m.setattr(session, "QUEUE_DEVICES", frozenset({"cpu"} if queued else session.QUEUE_DEVICES))
-        m.setattr(tensors, "HOST_STAGE_DEVICES", frozenset({"cpu"} if queued else tensors.HOST_STAGE_DEVICES))
         with aligner.dump(model, tmp_path / name, **options):
             train_step(model, example_input(kind))
     return records(tmp_path / name)
@@ -58,8 +57,6 @@ def same_stats(a: dict | None, b: dict | None) -> bool:
                for k in ("mean", "l2") if k in a)
 
 
-# (bytes of the pinned stage, bytes held before a flush): every copy on its own with a flush after each; small
-# tensors staged, big ones on their own, the stage read when full (the cnn's tensors are 256 B to 18 KiB); all staged
 def assert_same_records(at_once: list[dict], queued: list[dict]) -> None:
     """Every field equal, statistics as `same_stats` says (a stats-only block record of a full dump, too)."""
     for a, b in zip(at_once, queued):
@@ -67,18 +64,18 @@ def assert_same_records(at_once: list[dict], queued: list[dict]) -> None:
         assert same_stats(a["stats"] and a["stats"].to_dict(), b["stats"] and b["stats"].to_dict()), a["module"]
 
 
-@pytest.mark.parametrize("stage, defer", [(0, 1), (8192, 256 << 20), (64 << 20, 256 << 20)],
-                         ids=["own-copies", "stage-full", "staged"])
 @pytest.mark.parametrize("kind", ["cnn", "block"])
-def test_queued_full_dump_is_the_dump_read_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str,
-                                                   stage: int, defer: int) -> None:
-    monkeypatch.setattr(tensors, "HOST_STAGE_BYTES", stage)
-    monkeypatch.setattr(session, "DEFER_BYTES", defer)
+def test_a_full_dump_copies_at_once_and_queues_its_statistics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              kind: str) -> None:
+    """Its tensors' files are copied as the hooks run; its stats-only records (a block's inputs and outputs) are
+    queued, and the records behind them wait in order."""
+    monkeypatch.setattr(session, "DEFER_RECORDS", 3)
     at_once = dump(tmp_path, "now", kind, False, monkeypatch, params=True)
     queued = dump(tmp_path, "queued", kind, True, monkeypatch, params=True)
     assert len(queued) == len(at_once) > 30
     assert_same_records(at_once, queued)  # files (content-addressed), links, order: all the same
     assert sum(r["file"] is not None for r in queued) > 30
+    assert any(r["stats"] is not None for r in queued)  # stats-only records among them, queued
     assert any(r["same_as"] is not None for r in queued)  # links kept
 
 
