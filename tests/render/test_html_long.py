@@ -32,7 +32,7 @@ from aligner.render.compare import ReportSpool
 from aligner.render.html import FullTable, write_html
 from aligner.render.html_profile import ErrorProfile, Tee
 from tests.render import test_html
-from tests.render.test_html import HOSTILE, NO_PROBLEMS, load, traces
+from tests.render.test_html import HOSTILE, NO_PROBLEMS, assert_reads_well, load, traces
 from tests.support.cli import run_align
 from tests.support.compare_fixtures import chain, write_dump
 
@@ -101,6 +101,18 @@ def test_a_single_divergent_row_among_thousands_is_charted_and_tabled(tmp_path: 
     assert f"({shown:,} of 6,000)" in page.inner_text("#rows h2")
     assert "6000 records)" in page.inner_text("#headline .tol")  # counted over every row, not the kept ones
     assert "bucket of up to 4 consecutive records (1,500 buckets over 6,000 records)" in page.inner_text("#plot")
+    page.close()
+
+
+def test_long_page_reads_well(tmp_path: Path, browser: Any) -> None:
+    """At 1400 px wide the long page overflows nothing and wraps no word inside itself (its gap lines, the note above
+    the table, the command in it), as the short page does."""
+    words = ("align", "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--csv", str(tmp_path / "long.csv"))
+    out, _, _ = long_page(tmp_path, 3000, 2500, window=32, full=FullTable(None, words))
+    page, problems = load(browser, out)
+    assert problems == NO_PROBLEMS
+    assert page.locator("tr.gap").count() >= 2 and page.locator(".full pre").count() == 1
+    assert_reads_well(page, tmp_path / "long.png")
     page.close()
 
 
