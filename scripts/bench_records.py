@@ -16,12 +16,18 @@ The floor: a child process that imports the manifest's decoder and msgspec-decod
 block, nothing else (process start and imports included, as in `align`'s runs). Each command's time is printed as a
 ratio to it (compare reads two such manifests: 2x the floor is its parse floor). With --rounds N the floor and the
 commands run N times, interleaved (floor, command, floor, ...), and the best time of each is kept: the round other
-jobs on the machine slowed least.
+jobs on the machine slowed least. Each time is printed with the process's CPU seconds (user + system, from `os.wait4`):
+on a machine other jobs load, the CPU time moves less than the wall time.
+
+`--stages` times, in this process and on the baseline dumps, where a streamed compare's time goes: CPU microseconds a
+row for reading both streams, + pairing them (`pairs_in_step`), + evaluating each block's pairs, + the window and the
+counts (`_stream` with no sink), + the --json spool; each stage run `--rounds` times, interleaved, the best kept.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -53,8 +59,9 @@ def write_stats_dump(root: Path, framework: str, records: int, diverge: bool) ->
                                  "parent": f"layers.{i // 10}"}) + "\n")
 
 
-def run(argv: list[str], module: bool = True) -> tuple[float, float, int]:
-    """(peak RSS in MiB, wall seconds, exit code) of one `align` child process (`module` False: `python argv`)."""
+def run(argv: list[str], module: bool = True) -> tuple[float, float, int, float]:
+    """(peak RSS in MiB, wall seconds, exit code, CPU seconds) of one `align` child process (`module` False: `python
+    argv`)."""
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, *(["-m", "aligner.cli"] if module else []), *argv],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -64,7 +71,7 @@ def run(argv: list[str], module: bool = True) -> tuple[float, float, int]:
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if code not in (0, 1):
         raise SystemExit(f"align {' '.join(argv)} exited {code}: {err.strip()}")
-    return usage.ru_maxrss / 1024, wall, code
+    return usage.ru_maxrss / 1024, wall, code, usage.ru_utime + usage.ru_stime
 
 
 # the parse floor: msgspec-decode every record line of one manifest in blocks, as the readers do, and nothing else
@@ -82,9 +89,60 @@ with open(sys.argv[1], "rb") as fh:
 """
 
 
-def floor(manifest: Path) -> tuple[float, float, int]:
-    """(peak RSS in MiB, wall seconds, exit code) of the parse floor on `manifest`."""
+def floor(manifest: Path) -> tuple[float, float, int, float]:
+    """(peak RSS in MiB, wall seconds, exit code, CPU seconds) of the parse floor on `manifest`."""
     return run(["-c", FLOOR, str(manifest)], module=False)
+
+
+def stages(a: Path, b: Path, rounds: int) -> None:
+    """Print the CPU microseconds a row of each stage of a streamed compare of a against b (see the docstring)."""
+    import gc
+
+    from aligner.core.progress import SILENT
+    from aligner.core.tolerance import ToleranceSpec
+    from aligner.dumping.read.stream import open_stream
+    from aligner.pipelines.compare import stream
+    from aligner.render.compare import ReportSpool
+
+    tolerance = ToleranceSpec()
+
+    def read(x, y, _):
+        for _ in x:
+            pass
+        for _ in y:
+            pass
+
+    def pair(x, y, _):
+        for _ in stream.pairs_in_step(x, y, x.framework != y.framework):
+            pass
+
+    def evaluate(x, y, _):
+        for pairs, _buffers in stream.pairs_in_step(x, y, x.framework != y.framework):
+            stream._evaluated(pairs, tolerance, None, lambda n: None, 0)
+
+    def window(x, y, sink):
+        stream._stream(x, y, tolerance, None, sink, stream.WINDOW, SILENT)
+
+    steps = {"read both streams": read, "+ pairing": pair, "+ evaluating": evaluate,
+             "+ window and counts": window, "+ the --json spool": window}
+    best: dict[str, float] = {}
+    gc.disable()  # as compare_streamed runs
+    try:
+        for _ in range(rounds):
+            for name, step in steps.items():
+                sink = ReportSpool(json_rows=True, csv_rows=False) if "json" in name else None
+                start = time.process_time()
+                with open_stream(a) as x, open_stream(b) as y:
+                    step(x, y, sink)
+                best[name] = min(best.get(name, math.inf), time.process_time() - start)
+    finally:
+        gc.enable()
+    rows = sum(1 for line in open(a / MANIFEST, "rb")) - 1
+    before = 0.0
+    for name, seconds in best.items():
+        print(f"  {name:22s} {seconds:6.2f} s CPU = {seconds / rows * 1e6:5.1f} us a row "
+              f"(+{(seconds - before) / rows * 1e6:4.1f})", flush=True)
+        before = seconds
 
 
 def main() -> None:
@@ -95,6 +153,8 @@ def main() -> None:
     parser.add_argument("--only", choices=COMMANDS, help="run only this command (and the floor)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of the floor and each command, interleaved; the "
                         "best of each is kept")
+    parser.add_argument("--stages", action="store_true", help="time a streamed compare's stages in this process on "
+                        "the baseline dumps, and nothing else")
     args = parser.parse_args()
     commands = (["compare", "compare-json"] if args.only == "compare" else ["compare", "compare-html"]
                 if args.only == "compare-html" else [args.only] if args.only else ["compare", "compare-json", "check"])
@@ -108,10 +168,14 @@ def main() -> None:
                 shutil.rmtree(root / f"{count}", ignore_errors=True)
                 write_stats_dump(a, "mindspore", count, diverge=True)
                 write_stats_dump(b, "pytorch", count, diverge=False)
+            if args.stages:
+                print(f"stages of a streamed compare, {count:,d} records a side (best of {args.rounds}):")
+                stages(a, b, args.rounds)
+                break
             argvs = {"compare": ["compare", str(a), str(b)], "check": ["check", str(a)],
                      "compare-json": ["compare", str(a), str(b), "--json", str(root / f"{count}.json"), "--force"],
                      "compare-html": ["compare", str(a), str(b), "--html", str(root / f"{count}.html"), "--force"]}
-            best: dict[str, tuple[float, float, int]] = {}
+            best: dict[str, tuple[float, float, int, float]] = {}
             for _ in range(args.rounds):  # interleaved: load on the machine hits the floor and the commands alike
                 for command in ("floor", *commands):
                     got = floor(a / MANIFEST) if command == "floor" else run(argvs[command])
@@ -119,10 +183,13 @@ def main() -> None:
                         best[command] = got
             base = best["floor"][1]
             for command in ("floor", *commands):
-                peak, wall, code = best[command]
+                peak, wall, code, cpu = best[command]
                 peaks[(command, count)] = peak
                 print(f"{command:12s} {count:>9,d} records/side: peak RSS {peak:8.1f} MiB, {wall:7.1f} s = "
-                      f"{wall / base:5.2f}x the floor (exit {code}, best of {args.rounds})", flush=True)
+                      f"{wall / base:5.2f}x the floor ({cpu:6.1f} s CPU; exit {code}, best of {args.rounds})",
+                      flush=True)
+        if args.stages:
+            return
         span = args.records - args.baseline
         for command in ("floor", *commands):
             per = (peaks[(command, args.records)] - peaks[(command, args.baseline)]) * (1 << 20) / span
