@@ -34,6 +34,7 @@ from aligner.dumping.pair.matching import (
     MODULE_KINDS,
     Keyed,
     Matched,
+    MatchedBy,
     Pair,
     ancestors,
     grad_info,
@@ -90,6 +91,8 @@ class _Side:
     seen: dict[tuple, int] = dataclasses.field(default_factory=dict)  # name_keys' occurrence counts, paired records
     names: set[str] = dataclasses.field(default_factory=set)     # every module name read, spelled (but gradients')
     grads: set[str] = dataclasses.field(default_factory=set)     # the parameter gradients' names read
+    met: set[str] = dataclasses.field(default_factory=set)       # `names` and `modules` as read, not spelled
+    met_modules: set[str] = dataclasses.field(default_factory=set)
     modules: set[str] = dataclasses.field(default_factory=set)   # module records' names read, spelled
     parents: set[str] = dataclasses.field(default_factory=set)   # their ancestors
     named_inputs: bool = False  # an input read names its argument (`matching.named_inputs`)
@@ -114,13 +117,16 @@ class _Side:
             if r.kind == Kind.PARAM_GRAD:  # (named once they are planned: _check_whole)
                 self.grads.add(r.module)
                 continue
-            spelt = spelled.get(r.module)
-            if spelt is None:
-                spelt = spelled[r.module] = spelling(r.module)
-            self.names.add(spelt)
-            if r.kind in MODULE_KINDS and spelt not in self.modules:
-                self.modules.add(spelt)
-                self.parents.update(ancestors(spelt))
+            if r.module not in self.met or r.kind in MODULE_KINDS and r.module not in self.met_modules:
+                spelt = spelled.get(r.module)
+                if spelt is None:
+                    spelt = spelled[r.module] = spelling(r.module)
+                self.met.add(r.module)
+                self.names.add(spelt)
+                if r.kind in MODULE_KINDS:
+                    self.met_modules.add(r.module)
+                    self.modules.add(spelt)
+                    self.parents.update(ancestors(spelt))
             if r.arg is not None and r.io == Io.INPUT:
                 self.named_inputs = True
 
@@ -179,6 +185,7 @@ def _rounds(a: _Side, b: _Side, mindspore: int | None, block: int, most: int) ->
     spelled: dict[str, str] = {}
     by_arg: bool | None = None
     grads = _Grads()
+    uneven: set[tuple] = set()  # name key bases counted more often on one side than on the other (`seen`)
     size = block
     while True:
         a.fill(size, spelled)
@@ -192,6 +199,11 @@ def _rounds(a: _Side, b: _Side, mindspore: int | None, block: int, most: int) ->
             by_arg = now
         elif now != by_arg:  # the rounds before keyed inputs by position
             raise OutOfStepError(Why.ORDER)
+        k = 0 if grads.names else _in_step(a, b, by_arg, {base[1] for base in uneven}, spelled)
+        if k:
+            yield _pass_in_step(a, b, k)
+            size = block
+            continue
         window = _Window(a, b, by_arg, spelled, grads.names if mindspore == 0 else {},
                          grads.names if mindspore == 1 else {})
         cut = window.cut()
@@ -200,7 +212,7 @@ def _rounds(a: _Side, b: _Side, mindspore: int | None, block: int, most: int) ->
                 raise OutOfStepError(Why.WINDOW)
             size = min(2 * size, most)
             continue
-        yield window.commit(*cut)
+        yield window.commit(*cut, uneven)
         size = block
     _check_whole(a, b, [grads.names if mindspore == side else {} for side in (0, 1)])
 
@@ -284,8 +296,9 @@ class _Window:
                 return i + 1, j + 1
         return None
 
-    def commit(self, ka: int, kb: int) -> list[Pair]:
-        """Hand out the rows of the first `ka` and `kb` records of each side and move both streams on past them."""
+    def commit(self, ka: int, kb: int, uneven: set[tuple]) -> list[Pair]:
+        """Hand out the rows of the first `ka` and `kb` records of each side and move both streams on past them;
+        `uneven` kept the name key bases whose counts differ between the sides."""
         rows = self.matched.rows
         if ka < len(self.a.ahead) or kb < len(self.b.ahead):  # the rows up to the reference's last record handed out
             end = self.b.ahead[kb - 1]
@@ -303,13 +316,70 @@ class _Window:
                 if r.kind in MODULE_KINDS and \
                         side.inner.setdefault(self.spelled[r.module], n in keyed.inner) != (n in keyed.inner):
                     raise OutOfStepError(Why.ORDER)
-            block = side.ahead[:k]
-            _note_calls(side, block)
-            _close_calls(side, block)
-            side.tail = (side.tail + block)[-_CONTEXT:]
-            del side.ahead[:k]
-        _forget_steps(self.a, self.b)
+        for keys in (self.keyed_a.keys[:ka], self.keyed_b.keys[:kb]):
+            for key in keys:
+                if key is not None:
+                    base = key[0]  # type: ignore[index]
+                    if self.a.seen.get(base, 0) != self.b.seen.get(base, 0):
+                        uneven.add(base)
+                    else:
+                        uneven.discard(base)
+        _passed(self.a, ka)
+        _passed(self.b, kb)
+        _forget_steps(self.a, self.b, uneven)
         return rows
+
+
+def _passed(side: _Side, k: int) -> None:
+    """Move a side on past its first k records read ahead: the calls they open and close, the folding context."""
+    block = side.ahead[:k]
+    _note_calls(side, block)
+    _close_calls(side, block)
+    side.tail = (side.tail + block)[-_CONTEXT:]
+    del side.ahead[:k]
+
+
+def _in_step(a: _Side, b: _Side, by_arg: bool, uneven: set[str], spelled: dict[str, str]) -> int:
+    """How many records of both sides to hand out as record k with record k, by name, where that provably is the
+    whole-list pairing (0: pair the round as `match` does): the same module, kind, io, place and step, a name none
+    of whose keys was counted more often on one side (`uneven`: occurrence numbers that agree), no op record, up to
+    the last point where both sides end a run, and no pass-through call there that `match` would look closer at and
+    part or hold back. Counts are not taken: both sides' stay equal for these keys (what `name_keys` compares)."""
+    xs, ys = a.ahead, b.ahead
+    n, k = min(len(xs), len(ys)), 0
+    while k < n:
+        x, y = xs[k].record, ys[k].record
+        if x.module != y.module or x.kind != y.kind or x.io != y.io or x.step != y.step or x.kind == Kind.OP or \
+                (x.arg if by_arg and x.io == Io.INPUT and x.arg is not None else x.index) != \
+                (y.arg if by_arg and y.io == Io.INPUT and y.arg is not None else y.index) or \
+                uneven and spelled.get(x.module) in uneven:
+            break
+        k += 1
+    while k and not (_ends_run(a, k - 1) and _ends_run(b, k - 1) and (k < len(xs) or k < len(ys) or
+                                                                     a.done and b.done)):
+        k -= 1
+    if not k:
+        return 0
+    folds = []
+    for side in (a, b):
+        c = len(side.tail)
+        folds.append({i - c for i in passthrough(side.tail + side.ahead[:k]) if i >= c})
+    odd = sorted(folds[0] | folds[1])
+    if odd:
+        calls = [_calls(a), _calls(b)]
+        for i in odd:
+            mine, theirs = _returns(a, i, calls[0]), _returns(b, i, calls[1])
+            if mine is _OPEN or theirs is _OPEN or parts_ways(mine, theirs):  # type: ignore[arg-type]
+                return 0
+    return k
+
+
+def _pass_in_step(a: _Side, b: _Side, k: int) -> list[Pair]:
+    """The rows of the first k records of both sides, record with record (`_in_step`), and both sides moved on."""
+    rows = [Pair(x, y, MatchedBy.NAME) for x, y in zip(a.ahead[:k], b.ahead[:k])]
+    _passed(a, k)
+    _passed(b, k)
+    return rows
 
 
 _OPEN = object()  # a call whose records have not all been read
@@ -406,7 +476,7 @@ def _close_calls(side: _Side, block: Sequence[Item]) -> None:
             side.open_calls.pop((r.step, r.module, r.call), None)
 
 
-def _forget_steps(a: _Side, b: _Side) -> None:
+def _forget_steps(a: _Side, b: _Side, uneven: set[tuple]) -> None:
     """Drop the occurrence counts of the steps both sides have passed (a name key holds its step), once a step."""
     steps = [s.ahead[0].record.step if s.ahead else s.tail[-1].record.step for s in (a, b) if s.ahead or s.tail]
     low = min(steps, default=None)
@@ -414,3 +484,4 @@ def _forget_steps(a: _Side, b: _Side) -> None:
         if low is not None and side.low != low:
             side.seen = {base: n for base, n in side.seen.items() if base[4] >= low}
             side.low = low
+            uneven.difference_update([base for base in uneven if base[4] < low])
