@@ -6,7 +6,8 @@ in two there: a pair by name that ends a run of one module's records on both sid
 keeps on its own side of (so the longest order-keeping chain of the whole lists runs through it), after which neither
 side holds a record still waiting for a partner by content in the gap it closes. The rest is paired again with the
 next records. That resynchronises on a record on one side only, Identity and Dropout calls folded on one side, inputs
-passed in another order, and records paired by content (op records, renamed layers) within the window.
+passed in another order, and records paired by content (op records, renamed layers) within the window. Where the
+records read ahead pair record k with record k by name (`_in_step`), they are handed out as such without it.
 
 What the whole lists decide globally is carried across windows, or checked once known: a name key's occurrence
 number counts on over the step (`seen`); a key whose twin was paired in an earlier window, a wrapper prefix that the
@@ -14,11 +15,13 @@ whole lists' names would strip, inputs keyed by argument on both sides only once
 or a composite's internals judged with fewer of the other side's modules than the whole lists hold: `OutOfStepError`,
 and the caller reads both dumps whole (a late one after rows were handed out). A pass-through name pair is judged
 once its calls' records have passed (held back until then). Parameter-gradient names between PyTorch and MindSpore
-are planned over all of them: not streamed.
+are planned over the MindSpore side's gradients once its first step holding some was read whole (`_Grads`); a later
+gradient the plan lacks: OutOfStepError.
 
-Memory: the records read ahead (at most `LOOKAHEAD` a side), the last `_CONTEXT` passed (folding context), the
-inputs of the module calls still open, and per step the occurrence counts of the name keys; what grows with the
-model, not the records: the distinct module names of each side.
+Memory: the records read ahead (at most `LOOKAHEAD` a side, or the rest of the first step with parameter gradients
+on the MindSpore side), the last `_CONTEXT` passed (folding context), the inputs of the module calls still open, and
+per step the occurrence counts of the name keys met outside `_in_step`; what grows with the model, not the records:
+the distinct module names of each side.
 """
 from __future__ import annotations
 
