@@ -17,7 +17,12 @@ stats-only dump with MindSpore's statistics taken at once (`session.DEFER` off: 
 was before; and the cost of writing a full dump's bytes per step to the same disk (`DirectWriter`, O_DIRECT). It
 prints stats-only / floor, at once / floor, and full / (floor + disk); with --variants, for MindSpore, also each way
 around its hook machinery tried (MS_VARIANTS: forward hooks only, tensor hooks instead of cell backward hooks, its
-TensorDump op) against the floor and against no dump.
+TensorDump op, tensor hooks on a queued copy of each input) against the floor and against no dump. It also prints
+the CPU seconds of the stepping thread a step: MindSpore's Python thread spins while it waits for its backend, so
+this counts the waits (a cell backward hook makes it wait; on 2 cores the spin takes a core from the kernels).
+A MindSpore CPU step of resnet18 at batch 8, 224x224 lasts one to three minutes here: `--warmup 1 --same-loop
+--progress` keeps such a run to (steps + 1) rounds of one loop and shows each step as it ends; `--skip` leaves
+modes out (stats_now; full, which also skips the disk).
 
 --device cuda (torch only) runs the torch side on a GPU. There a stats-only dump queues each record's statistics on
 the device and reads them back at the flush (`session.QUEUE_DEVICES`); "at once" reads each as its hook runs
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -132,7 +138,10 @@ MS_VARIANTS = {
     "fwd_hooks": "forward pre-hook and hook of every cell only (no backward or parameter hooks)",
     "tensor_hooks": "backward by tensor hooks (each leaf's output, an alias of its input) instead of cell hooks",
     "tensordump": "MindSpore's TensorDump op on each leaf's forward outputs (its own files, no manifest)",
+    "copy_hooks": "backward by tensor hooks (each leaf's output, a copy of its input: ops.deepcopy, queued without a "
+                  "wait) instead of cell hooks",
 }
+TENSOR_HOOKS = ("tensor_hooks", "copy_hooks")  # variants that take gradients by tensor hooks
 
 
 def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
@@ -143,11 +152,13 @@ def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
     dump = ms.ops.TensorDump() if variant == "tensordump" else None
 
     def alias(cell: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return tuple(a.view(a.shape) if isinstance(a, ms.Tensor) else a for a in args), kwargs
+        # a view waits for the op that writes its input (MindSpore reads the storage at once); a copy is queued
+        new = ms.ops.deepcopy if variant == "copy_hooks" else (lambda a: a.view(a.shape))
+        return tuple(new(a) if isinstance(a, ms.Tensor) else a for a in args), kwargs
 
     def post(cell: Any, args: tuple, kwargs: dict, out: Any) -> None:
         outs = [t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, ms.Tensor)]
-        if variant == "tensor_hooks":
+        if variant in TENSOR_HOOKS:
             for t in outs + [a for a in args if isinstance(a, ms.Tensor)]:
                 t.register_hook(lambda grad: None)
         elif dump is not None and root is not None:
@@ -156,14 +167,14 @@ def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
 
     for _, cell in model.cells_and_names():
         leaf = next(iter(cell.cells()), None) is None
-        tensor_leaf = leaf and variant == "tensor_hooks"
+        tensor_leaf = leaf and variant in TENSOR_HOOKS
         handles.append(cell.register_forward_pre_hook(alias if tensor_leaf else lambda cell, args, kwargs: None,
                                                       with_kwargs=True))
         handles.append(cell.register_forward_hook(post if leaf else lambda cell, args, kwargs, out: None,
                                                   with_kwargs=True, always_call=True))
         if leaf and variant == "floor":
             handles.append(cell.register_backward_hook(lambda cell, grad_in, grad_out: None))
-    if variant in ("floor", "tensor_hooks"):
+    if variant in ("floor", *TENSOR_HOOKS):
         handles.extend(p.register_hook(lambda grad: None) for p in model.get_parameters() if p.requires_grad)
     return handles
 
@@ -193,16 +204,23 @@ def timed(step: Callable[[], None], model, steps: int, root: Path, modes: tuple[
 
 
 def samples(step: Callable[[], None], model, steps: int, root: Path, modes: tuple[str, ...],
-            warmup: int = 2, progress: bool = False) -> dict[str, list[float]]:
+            warmup: int = 2, progress: bool = False, cpu: dict[str, list[float]] | None = None
+            ) -> dict[str, list[float]]:
     """Seconds of each of `steps` steps for each mode, interleaved step by step (`warmup` rounds dropped); with
-    `progress`, each step's time on stderr as it ends (a MindSpore CPU step at 224x224 lasts minutes)."""
+    `progress`, each step's time on stderr as it ends (a MindSpore CPU step at 224x224 lasts minutes). `cpu` gets
+    the CPU seconds of the calling thread in each kept step: MindSpore's Python thread spins while it waits for
+    the backend, so this counts its waits, and moves less than wall time on a loaded machine."""
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     for i in range(steps + warmup):
         for mode in modes:
+            start = time.thread_time()
             times[mode].append(one_step(step, model, root, mode, i))
+            used = time.thread_time() - start
+            if cpu is not None and i >= warmup:
+                cpu.setdefault(mode, []).append(used)
             if progress:
-                print(f"  round {i}{' (warm-up)' if i < warmup else ''} {mode}: {times[mode][-1]:.2f} s",
-                      file=sys.stderr, flush=True)
+                print(f"  round {i}{' (warm-up)' if i < warmup else ''} {mode}: {times[mode][-1]:.2f} s, "
+                      f"this thread's CPU {used:.2f} s (load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
     return {mode: t[warmup:] for mode, t in times.items()}
 
 
@@ -247,6 +265,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224, help="with --floor: resnet18's input height and width")
     parser.add_argument("--variants", action="store_true",
                         help="with --floor: also MindSpore's ways around its hook machinery (MS_VARIANTS)")
+    parser.add_argument("--warmup", type=int, default=2, help="with --floor: rounds run first and dropped")
+    parser.add_argument("--same-loop", action="store_true",
+                        help="with --floor: full dumps interleaved with the other modes, not in a loop of their own "
+                             "(for steps of seconds or more: MindSpore's resnet18 at 224x224)")
+    parser.add_argument("--skip", default="", help="with --floor: modes left out (stats_now)")
+    parser.add_argument("--progress", action="store_true", help="each step's time on stderr as it ends")
     parser.add_argument("--device", default="cpu", help="where the torch side runs (cuda: torch only, see above)")
     parser.add_argument("--check", action="store_true",
                         help="dump one step queued and at once, and compare the records")
@@ -305,15 +329,29 @@ def floor(args: argparse.Namespace) -> None:
             root = Path(tmp)
             (root / "tensordump").mkdir()
             variants = tuple(MS_VARIANTS)[1:] if name == "mindspore" and args.variants else ()
-            t = samples(step, model, args.steps, root, FLOOR_MODES + variants)
-            # full dumps apart (their write-back would slow the next step: see main), against their own floor
-            f = samples(step, model, args.steps, root, ("floor", "full"))
-            files = sorted((root / "full").rglob("*.npy"))
-            per_step = len(files) // (args.steps + 2) or 1
-            disk = disk_cost(root / "disk", [np.load(p) for p in files[:per_step]], max(3, args.steps // 3))
-        both = t | {"full_floor": f["floor"], "full": f["full"]}
+            skip = args.skip.split(",")
+            modes = tuple(m for m in FLOOR_MODES if m not in skip) + variants
+            cpu: dict[str, list[float]] = {}
+            disk = math.nan
+            if "full" in skip:  # no full dump and no disk: the other modes alone
+                t = samples(step, model, args.steps, root, modes, args.warmup, args.progress, cpu)
+                f: dict[str, list[float]] = {}
+            elif args.same_loop:  # steps of seconds or more: one step's write-back ends long before the next step does
+                t = samples(step, model, args.steps, root, modes + ("full",), args.warmup, args.progress, cpu)
+                f = {"full_floor": t["floor"], "full": t.pop("full")}
+            else:  # full dumps apart (their write-back would slow the next step: see main), against their own floor
+                t = samples(step, model, args.steps, root, modes, args.warmup, args.progress, cpu)
+                f = samples(step, model, args.steps, root, ("floor", "full"), args.warmup, args.progress)
+                f["full_floor"] = f.pop("floor")
+            if f:
+                files = sorted((root / "full").rglob("*.npy"))
+                per_step = len(files) // (args.steps + args.warmup) or 1
+                disk = disk_cost(root / "disk", [np.load(p) for p in files[:per_step]], max(3, args.steps // 3))
+        both = t | f
         med, best = {m: statistics.median(v) for m, v in both.items()}, {m: min(v) for m, v in both.items()}
         print(floor_row(name, med, best, disk))
+        print(f"{'':10} CPU seconds of the stepping thread a step, median: "
+              + ", ".join(f"{m} {statistics.median(v):.2f}" for m, v in cpu.items()))
         for variant in variants:
             vs_floor = f"{med[variant] / med['floor']:.2f}x ({best[variant] / best['floor']:.2f}x)"
             vs_none = f"{med[variant] / med['none']:.2f}x ({best[variant] / best['none']:.2f}x)"
@@ -388,9 +426,11 @@ def check(args: argparse.Namespace) -> None:
 def floor_row(name: str, med: dict[str, float], best: dict[str, float], disk: float) -> str:
     """One framework's line of the --floor table: milliseconds and ratios, median (best)."""
     def cell(m: str) -> str:
-        return f"{med[m] * 1e3:.1f} ({best[m] * 1e3:.1f})"
+        return f"{med[m] * 1e3:.1f} ({best[m] * 1e3:.1f})" if m in med else "-"
 
     def ratio(a: str, b: str, extra: float = 0.0) -> str:
+        if a not in med:  # a mode left out (--skip)
+            return "-"
         return f"{med[a] / (med[b] + extra):.2f}x ({best[a] / (best[b] + extra):.2f}x)"
 
     return (f"{name:<10} {cell('none'):>13} {cell('floor'):>13} {cell('stats'):>13} {ratio('stats', 'floor'):>13} "
