@@ -221,3 +221,18 @@ def test_a_pass_through_whose_inputs_were_let_go_is_out_of_step(monkeypatch: pyt
     with pytest.raises(OutOfStepError) as info:
         _streamed(a, b, 4)
     assert info.value.why is Why.PASS_THROUGH
+
+
+def test_a_wrapper_prefix_the_whole_lists_strip_is_out_of_step() -> None:
+    """Every module of one side under DDP's `module.`: the whole lists strip it and pair by name, known only once
+    every name was read; the window pairs by content meanwhile, so the end refuses (ORDER, after rows were handed
+    out: the caller restarts its reports)."""
+    calls = _model(20)
+    wrapped = [("module." + m, v, t, s) for m, v, t, s in calls]
+    a, b = _dump(wrapped), _dump(calls)
+    assert all(p.matched_by == "name" for p in match(a, b))
+    handed: list[Pair] = []
+    with pytest.raises(OutOfStepError) as info:
+        for rows in Resync(iter(a), iter(b), None, 4096):
+            handed += rows
+    assert info.value.why is Why.ORDER and len(handed) == len(match(a, b))
