@@ -6,7 +6,7 @@ import io
 import itertools
 import json
 import math
-from typing import IO, Any, Protocol, Sequence
+from typing import IO, Any, Iterator, Protocol, Sequence
 
 import msgspec
 from msgspec.structs import astuple
@@ -552,17 +552,33 @@ class _Spool:
         self.size += len(data)
 
     def copy(self, out: _Writes, patches: dict[int, bytes]) -> None:
-        """The spooled bytes into `out`, the rows in `patches` replaced."""
+        """The spooled bytes into `out`, the rows in `patches` replaced: each run of rows that lie one after the
+        other in one write (a streamed comparison labels up to ~100,000 rows, most of them in a few runs)."""
         self.file.flush()
         self.file.seek(0)
         pos = 0
+        for start, end, data in self._runs(patches):
+            self._copy_to(out, start - pos)
+            out.write(data)
+            self.file.seek(end - start, 1)
+            pos = end
+        self._copy_to(out, self.size - pos)
+
+    def _runs(self, patches: dict[int, bytes]) -> Iterator[tuple[int, int, bytes]]:
+        """(start, end, new bytes) of each run of patched rows whose spooled bytes follow one another."""
+        run: list[bytes] = []
+        start = end = 0
         for i in sorted(patches):
             offset, length = self.at[i]
-            self._copy_to(out, offset - pos)
-            out.write(patches[i])
-            self.file.seek(length, 1)
-            pos = offset + length
-        self._copy_to(out, self.size - pos)
+            if run and offset != end:
+                yield start, end, b"".join(run)
+                run = []
+            if not run:
+                start = offset
+            run.append(patches[i])
+            end = offset + length
+        if run:
+            yield start, end, b"".join(run)
 
     def _copy_to(self, out: _Writes, n: int) -> None:
         while n > 0:
@@ -633,11 +649,15 @@ class ReportSpool:
                 spool.restart()
 
     def patches(self, result: CompareResult, csv_rows: bool) -> dict[int, bytes]:
-        """The rows the verdict labelled, as they are written with their label."""
-        out = {}
-        for i in result.verdict.labels:
-            record = result.row_record(i)
-            out[i] = self._csv_line(as_fields(record)) if csv_rows else _row_bytes(record) + b"\n"
+        """The rows the verdict labelled, as they are written with their label (JSON rows a block at a time)."""
+        labelled = list(result.verdict.labels)
+        if csv_rows:
+            return {i: self._csv_line(as_fields(result.row_record(i))) for i in labelled}
+        out: dict[int, bytes] = {}
+        for at in range(0, len(labelled), _JSON_ROWS):
+            block = labelled[at:at + _JSON_ROWS]
+            lines = _rows_lines([result.row_record(i) for i in block]).split(b"\n")
+            out.update(zip(block, [line + b"\n" for line in lines]))
         return out
 
 
