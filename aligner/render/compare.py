@@ -557,28 +557,29 @@ class _Spool:
         self.file.flush()
         self.file.seek(0)
         pos = 0
-        for start, end, data in self._runs(patches):
+        for start, end, run in self._runs(patches):
             self._copy_to(out, start - pos)
-            out.write(data)
+            for k in range(0, len(run), _JSON_ROWS):  # a few MB a write, never the run whole
+                out.write(b"".join(run[k:k + _JSON_ROWS]))
             self.file.seek(end - start, 1)
             pos = end
         self._copy_to(out, self.size - pos)
 
-    def _runs(self, patches: dict[int, bytes]) -> Iterator[tuple[int, int, bytes]]:
-        """(start, end, new bytes) of each run of patched rows whose spooled bytes follow one another."""
+    def _runs(self, patches: dict[int, bytes]) -> Iterator[tuple[int, int, list[bytes]]]:
+        """(start, end, new rows) of each run of patched rows whose spooled bytes follow one another."""
         run: list[bytes] = []
         start = end = 0
         for i in sorted(patches):
             offset, length = self.at[i]
             if run and offset != end:
-                yield start, end, b"".join(run)
+                yield start, end, run
                 run = []
             if not run:
                 start = offset
             run.append(patches[i])
             end = offset + length
         if run:
-            yield start, end, b"".join(run)
+            yield start, end, run
 
     def _copy_to(self, out: _Writes, n: int) -> None:
         while n > 0:
