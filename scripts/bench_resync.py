@@ -72,18 +72,19 @@ def main() -> None:
                 write_dump(b, "pytorch", args.records, args.model, extra)
             dumps[name] = (a, b)
         argvs = {"in_step": ["compare", *map(str, dumps["in_step"])],
+                 "in_step --json": ["compare", *map(str, dumps["in_step"]), "--json", str(root / "i.json"), "--force"],
                  "resync": ["compare", *map(str, dumps["resync"])],
                  "resync --json": ["compare", *map(str, dumps["resync"]), "--json", str(root / "r.json"), "--force"]}
-        best: dict[str, tuple[float, float, int]] = {}
+        best: dict[str, tuple[float, float, int, float]] = {}
         for _ in range(args.rounds):
             for name in ("floor", *argvs):
                 got = floor(dumps["in_step"][0] / MANIFEST) if name == "floor" else run(argvs[name])
                 if name not in best or got[1] < best[name][1]:
                     best[name] = got
-        for name, (peak, wall, code) in best.items():
+        for name, (peak, wall, code, cpu) in best.items():
             print(f"{name:14s} {args.records:>9,d} records/side: peak RSS {peak:8.1f} MiB, {wall:7.1f} s = "
                   f"{wall / best['in_step'][1]:5.2f}x the in-step compare, {wall / best['floor'][1]:5.2f}x the "
-                  f"floor (exit {code}, best of {args.rounds})", flush=True)
+                  f"floor ({cpu:.1f} s CPU; exit {code}, best of {args.rounds})", flush=True)
         report = json.loads((root / "r.json").read_text())
         print(f"resync report counts: {report['counts']}")
         print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} after the runs")
