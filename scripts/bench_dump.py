@@ -20,7 +20,7 @@ around its hook machinery tried (MS_VARIANTS: forward hooks only, tensor hooks i
 TensorDump op, tensor hooks on a queued copy of each input) against the floor and against no dump. It also prints
 the CPU seconds of the stepping thread a step: MindSpore's Python thread spins while it waits for its backend, so
 this counts the waits (a cell backward hook makes it wait; on 2 cores the spin takes a core from the kernels).
-A MindSpore CPU step of resnet18 at batch 8, 224x224 lasts one to three minutes here: `--warmup 1 --same-loop
+A MindSpore CPU step of resnet18 at batch 8, 224x224 lasts half a minute to three minutes here: `--warmup 1 --same-loop
 --progress` keeps such a run to (steps + 1) rounds of one loop and shows each step as it ends; `--skip` leaves
 modes out (stats_now; full, which also skips the disk).
 
@@ -269,7 +269,7 @@ def main() -> None:
     parser.add_argument("--same-loop", action="store_true",
                         help="with --floor: full dumps interleaved with the other modes, not in a loop of their own "
                              "(for steps of seconds or more: MindSpore's resnet18 at 224x224)")
-    parser.add_argument("--skip", default="", help="with --floor: modes left out (stats_now)")
+    parser.add_argument("--skip", default="", help="with --floor: modes left out (stats_now; full; variants)")
     parser.add_argument("--progress", action="store_true", help="each step's time on stderr as it ends")
     parser.add_argument("--device", default="cpu", help="where the torch side runs (cuda: torch only, see above)")
     parser.add_argument("--check", action="store_true",
@@ -330,7 +330,7 @@ def floor(args: argparse.Namespace) -> None:
             (root / "tensordump").mkdir()
             variants = tuple(MS_VARIANTS)[1:] if name == "mindspore" and args.variants else ()
             skip = args.skip.split(",")
-            modes = tuple(m for m in FLOOR_MODES if m not in skip) + variants
+            modes = tuple(m for m in FLOOR_MODES + variants if m not in skip)
             cpu: dict[str, list[float]] = {}
             disk = math.nan
             if "full" in skip:  # no full dump and no disk: the other modes alone
@@ -352,7 +352,7 @@ def floor(args: argparse.Namespace) -> None:
         print(floor_row(name, med, best, disk))
         print(f"{'':10} CPU seconds of the stepping thread a step, median: "
               + ", ".join(f"{m} {statistics.median(v):.2f}" for m, v in cpu.items()))
-        for variant in variants:
+        for variant in (v for v in variants if v in med):
             vs_floor = f"{med[variant] / med['floor']:.2f}x ({best[variant] / best['floor']:.2f}x)"
             vs_none = f"{med[variant] / med['none']:.2f}x ({best[variant] / best['none']:.2f}x)"
             print(f"{'':10} {MS_VARIANTS[variant]}: {vs_floor} the floor, {vs_none} no dump")
