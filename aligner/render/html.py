@@ -363,6 +363,27 @@ def _symbol(level: float, floor: float) -> str:
     return "triangle-up" if level > _CAP else ("triangle-down" if level < floor else "circle")
 
 
+def _origins(v: Verdict) -> list[tuple[int, str]]:
+    """The rows the chart marks, with their labels: each finding's origin and the first NaN/Inf."""
+    marks = [(f.origin, f"{f.phase.value} origin") for f in v.findings]
+    if v.nan_origin is not None:
+        marks.append((v.nan_origin.row, "first NaN/Inf"))
+    return marks
+
+
+def _origin_lines(marks: list[tuple[int, str]], rows: Sequence[Row]) -> tuple[list[dict], list[dict]]:
+    """A dotted line at each marked row and its label above the plot, each label on a row of its own (the labels of
+    near origins would overlap)."""
+    shapes, notes = [], []
+    for row, (i, text) in enumerate(marks):
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": i, "x1": i, "y0": 0, "y1": 1,
+                       "line": {"color": _COLORS["diverged"], "width": 1, "dash": "dot"}})
+        notes.append({"x": i, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "showarrow": False,
+                      "yshift": _LABEL_ROW * row, "font": {"color": _COLORS["diverged"], "size": 12},
+                      "text": f"{text}: {_pe(rows[i].pair.ref.record.module or '(root)')}"})
+    return shapes, notes
+
+
 def _figure(result: CompareResult, texts: Sequence[_Text]) -> tuple[dict[str, Any], int]:
     """The plotly figure as a plain dict, and the number of near-zero records hidden by default."""
     rows, v = result.rows, result.verdict
@@ -436,17 +457,8 @@ def _figure(result: CompareResult, texts: Sequence[_Text]) -> tuple[dict[str, An
         idx = sorted(hidden)
         data.append(trace("nearzero", f"near-zero reference ({len(idx)}, hidden)", idx, mode="markers",
                           visible="legendonly", marker={"size": 5, "color": _COLORS["nearzero"]}))
-    marks = [(f.origin, f"{f.phase.value} origin") for f in v.findings]
-    if v.nan_origin is not None:
-        marks.append((v.nan_origin.row, "first NaN/Inf"))
-    marks = [(i, text) for i, text in marks if i in levels]
-    shapes, notes = [], []
-    for row, (i, text) in enumerate(marks):  # each label on its own row above the plot: near origins' would overlap
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": i, "x1": i, "y0": 0, "y1": 1,
-                       "line": {"color": _COLORS["diverged"], "width": 1, "dash": "dot"}})
-        notes.append({"x": i, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "showarrow": False,
-                      "yshift": _LABEL_ROW * row, "font": {"color": _COLORS["diverged"], "size": 12},
-                      "text": f"{text}: {_pe(rows[i].pair.ref.record.module or '(root)')}"})
+    marks = [(i, text) for i, text in _origins(v) if i in levels]
+    shapes, notes = _origin_lines(marks, rows)
     if marks:
         data.append(trace("origin", "origin", [i for i, _ in marks], mode="markers",
                           marker={"size": 18, "color": _COLORS["diverged"], "line": {"width": 2.5}}))
@@ -626,17 +638,8 @@ def _profile_figure(result: CompareResult, profile: ErrorProfile) -> dict[str, A
     if near:
         data.append(trace("nearzero", f"near-zero reference ({profile.hidden}, hidden)", near, hidden=True,
                           mode="markers", visible="legendonly", marker={"size": 5, "color": _COLORS["nearzero"]}))
-    marks = [(f.origin, f"{f.phase.value} origin") for f in v.findings]
-    if v.nan_origin is not None:
-        marks.append((v.nan_origin.row, "first NaN/Inf"))
-    marks = [(i, text) for i, text in marks if result.holds(i) and rows[i].metrics is not None]
-    shapes, notes = [], []
-    for row, (i, text) in enumerate(marks):  # each label on its own row above the plot: near origins' would overlap
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": i, "x1": i, "y0": 0, "y1": 1,
-                       "line": {"color": _COLORS["diverged"], "width": 1, "dash": "dot"}})
-        notes.append({"x": i, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "showarrow": False,
-                      "yshift": _LABEL_ROW * row, "font": {"color": _COLORS["diverged"], "size": 12},
-                      "text": f"{text}: {_pe(rows[i].pair.ref.record.module or '(root)')}"})
+    marks = [(i, text) for i, text in _origins(v) if result.holds(i) and rows[i].metrics is not None]
+    shapes, notes = _origin_lines(marks, rows)
     if marks:
         data.append(trace("origin", "origin", [(Peak.of(error_level(rows[i]), i, rows[i].status, rows[i]), None)
                                                for i, _ in marks],
