@@ -371,6 +371,18 @@ def _origins(v: Verdict) -> list[tuple[int, str]]:
     return marks
 
 
+def _layout(floor: float, top: float, shapes: list[dict], notes: list[dict]) -> dict[str, Any]:
+    """The chart's axes (a log error axis from `floor` to `top`), its origin lines and their labels, with room above
+    the plot for a row of labels each."""
+    return {
+        "margin": {"l": 70, "r": 20, "t": 25 + _LABEL_ROW * len(notes), "b": 50}, "hovermode": "closest",
+        "xaxis": {"title": {"text": "record (execution order)"}, "zeroline": False},
+        "yaxis": {"title": {"text": "relative L2 error ‖a−b‖ / ‖b‖"}, "type": "log", "exponentformat": "e",
+                  "range": [math.log10(floor) - 0.2, math.log10(top) + 0.3]},
+        "legend": {"orientation": "h", "y": -0.18}, "shapes": shapes, "annotations": notes,
+    }
+
+
 def _origin_lines(marks: list[tuple[int, str]], rows: Sequence[Row]) -> tuple[list[dict], list[dict]]:
     """A dotted line at each marked row and its label above the plot, each label on a row of its own (the labels of
     near origins would overlap)."""
@@ -464,13 +476,7 @@ def _figure(result: CompareResult, texts: Sequence[_Text]) -> tuple[dict[str, An
                           marker={"size": 18, "color": _COLORS["diverged"], "line": {"width": 2.5}}))
         data[-1]["marker"]["symbol"] = "circle-open"
     top = max([y(levels[i]) for i in shown] + [hi for _, hi in (bounds(i) for i in shown)] + [floor * 10])
-    layout = {
-        "margin": {"l": 70, "r": 20, "t": 25 + _LABEL_ROW * len(marks), "b": 50}, "hovermode": "closest",
-        "xaxis": {"title": {"text": "record (execution order)"}, "zeroline": False},
-        "yaxis": {"title": {"text": "relative L2 error ‖a−b‖ / ‖b‖"}, "type": "log", "exponentformat": "e",
-                  "range": [math.log10(floor) - 0.2, math.log10(top) + 0.3]},
-        "legend": {"orientation": "h", "y": -0.18}, "shapes": shapes, "annotations": notes,
-    }
+    layout = _layout(floor, top, shapes, notes)
     return {"data": data, "layout": layout}, len(hidden)
 
 
@@ -646,13 +652,7 @@ def _profile_figure(result: CompareResult, profile: ErrorProfile) -> dict[str, A
                           mode="markers", marker={"size": 18, "color": _COLORS["diverged"], "line": {"width": 2.5}}))
         data[-1]["marker"]["symbol"] = "circle-open"
     top = max([_y(profile.high, floor), floor * 10] + [min(max(b.hi, floor), _CAP) for b in band])
-    layout = {
-        "margin": {"l": 70, "r": 20, "t": 25 + _LABEL_ROW * len(marks), "b": 50}, "hovermode": "closest",
-        "xaxis": {"title": {"text": "record (execution order)"}, "zeroline": False},
-        "yaxis": {"title": {"text": "relative L2 error ‖a−b‖ / ‖b‖"}, "type": "log", "exponentformat": "e",
-                  "range": [math.log10(floor) - 0.2, math.log10(top) + 0.3]},
-        "legend": {"orientation": "h", "y": -0.18}, "shapes": shapes, "annotations": notes,
-    }
+    layout = _layout(floor, top, shapes, notes)
     return {"data": data, "layout": layout}
 
 
