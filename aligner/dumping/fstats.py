@@ -3,8 +3,9 @@
 `stats_of` is what stats-only dumps and `aligner.watch` record. A CPU tensor (torch, or MindSpore on a CPU target) is
 already in host memory: its statistics come from `tensor_stats` over a zero-copy numpy view, computed at once (a later
 in-place op cannot change them). A tensor on an accelerator is reduced by its own framework on its own device
-(`torch_stats`, `mindspore_stats`): a few reductions, float64 sums, and one transfer of an 11-number vector (a second
-one only when the tensor holds NaN or Inf, to redo min/max/mean/L2 over the finite elements). Both give the `Stats`
+(`torch_stats`, `mindspore_stats`): a few reductions, float64 sums, and one transfer of a small vector (MindSpore: a
+second one only when the tensor holds NaN or Inf, to redo min/max/mean/L2 over the finite elements; torch masks them
+in the first). Both give the `Stats`
 of `aligner.metrics.stats.tensor_stats`: counts and min/max exactly, mean and L2 to float64 rounding.
 """
 from __future__ import annotations
@@ -88,33 +89,10 @@ def _assemble(floating: bool, numel: int, head: list[float], counts: list[float]
 
 
 def torch_stats(tensor: Any) -> Stats:
-    """`tensor_stats` computed by torch on the tensor's own device; one host transfer of a small vector."""
-    import torch
-
-    t = tensor.detach()
-    numel = t.numel()
-    floating = t.is_floating_point()
-    if numel == 0:
-        return empty_stats(floating)
-    f64 = torch.float64
-    x = t.reshape(-1)
-    if not floating:
-        x = x.to(f64)  # integers and bool, as the numpy path reads them
-    elif x.element_size() < 4:
-        x = x.float()  # float16/bfloat16: thresholds compare in float32, like the numpy path
-    mag = x.abs()
-    counts = torch.stack((torch.isnan(x).sum(), torch.isinf(x).sum(), (x == 0).sum(), (mag <= NEAR_ZERO).sum(),
-                          (mag >= NEAR_ONE).sum(), (mag < TINY).sum())).to(f64)
-    x64 = x.to(f64)
-    head = torch.cat((torch.stack(torch.aminmax(x)).to(f64), x64.sum().reshape(1), torch.dot(x64, x64).reshape(1)))
-    values = torch.cat((head, counts)).tolist()
-    if values[4] or values[5]:  # NaN or Inf: min/max/sum over the finite elements only (a second, rare transfer)
-        kept = x[torch.isfinite(x)]
-        if kept.numel():
-            k64 = kept.to(f64)
-            values[:4] = torch.cat((torch.stack(torch.aminmax(kept)).to(f64), k64.sum().reshape(1),
-                                    torch.dot(k64, k64).reshape(1))).tolist()
-    return _assemble(floating, numel, values[:4], values[4:])
+    """`tensor_stats` computed by torch on the tensor's own device; one host transfer of a small vector (the queued
+    reductions of `torch_stats_queued`, read back at once)."""
+    queued = torch_stats_queued(tensor)
+    return read_queued([queued])[0] if isinstance(queued, QueuedStats) else queued
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,9 +107,9 @@ class QueuedStats:
 
 
 def torch_stats_queued(tensor: Any) -> QueuedStats | Stats:
-    """`torch_stats` without its transfer: the reductions are queued on the tensor's device now (a later in-place op
-    queues behind them, so it cannot change them) and read back by `read_queued`. Extrema and sums are taken over
-    the finite elements at once (masking NaN/Inf), where `torch_stats` redoes them in a second transfer."""
+    """The statistics of a torch tensor as reductions queued on its device now (a later in-place op queues behind
+    them, so it cannot change them), read back by `read_queued`; an empty tensor's at once. Extrema and sums are
+    taken over the finite elements (NaN/Inf masked), so one transfer serves a tensor that holds NaN or Inf too."""
     import torch
 
     x = tensor.detach().reshape(-1)
