@@ -33,6 +33,7 @@ hook saw it, in-place ops after it included.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import math
 import os
@@ -134,47 +135,62 @@ def noop_hooks(model: Any) -> list[Any]:
 
 
 MS_VARIANTS = {
-    "floor": "the dump's hooks doing nothing",
+    "floor": "the dump's hooks doing nothing: every cell's forward hooks; on each leaf, a tensor hook on its outputs "
+             "and on a queued ops.deepcopy of each input (aligner.dumping.mindspore_hooks); each parameter's hook",
+    "cell_hooks": "the floor before: every cell's forward hooks, a cell backward hook on each leaf, each parameter's "
+                  "hook",
     "fwd_hooks": "forward pre-hook and hook of every cell only (no backward or parameter hooks)",
-    "tensor_hooks": "backward by tensor hooks (each leaf's output, an alias of its input) instead of cell hooks",
+    "tensor_hooks": "backward by tensor hooks (each leaf's output, a view alias of its input) instead of cell hooks",
     "tensordump": "MindSpore's TensorDump op on each leaf's forward outputs (its own files, no manifest)",
-    "copy_hooks": "backward by tensor hooks (each leaf's output, a copy of its input: ops.deepcopy, queued without a "
-                  "wait) instead of cell hooks",
 }
-TENSOR_HOOKS = ("tensor_hooks", "copy_hooks")  # variants that take gradients by tensor hooks
 
 
 def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
-    """Hooks on a MindSpore model (their handles), doing nothing but what `variant` names (MS_VARIANTS)."""
+    """Hooks on a MindSpore model (their handles), doing nothing but what `variant` names (MS_VARIANTS). The floor
+    copies what the dump's hooks copy (`mindspore_hooks._differentiable`: a floating input flagged as requiring
+    grad; every output of a call with more than one) and hooks the same tensors."""
     import mindspore as ms
+
+    from aligner.dumping.mindspore_hooks import _differentiable
 
     handles: list[Any] = []
     dump = ms.ops.TensorDump() if variant == "tensordump" else None
 
-    def alias(cell: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        # a view waits for the op that writes its input (MindSpore reads the storage at once); a copy is queued
-        new = ms.ops.deepcopy if variant == "copy_hooks" else (lambda a: a.view(a.shape))
-        return tuple(new(a) if isinstance(a, ms.Tensor) else a for a in args), kwargs
+    def alias(cell: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        if variant == "tensor_hooks":  # a view waits for the op that writes its input (the storage is read at once)
+            new = tuple(a.view(a.shape) if isinstance(a, ms.Tensor) else a for a in args)
+        else:  # a copy is queued
+            new = tuple(ms.ops.deepcopy(a) if isinstance(a, ms.Tensor) and _differentiable(a) else a for a in args)
+        for a in new:
+            if isinstance(a, ms.Tensor) and _differentiable(a):
+                a.register_hook(lambda grad: None)
+        return new, kwargs
 
-    def post(cell: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    def post(cell: Any, args: tuple, kwargs: dict, out: Any) -> Any:
         outs = [t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, ms.Tensor)]
-        if variant in TENSOR_HOOKS:
-            for t in outs + [a for a in args if isinstance(a, ms.Tensor)]:
-                t.register_hook(lambda grad: None)
-        elif dump is not None and root is not None:
+        if variant in ("floor", "tensor_hooks"):
+            if variant == "floor" and sum(map(_differentiable, outs)) > 1:
+                out = tuple(ms.ops.deepcopy(t) if isinstance(t, ms.Tensor) and _differentiable(t) else t for t in out)
+                outs = [t for t in out if isinstance(t, ms.Tensor)]
+            for t in outs:
+                if _differentiable(t):
+                    t.register_hook(lambda grad: None)
+            return out
+        if dump is not None and root is not None:
             for i, t in enumerate(outs):
                 dump(str(root / f"{id(cell)}_{i}"), t)
+        return None
 
     for _, cell in model.cells_and_names():
         leaf = next(iter(cell.cells()), None) is None
-        tensor_leaf = leaf and variant in TENSOR_HOOKS
+        tensor_leaf = leaf and variant in ("floor", "tensor_hooks")
         handles.append(cell.register_forward_pre_hook(alias if tensor_leaf else lambda cell, args, kwargs: None,
                                                       with_kwargs=True))
         handles.append(cell.register_forward_hook(post if leaf else lambda cell, args, kwargs, out: None,
                                                   with_kwargs=True, always_call=True))
-        if leaf and variant == "floor":
+        if leaf and variant == "cell_hooks":
             handles.append(cell.register_backward_hook(lambda cell, grad_in, grad_out: None))
-    if variant in ("floor", *TENSOR_HOOKS):
+    if variant in ("floor", "cell_hooks", "tensor_hooks"):
         handles.extend(p.register_hook(lambda grad: None) for p in model.get_parameters() if p.requires_grad)
     return handles
 
@@ -271,6 +287,8 @@ def main() -> None:
                              "(for steps of seconds or more: MindSpore's resnet18 at 224x224)")
     parser.add_argument("--skip", default="", help="with --floor: modes left out (stats_now; full; variants)")
     parser.add_argument("--progress", action="store_true", help="each step's time on stderr as it ends")
+    parser.add_argument("--memory", action="store_true",
+                        help="with --floor: then one step of each mode alone, its peak resident memory sampled")
     parser.add_argument("--device", default="cpu", help="where the torch side runs (cuda: torch only, see above)")
     parser.add_argument("--check", action="store_true",
                         help="dump one step queued and at once, and compare the records")
@@ -328,7 +346,8 @@ def floor(args: argparse.Namespace) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             (root / "tensordump").mkdir()
-            variants = tuple(MS_VARIANTS)[1:] if name == "mindspore" and args.variants else ()
+            # MindSpore: the floor before (cell backward hooks) always, the other ways around its hooks on request
+            variants = (tuple(MS_VARIANTS)[1:] if args.variants else ("cell_hooks",)) if name == "mindspore" else ()
             skip = args.skip.split(",")
             modes = tuple(m for m in FLOOR_MODES + variants if m not in skip)
             cpu: dict[str, list[float]] = {}
@@ -352,10 +371,47 @@ def floor(args: argparse.Namespace) -> None:
         print(floor_row(name, med, best, disk))
         print(f"{'':10} CPU seconds of the stepping thread a step, median: "
               + ", ".join(f"{m} {statistics.median(v):.2f}" for m, v in cpu.items()))
+        if args.memory:
+            with tempfile.TemporaryDirectory() as tmp:
+                grown = {m: peak_rss(functools.partial(one_step, step, model, Path(tmp), m, 0))
+                         for m in med if m != "full_floor"}
+            print(f"{'':10} peak RSS over the RSS before the step, one step each (load {os.getloadavg()[0]:.1f}): "
+                  + ", ".join(f"{m} {b / 2**20:.1f} MiB ({b / grown['none'] if grown['none'] > 0 else math.nan:.2f}x)"
+                              for m, b in grown.items()))
         for variant in (v for v in variants if v in med):
             vs_floor = f"{med[variant] / med['floor']:.2f}x ({best[variant] / best['floor']:.2f}x)"
             vs_none = f"{med[variant] / med['none']:.2f}x ({best[variant] / best['none']:.2f}x)"
             print(f"{'':10} {MS_VARIANTS[variant]}: {vs_floor} the floor, {vs_none} no dump")
+
+
+def peak_rss(run: Callable[[], Any], every: float = 0.002) -> int:
+    """Bytes the process's resident memory rose to above its level before `run()`, sampled every `every` seconds
+    from /proc by a thread of its own (MindSpore's CPU tensors come from malloc, whose large blocks go back to the
+    system when freed, so each step starts near the same level)."""
+    import gc
+    import threading
+
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss() -> int:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * page
+
+    gc.collect()
+    base, peak, done = rss(), [0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], rss())
+            time.sleep(every)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        run()
+    finally:
+        done.set()
+        sampler.join()
+    return max(peak[0], rss()) - base
 
 
 def set_up(args: argparse.Namespace) -> None:

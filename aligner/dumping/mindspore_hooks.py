@@ -1,13 +1,31 @@
-"""MindSpore capture (PyNative mode): Cell forward/backward hooks and Parameter gradient hooks.
+"""MindSpore capture (PyNative mode): Cell forward hooks, tensor gradient hooks and Parameter gradient hooks.
 
-MindSpore 2.10's `Cell.register_backward_hook(hook(cell, grad_input, grad_output))` uses torch's meaning (grad_input:
-gradients with respect to the cell's inputs), and `Parameter.register_hook` sees each parameter's gradient when
-`mindspore.value_and_grad` / `mindspore.grad` differentiates the network, so the user's training step needs no change.
+Gradients are taken without `Cell.register_backward_hook`: MindSpore 2.10 runs a cell backward hook from the Python
+thread, which then spins waiting for the backend (a resnet18 step's floor cost 1.3-1.7x a plain step on 2 cores,
+docs/scale-mindspore.md). Instead, for each cell whose gradients are recorded:
+
+* grad_output: `Tensor.register_hook` on each output, registered in the forward hook: it sees the gradient with respect
+  to the value the cell returned;
+* grad_input: the forward pre-hook hands the cell `ops.deepcopy` of each input that gradients flow through (a
+  floating tensor that requires grad); a hook on the copy sees only this cell's share of the input's gradient (the
+  same tensor read by two cells gets two copies). A copy is an op queued like any other; a view would wait for the op
+  that writes its input (MindSpore builds views from the storage at once). The session is told that each copy holds
+  its input's numbers (`Session.same_tensors`), so what the cell's own code does with it links to the input's record.
+  An int tensor, a mask without a gradient path, or a forward outside `mindspore.grad` gets no copy (a hook cannot be
+  registered on a tensor that does not require grad). In-place ops in a cell change the copy, as the cell backward
+  hook's own copy did: the gradient, loss and parameter gradients equal the cell backward hook's (tests/dumping);
+* param_grad: `Parameter.register_hook`, which sees each parameter's gradient when `mindspore.value_and_grad` /
+  `mindspore.grad` differentiates the network, so the user's training step needs no change.
+
+A cell's grad_output records come before its parameters' gradients and its grad_input records after them, as torch's
+hooks order them; the input hooks are registered in the forward hook, after the output ones, so that a cell handing
+its (copied) input back (Dropout with p=0) records its grad_output first.
 """
 from __future__ import annotations
 
 import functools
-from typing import Any
+import itertools
+from typing import Any, Callable
 
 import mindspore as ms
 
@@ -16,6 +34,11 @@ from aligner.dumping.calls import CallHooks
 from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session
+from aligner.dumping.tensors import tensors_in
+
+_copy = ms.ops.deepcopy  # bound at import: ops=True wraps ms.ops' functions while a dump runs
+# dtypes a gradient flows through (an int tensor or a mask gets no copy: MindSpore gives it no gradient)
+_FLOATING = frozenset({ms.float16, ms.float32, ms.float64, ms.bfloat16, ms.complex64, ms.complex128})
 
 
 def check_eager(model: ms.nn.Cell) -> None:
@@ -35,46 +58,144 @@ def check_pynative() -> None:
                            "mindspore.set_context(mode=mindspore.PYNATIVE_MODE) before building and running the model")
 
 
+def _map_tensors(fn: Callable[[ms.Tensor], ms.Tensor], obj: Any) -> Any:
+    """`obj` with every tensor inside (nested tuple/list/dict, in `tensors_in`'s order) replaced by fn(tensor)."""
+    if isinstance(obj, ms.Tensor):
+        return fn(obj)
+    if isinstance(obj, (tuple, list)):
+        items = [_map_tensors(fn, o) for o in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)  # namedtuples take *args
+    if isinstance(obj, dict):
+        return type(obj)((k, _map_tensors(fn, v)) for k, v in obj.items())
+    return obj
+
+
+def _differentiable(tensor: ms.Tensor) -> bool:
+    """Whether a gradient can reach `tensor` (reading its dtype and flag waits for no op)."""
+    return tensor.dtype in _FLOATING and bool(getattr(tensor, "_requires_grad", False))
+
+
+class _Call:
+    """One call's gradient hooks in flight: which inputs' copies the cell handed back as outputs, and an input's
+    gradient held until that output's own hook has recorded its grad_output (both hooks see the same gradient)."""
+
+    def __init__(self) -> None:
+        self.copies: list[tuple[int, ms.Tensor]] = []  # (input index, its copy)
+        self.handed: dict[int, int] = {}  # id of a copy handed back -> its hooks not run yet
+        self.held: dict[int, tuple[int, ms.Tensor]] = {}  # id of a handed-back copy -> (input index, gradient)
+
+
 class _CellHooks(CallHooks):
-    """The forward pre-hook, forward hook and backward hook of one cell."""
+    """The forward pre-hook and forward hook of one cell, and the tensor hooks that take its gradients."""
 
     def __init__(self, path: str, cell: ms.nn.Cell, session: Session, opts: Options, is_leaf: bool) -> None:
         super().__init__(path, cell, session, opts, is_leaf, _buffers)
+        self.grads = opts.backward and opts.module_backward and opts.selects_module(path, is_leaf)
+        self.calls: list[_Call] = []  # stack: re-entrant calls
 
-    def pre(self, cell: ms.nn.Cell, args: tuple, kwargs: dict) -> None:
-        self.enter((args, kwargs))
+    def pre(self, cell: ms.nn.Cell, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        frame = self.enter((args, kwargs))  # the inputs themselves: links to their producers by identity
+        if not self.grads:
+            return None
+        call = _Call()
+        self.calls.append(call)
+        try:
+            return self._copied(args, kwargs, call)
+        except Exception as exc:  # the cell runs on its own inputs, without grad_input records
+            call.copies.clear()
+            self.session.failed(self.path, self.type, Kind.BACKWARD, Io.GRAD_INPUT, exc, call=frame.call,
+                                parent=self.session.parent(frame))
+            return None
 
-    def post(self, cell: ms.nn.Cell, args: tuple, kwargs: dict, output: Any) -> None:
-        self.exit(cell, output)
+    def _copied(self, args: tuple, kwargs: dict, call: _Call) -> tuple[tuple, dict] | None:
+        """The call's arguments with a copy of each input a gradient can reach, hooked before the cell runs (an
+        in-place op in the cell then leaves the hook on the value it was given); None when no input is. The session
+        learns that each copy holds its input's numbers."""
+        position = itertools.count()  # flat index over all input tensors, as in forward input records
+        originals: list[ms.Tensor] = []
 
-    def backward(self, cell: ms.nn.Cell, grad_input: tuple, grad_output: tuple) -> None:
-        if not self.session.open:
-            return
-        for io, grads in ((Io.GRAD_OUTPUT, grad_output), (Io.GRAD_INPUT, grad_input)):
-            for i, g in enumerate(grads if isinstance(grads, (tuple, list)) else (grads,)):
-                if g is not None:
-                    self.session.emit_grad(self.path, self.type, io, i, g)
+        def copy(t: ms.Tensor) -> ms.Tensor:
+            index = next(position)
+            if not _differentiable(t):
+                return t
+            c = _copy(t)
+            if not getattr(c, "_requires_grad", False):  # a forward outside mindspore.grad: nothing to hook
+                return t
+            c.register_hook(functools.partial(self._input_grad, call, index, id(c)))
+            call.copies.append((index, c))
+            originals.append(t)
+            return c
 
-
-class _Handing:
-    """Stands in for a hooked cell's backward-hook primitive while the dump runs (`remove` puts it back): MindSpore
-    passes the cell's inputs and outputs through it, which hands them on as new objects on the same memory; the
-    session is told which, so the next cell's input links to the record by identity, without reading its address
-    (which waits for the op that writes it)."""
-
-    def __init__(self, cell: ms.nn.Cell, session: Session) -> None:
-        self.cell, self.session = cell, session
-        self.primitive = cell._cell_backward_hook
-        object.__setattr__(cell, "_cell_backward_hook", self)
-
-    def __call__(self, tensors: Any) -> Any:
-        handed = self.primitive(tensors)
+        new_args, new_kwargs = _map_tensors(copy, args), _map_tensors(copy, kwargs)
+        if not call.copies:
+            return None
         if self.session.open:
-            self.session.same_tensors(tensors, handed)
-        return handed
+            self.session.same_tensors(originals, [c for _, c in call.copies])
+        return new_args, new_kwargs
 
-    def remove(self) -> None:
-        object.__setattr__(self.cell, "_cell_backward_hook", self.primitive)
+    def post(self, cell: ms.nn.Cell, args: tuple, kwargs: dict, output: Any) -> Any:
+        self.exit(cell, output)
+        if not self.grads:
+            return None
+        call = self.calls.pop() if self.calls else _Call()
+        copies = {id(c) for _, c in call.copies}
+        handed_on = None
+        try:
+            outs = [t for t in tensors_in(output) if isinstance(t, ms.Tensor) and _differentiable(t)]
+            if len(outs) > 1:  # one output may be computed from another: hand on copies (see `_copied_outputs`)
+                handed_on = output = self._copied_outputs(output)
+            for i, t in enumerate(tensors_in(output)):
+                if isinstance(t, ms.Tensor) and _differentiable(t):
+                    if id(t) in copies:  # an input handed back: its grad_output goes first (`_input_grad`)
+                        call.handed[id(t)] = call.handed.get(id(t), 0) + 1
+                    t.register_hook(functools.partial(self._output_grad, call, i, id(t)))
+        except Exception as exc:  # a hook never breaks the forward it records
+            self.session.failed(self.path, self.type, Kind.BACKWARD, Io.GRAD_OUTPUT, exc)
+        call.copies.clear()  # the hooks hold what they need; the copies live as long as the graph does
+        return handed_on
+
+    def _copied_outputs(self, output: Any) -> Any:
+        """`output` with a copy of each tensor a gradient can reach, told to the session as the same numbers. A hook
+        on an output tensor sees its whole gradient, which includes what flows back through the cell's own use of it
+        (`return y, y.sum()`: the second output's share); a hook on a copy sees only the gradient from outside, as a
+        cell backward hook does. A call with one such output needs no copy: the cell's own use of it leads nowhere
+        a gradient comes from."""
+        originals: list[ms.Tensor] = []
+        copies: list[ms.Tensor] = []
+
+        def copy(t: ms.Tensor) -> ms.Tensor:
+            if not _differentiable(t):
+                return t
+            originals.append(t)
+            copies.append(_copy(t))
+            return copies[-1]
+
+        handed_on = _map_tensors(copy, output)
+        if self.session.open:
+            self.session.same_tensors(originals, copies)
+        return handed_on
+
+    def _output_grad(self, call: _Call, index: int, key: int, grad: ms.Tensor | None) -> None:
+        self.emit_grad(Io.GRAD_OUTPUT, index, grad)
+        if key in call.handed:
+            call.handed[key] -= 1
+            if not call.handed[key]:
+                del call.handed[key]
+                if key in call.held:
+                    self.emit_grad(Io.GRAD_INPUT, *call.held.pop(key))
+
+    def _input_grad(self, call: _Call, index: int, key: int, grad: ms.Tensor | None) -> None:
+        """A copy's gradient: held while the same tensor, handed back, waits for its grad_output hook (registered
+        after this one, it runs after it unless an in-place op in the cell made the output a later node)."""
+        if key in call.handed:
+            call.held[key] = (index, grad)
+        else:
+            self.emit_grad(Io.GRAD_INPUT, index, grad)
+
+    def emit_grad(self, io: Io, index: int, grad: ms.Tensor | None) -> None:
+        """Record one gradient of this cell (nothing once the dump context has exited)."""
+        if grad is not None and self.session.open:
+            self.session.emit_grad(self.path, self.type, io, index, grad)
 
 
 def _buffers(cell: ms.nn.Cell) -> list[tuple[str, Any]]:
@@ -92,10 +213,6 @@ def install(model: ms.nn.Cell, session: Session, opts: Options, handles: list[An
         hooks = _CellHooks(path, cell, session, opts, is_leaf)
         handles.append(cell.register_forward_pre_hook(hooks.pre, with_kwargs=True))
         handles.append(cell.register_forward_hook(hooks.post, with_kwargs=True, always_call=True))
-        if opts.backward and opts.module_backward and opts.selects_module(path, is_leaf):
-            handles.append(cell.register_backward_hook(hooks.backward))
-            if session.by_identity and getattr(cell, "_cell_backward_hook", None) is not None:  # MindSpore 2.10's
-                handles.append(_Handing(cell, session))
     if opts.backward and opts.param_grads:
         for name, param in model.parameters_and_names():
             if param.requires_grad and opts.selects_name(name):

@@ -117,7 +117,7 @@ class Session:
         self._queue_torch = not mindspore and DEFER
         self._stats_stage = StatsStage()  # small accelerator tensors' statistics, reduced together at the flush
         # links by object identity only (no tensor's address or version read: each waits for its op); the MindSpore
-        # hooks tell the session which new objects a cell's backward hook hands on (`same_tensors`)
+        # hooks tell the session which copy of an input they hand a cell (`same_tensors`)
         self.by_identity = self._defer_ms
         if self.by_identity:
             self.link_views = False
@@ -428,8 +428,9 @@ class Session:
             return None
 
     def same_tensors(self, before: Any, after: Any) -> None:
-        """`after` holds the tensors of `before`, in order, handed on as new objects (a MindSpore cell's backward hook
-        passes its inputs and outputs on so): a later input that is one of them links where the old object would."""
+        """`after` holds the numbers of the tensors of `before`, in order, as new objects (the copies of its inputs
+        the MindSpore hooks hand a cell, for its gradients): a later input that is one of them (in the cell's children
+        or its own ops) links where the old object would."""
         for old, new in zip(tensors_in(before), tensors_in(after)):
             if new is old:
                 continue
