@@ -23,8 +23,9 @@ import io
 import json
 import os
 import re
+from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO, Iterator
+from typing import Annotated, Any, BinaryIO, Iterator, cast
 
 import msgspec
 
@@ -260,6 +261,8 @@ def decode_block(block: bytes, lineno: int, canonical_of: dict[str, str]) -> lis
         return [entry if isinstance(entry, Record) else str(entry)
                 for entry in (decode_line(n, line) for n, line in enumerate(io.BytesIO(block), lineno)
                               if line.strip())]
+    if _canonical(records, canonical_of):
+        return cast(list[Record | str], records)
     problems: dict[int, str] = {}
     for i, rec in enumerate(records):  # what _decode does, inlined (the loop every record goes through)
         if (rec.args is not None or rec.attrs is not None) and _record_too_deep(rec):
@@ -278,6 +281,27 @@ def decode_block(block: bytes, lineno: int, canonical_of: dict[str, str]) -> lis
     for i, problem in problems.items():
         out[i] = problem
     return out
+
+
+def _canonical(records: list[Record], canonical_of: dict[str, str]) -> bool:
+    """Whether `decode_block` has nothing to do record by record: no call, no skipped record, no `args` or `attrs`,
+    and each dtype already the canonical name (a set of each field, not a loop; `canonical_of` caches dtype names)."""
+    if any(map(_ARGS, records)) or any(map(_ATTRS, records)) or _CALL in set(map(_KIND, records)) or \
+            set(map(_SKIPPED, records)) != {None}:
+        return False
+    for dtype in set(map(_DTYPE, records)):
+        if dtype not in canonical_of:
+            try:
+                canonical_of[dtype] = canonical(dtype)
+            except AlignerError:
+                return False
+        if canonical_of[dtype] != dtype:
+            return False
+    return True
+
+
+_ARGS, _ATTRS, _KIND = attrgetter("args"), attrgetter("attrs"), attrgetter("kind")
+_SKIPPED, _DTYPE = attrgetter("skipped"), attrgetter("dtype")
 
 
 # The most lines `read_manifest` takes from one manifest (records and problem lines), when a dump is read whole: a
@@ -304,6 +328,7 @@ def _share(rec: Record, strings: dict[str, str], shapes: dict[tuple[int, ...], l
     new object per field: ~300 of a stats-only record's ~1.3 KB are names, types and shapes other records repeat)."""
     rec.module = strings.setdefault(rec.module, rec.module)
     rec.type = strings.setdefault(rec.type, rec.type)
+    rec.dtype = strings.setdefault(rec.dtype, rec.dtype)  # (decode_block leaves a canonical name as decoded)
     if rec.parent is not None:
         rec.parent = strings.setdefault(rec.parent, rec.parent)
     rec.shape = shapes.setdefault(tuple(rec.shape), rec.shape)

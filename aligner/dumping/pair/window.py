@@ -29,10 +29,12 @@ import bisect
 import collections
 import dataclasses
 import enum
+import itertools
+from operator import attrgetter, eq
 from typing import Iterable, Iterator, Sequence
 
 from aligner import io
-from aligner.dumping.manifest import INPUTS, Io, Kind
+from aligner.dumping.manifest import INPUTS, Io, Kind, Record
 from aligner.dumping.pair.matching import (
     MODULE_KINDS,
     Keyed,
@@ -52,11 +54,20 @@ from aligner.dumping.pair.matching import (
     wrapper_prefixes,
 )
 from aligner.dumping.read.source import Item
+from aligner.dumping.read.stream import Stream
 
 BLOCK = 4096             # records of each side paired in a round
 LOOKAHEAD = 1 << 15      # records of each side a round may read ahead looking for a cut before giving up
 _CONTEXT = 64            # records passed kept to fold a pass-through call at the start of a window
 _OPEN_CALLS = 1 << 16    # calls whose inputs are held until their outputs pass (a model's depth is far below this)
+_SCAN = 256              # records `_in_step` compares at a time (it stops at the first that differ)
+# bound once for the loops records go through (an enum member's lookup costs more than the test that reads it)
+_PARAM, _BUFFER, _GRAD, _OP, _INPUT = Kind.PARAM, Kind.BUFFER, Kind.PARAM_GRAD, Kind.OP, Io.INPUT
+_MODULE_KINDS = frozenset(MODULE_KINDS)
+_RECORD, _KIND, _MODULE, _ARG, _IO = (attrgetter(name) for name in ("record", "kind", "module", "arg", "io"))
+_STATS, _RUN = attrgetter("stats"), attrgetter("module", "kind")
+_PLACE = attrgetter("module", "kind", "io", "step", "index")  # what `_in_step` compares, inputs by position
+_CALL_OF = attrgetter("step", "module", "call")
 
 
 class Why(enum.Enum):
@@ -84,8 +95,10 @@ _CallKey = tuple[int, str, int]
 class _Side:
     """One side's stream, what it read ahead, and what pairing needs of the records already paired."""
 
-    it: Iterator[Item]
+    it: Iterator[list[Item]]  # the stream's items, in batches
     ahead: list[Item] = dataclasses.field(default_factory=list)  # read, not yet paired
+    batch: list[Item] = dataclasses.field(default_factory=list)  # the batch read last, from `at` not yet ahead
+    at: int = 0
     tail: list[Item] = dataclasses.field(default_factory=list)   # the last records paired (folding context)
     open_calls: collections.OrderedDict[_CallKey, list[Item]] = dataclasses.field(
         default_factory=collections.OrderedDict)
@@ -107,31 +120,52 @@ class _Side:
         """Read records until `n` are ahead (parameter values, which compare does not pair, left out), noting the
         names the whole-list rules read."""
         while not self.done and len(self.ahead) < n:
-            item = next(self.it, None)
-            if item is None:
-                self.done = True
+            if self.at == len(self.batch):
+                batch = next(self.it, None)
+                if batch is None:
+                    self.done = True
+                self.batch, self.at = batch or [], 0
                 continue
-            r = item.record
-            if r.kind == Kind.PARAM:
-                continue
-            if r.kind == Kind.BUFFER:
-                self.buffers = True
-            self.ahead.append(item)
-            if r.kind == Kind.PARAM_GRAD:  # (named once they are planned: _check_whole)
-                self.grads.add(r.module)
-                continue
-            if r.module not in self.met or r.kind in MODULE_KINDS and r.module not in self.met_modules:
-                spelt = spelled.get(r.module)
-                if spelt is None:
-                    spelt = spelled[r.module] = spelling(r.module)
-                self.met.add(r.module)
-                self.names.add(spelt)
-                if r.kind in MODULE_KINDS:
-                    self.met_modules.add(r.module)
-                    self.modules.add(spelt)
-                    self.parents.update(ancestors(spelt))
-            if r.arg is not None and r.io == Io.INPUT:
-                self.named_inputs = True
+            taken = self.batch[self.at:self.at + n - len(self.ahead)]
+            self.at += len(taken)
+            self._note(taken, spelled)
+
+    def _note(self, taken: list[Item], spelled: dict[str, str]) -> None:
+        """Put records read ahead (parameter values left out) and note what the whole-list rules read of them, a set
+        of each field at a time."""
+        records = list(map(_RECORD, taken))
+        kinds = set(map(_KIND, records))
+        if _PARAM in kinds:
+            taken = [it for it, r in zip(taken, records) if r.kind != _PARAM]
+            records = list(map(_RECORD, taken))
+        if _BUFFER in kinds:
+            self.buffers = True
+        self.ahead += taken
+        if _GRAD in kinds:  # (named once they are planned: _check_whole)
+            self.grads.update(r.module for r in records if r.kind == _GRAD)
+            records = [r for r in records if r.kind != _GRAD]
+        modules = set(map(_MODULE, records))
+        new = modules - self.met
+        if new:
+            self.met |= new
+            self.names.update(self._spelt(m, spelled) for m in new)
+        if not kinds <= _MODULE_KINDS:
+            modules = {r.module for r in records if r.kind in _MODULE_KINDS}
+        new = modules - self.met_modules
+        if new:
+            self.met_modules |= new
+            for spelt in (self._spelt(m, spelled) for m in new):
+                self.modules.add(spelt)
+                self.parents.update(ancestors(spelt))
+        if not self.named_inputs and set(map(_ARG, records)) != {None}:
+            self.named_inputs = any(r.arg is not None and r.io == _INPUT for r in records)
+
+    @staticmethod
+    def _spelt(module: str, spelled: dict[str, str]) -> str:
+        spelt = spelled.get(module)
+        if spelt is None:
+            spelt = spelled[module] = spelling(module)
+        return spelt
 
 
 class Resync:
@@ -143,7 +177,7 @@ class Resync:
 
     def __init__(self, migrated: Iterable[Item], reference: Iterable[Item], mindspore: int | None = None,
                  block: int = BLOCK, lookahead: int | None = None) -> None:
-        self.a, self.b = _Side(iter(migrated)), _Side(iter(reference))
+        self.a, self.b = _Side(_batches(migrated)), _Side(_batches(reference))
         self.mindspore, self.block, self.lookahead = mindspore, block, lookahead
 
     @property
@@ -154,6 +188,14 @@ class Resync:
 
     def __iter__(self) -> Iterator[list[Pair]]:
         return _rounds(self.a, self.b, self.mindspore, self.block, self.lookahead or LOOKAHEAD)
+
+
+def _batches(items: Iterable[Item]) -> Iterator[list[Item]]:
+    """A stream's items in its batches (`Stream.batches`), other items in lists of BLOCK."""
+    if isinstance(items, Stream):
+        return items.batches()
+    it = iter(items)
+    return iter(lambda: list(itertools.islice(it, BLOCK)), [])
 
 
 @dataclasses.dataclass
@@ -169,6 +211,8 @@ class _Grads:
         """Plan once the side's first gradients are read, reading on to the end of their step (at most `most`
         records ahead: PARAM_NAMES past that); PARAM_NAMES for a gradient read that the plan does not hold."""
         if self.infos is None:
+            if not side.grads:  # none read so far
+                return
             first = next((it.record.step for it in side.ahead if it.record.kind == Kind.PARAM_GRAD), None)
             if first is None:
                 return
@@ -255,9 +299,7 @@ class _Window:
         for key in keys:  # a twin paired in an earlier round: the whole lists pair across the cut made there
             if key is not None and key[1] < theirs.get(key[0], 0):  # type: ignore[index]
                 raise OutOfStepError(Why.ORDER)
-        c = len(side.tail)
-        fold = {k - c: v - c for k, v in passthrough(side.tail + items).items() if k >= c}
-        return Keyed(items, names, keys, fold, _Inner(items, self.spelled, other))
+        return Keyed(items, names, keys, _folded(side, len(items)), _Inner(items, self.spelled, other))
 
     def _apart(self, odd: list[tuple[int, int]]) -> set[tuple[int, int]]:
         """`match`'s look at the name pairs where a side folds a pass-through call, from each call's records (held
@@ -336,9 +378,13 @@ class _Window:
 def _passed(side: _Side, k: int) -> None:
     """Move a side on past its first k records read ahead: the calls they open and close, the folding context."""
     block = side.ahead[:k]
-    _note_calls(side, block)
-    _close_calls(side, block)
-    side.tail = (side.tail + block)[-_CONTEXT:]
+    records = list(map(_RECORD, block))
+    ios = set(map(_IO, records))
+    if not ios.isdisjoint(INPUTS):
+        _note_calls(side, block)
+    if side.open_calls and not ios <= INPUTS:
+        _close_calls(side, records)
+    side.tail = block[-_CONTEXT:] if k >= _CONTEXT else (side.tail + block)[-_CONTEXT:]
     del side.ahead[:k]
 
 
@@ -349,24 +395,13 @@ def _in_step(a: _Side, b: _Side, by_arg: bool, uneven: set[str], spelled: dict[s
     the last point where both sides end a run, and no pass-through call there that `match` would look closer at and
     part or hold back. Counts are not taken: both sides' stay equal for these keys (what `name_keys` compares)."""
     xs, ys = a.ahead, b.ahead
-    n, k = min(len(xs), len(ys)), 0
-    while k < n:
-        x, y = xs[k].record, ys[k].record
-        if x.module != y.module or x.kind != y.kind or x.io != y.io or x.step != y.step or x.kind == Kind.OP or \
-                (x.arg if by_arg and x.io == Io.INPUT and x.arg is not None else x.index) != \
-                (y.arg if by_arg and y.io == Io.INPUT and y.arg is not None else y.index) or \
-                uneven and spelled.get(x.module) in uneven:
-            break
-        k += 1
+    k = _alike(xs, ys, by_arg, uneven, spelled)
     while k and not (_ends_run(a, k - 1) and _ends_run(b, k - 1) and (k < len(xs) or k < len(ys) or
                                                                      a.done and b.done)):
         k -= 1
     if not k:
         return 0
-    folds = []
-    for side in (a, b):
-        c = len(side.tail)
-        folds.append({i - c for i in passthrough(side.tail + side.ahead[:k]) if i >= c})
+    folds = [set(_folded(side, k)) for side in (a, b)]
     odd = sorted(folds[0] | folds[1])
     if odd:
         calls = [_calls(a), _calls(b)]
@@ -377,9 +412,53 @@ def _in_step(a: _Side, b: _Side, by_arg: bool, uneven: set[str], spelled: dict[s
     return k
 
 
+def _alike(xs: list[Item], ys: list[Item], by_arg: bool, uneven: set[str], spelled: dict[str, str]) -> int:
+    """How many records of `xs` and `ys`, from the first, are record for record alike as `_in_step` reads them, in
+    pieces of _SCAN (each piece's fields taken at once)."""
+    n = min(len(xs), len(ys))
+    for start in range(0, n, _SCAN):
+        end = min(start + _SCAN, n)
+        px, py = [it.record for it in xs[start:end]], [it.record for it in ys[start:end]]
+        kx, ky = _places(px, by_arg), _places(py, by_arg)
+        end = len(kx) if kx == ky else list(map(eq, kx, ky)).index(False)
+        if _OP in set(map(_KIND, px[:end])):
+            end = list(map(_KIND, px)).index(_OP)
+        if uneven:
+            end = next((i for i, r in enumerate(px[:end]) if spelled.get(r.module) in uneven), end)
+        if end < len(kx):
+            return start + end
+    return n
+
+
+def _places(records: list[Record], by_arg: bool) -> list[tuple]:
+    """What `_in_step` compares of each record: module, kind, io, step and place (an input by its argument when
+    `by_arg` and it names one, else by its index)."""
+    if not by_arg or set(map(_ARG, records)) == {None}:
+        return list(map(_PLACE, records))
+    return [(r.module, r.kind, r.io, r.step, r.arg if r.io == _INPUT and r.arg is not None else r.index)
+            for r in records]
+
+
+def _folded(side: _Side, k: int) -> dict[int, int]:
+    """`passthrough` of the first k records read ahead after the folding context (`tail`): {index: index of the
+    record holding its tensor} of those ahead that fold, in `ahead`'s indices. Where no two records in a row are
+    one call's and every record's L2 norm differs from the one's before it, none folds (passthrough's test of a
+    call of one record), and it is not called."""
+    records = [it.record for it in side.ahead[:k]]
+    if side.tail:
+        records.insert(0, side.tail[-1].record)
+    runs = list(map(_RUN, records))
+    if not any(map(eq, runs, runs[1:])) and None not in (stats := list(map(_STATS, records))):
+        norms = [x.l2 for x in stats]
+        if set(map(type, norms)) == {float} and not any(map(eq, norms, norms[1:])):
+            return {}
+    c = len(side.tail)
+    return {i - c: j - c for i, j in passthrough(side.tail + side.ahead[:k]).items() if i >= c}
+
+
 def _pass_in_step(a: _Side, b: _Side, k: int) -> list[Pair]:
     """The rows of the first k records of both sides, record with record (`_in_step`), and both sides moved on."""
-    rows = [Pair(x, y, MatchedBy.NAME) for x, y in zip(a.ahead[:k], b.ahead[:k])]
+    rows = list(map(Pair, a.ahead[:k], b.ahead[:k], itertools.repeat(MatchedBy.NAME, k)))
     _passed(a, k)
     _passed(b, k)
     return rows
@@ -471,12 +550,17 @@ def _note_calls(side: _Side, block: Sequence[Item]) -> None:
                 side.dropped = True
 
 
-def _close_calls(side: _Side, block: Sequence[Item]) -> None:
-    """Let go of the inputs of the calls whose outputs this block held (a call's outputs are one run)."""
-    for it in block:
-        r = it.record
+def _close_calls(side: _Side, records: Sequence[Record]) -> None:
+    """Let go of the inputs of the calls whose outputs these records held (a call's outputs are one run)."""
+    calls = side.open_calls
+    if len(calls) < len(records):  # each open call looked up among the block's outputs
+        outs = {_CALL_OF(r) for r in records if r.call is not None and r.io not in INPUTS}
+        for key in [key for key in calls if key in outs]:
+            del calls[key]
+        return
+    for r in records:
         if r.call is not None and r.io not in INPUTS:
-            side.open_calls.pop((r.step, r.module, r.call), None)
+            calls.pop((r.step, r.module, r.call), None)
 
 
 def _forget_steps(a: _Side, b: _Side, uneven: set[tuple]) -> None:

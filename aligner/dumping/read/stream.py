@@ -25,12 +25,14 @@ and the first `MAX_PROBLEMS` problem lines. Nothing else grows with the number o
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from array import array
 from bisect import bisect_right
+from operator import attrgetter, le
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, cast
 
 from aligner.core.errors import AlignerError
 from aligner.core.files import open_input
@@ -43,7 +45,10 @@ from aligner.dumping.read.source import Item, Source, link, read_source
 MAX_PROBLEMS = 1000  # problem lines kept word for word (a manifest of garbage lines must not grow memory either)
 CACHED_BLOCKS = 4    # blocks decoded again for links to records older than the previous block, kept at once
 BLOCK = manifest.BLOCK  # bytes of record lines decoded at a time: the records in flight are two such blocks
+BATCH = 1 << 14  # items in a batch of a dump read whole
 CALL, PARAM = Kind.CALL, Kind.PARAM
+_KIND, _FILE, _SAME_AS, _STEP = attrgetter("kind"), attrgetter("file"), attrgetter("same_as"), attrgetter("step")
+_SEQ, _ORDER = attrgetter("seq"), attrgetter("step", "seq")
 
 
 class UnorderedError(Exception):
@@ -60,13 +65,21 @@ class Stream:
     framework: str           # a Framework value, or what the manifest says ("unknown" without a header)
     mode: str                # "full" | "stats" | "npy" (plain directory of .npy files)
     problems: list[str]      # unparsable manifest lines, in file order (the first MAX_PROBLEMS)
-    _items: Iterator[Item]
+    _batches: Iterator[list[Item]]  # the items, a block's at a time (iterate the stream or its batches, not both)
     _fh: BinaryIO | None = None
     # the call records that carry the module's attributes (its first call in a step), by (step, call id), met so
     # far: what compare's settings of a blamed module read (one per module and step, not one per call)
     calls: dict[tuple[int, int], Record] = dataclasses.field(default_factory=dict)
     size: int = 0  # bytes of the manifest (0 for a dump read whole): what a progress bar's total counts
     _reader: _Reader | None = None
+
+    def __post_init__(self) -> None:
+        self._items = itertools.chain.from_iterable(self._batches)
+
+    def batches(self) -> Iterator[list[Item]]:
+        """The items as iterating the stream gives them, in lists (a block of the manifest's at a time): what a
+        caller that takes many at once reads without a call per item."""
+        return self._batches
 
     @property
     def consumed(self) -> int:
@@ -112,14 +125,15 @@ def open_stream(path: str | os.PathLike, *, trust_pickle: bool = False) -> Strea
     except BaseException:
         fh.close()
         raise
-    return Stream(root, reader.framework, reader.mode, reader.problems, reader.items(), fh, reader.calls,
+    return Stream(root, reader.framework, reader.mode, reader.problems, reader.batches(), fh, reader.calls,
                   os.fstat(fh.fileno()).st_size, reader)
 
 
 def stream_source(source: Source) -> Stream:
     """A dump already read whole as a Stream: its items and parameter values in execution order."""
     items = sorted([*source.items, *source.params.values()], key=lambda it: (it.record.step, it.record.seq))
-    return Stream(source.root, source.framework, source.mode, source.problems, iter(items),
+    return Stream(source.root, source.framework, source.mode, source.problems,
+                  (items[n:n + BATCH] for n in range(0, len(items), BATCH)),
                   calls={key: rec for key, rec in source.calls.items() if rec.attrs})
 
 
@@ -163,48 +177,104 @@ class _Reader:
         except (OSError, UnicodeDecodeError) as exc:
             raise AlignerError(f"{self.root}: cannot read {manifest.MANIFEST}: {exc}") from exc
 
-    def items(self) -> Iterator[Item]:
-        """Every item in file order, checked to be in execution order (`UnorderedError`); AlignerError at the end when
-        none was a record read_source lists (parameter values are not)."""
+    def batches(self) -> Iterator[list[Item]]:
+        """Every item in file order, a block's at a time, checked to be in execution order (`UnorderedError`, after
+        the items before the record out of place); AlignerError at the end when none was a record read_source lists
+        (parameter values are not)."""
         links = _Links(self)
-        step, seq = -1 << 62, -1 << 62  # of the last item
+        order = (-1 << 62, -1 << 62)  # (step, seq) of the last item
         listed = 0
-        root, real, problems = self.root, self.real, self.problems
         for offset, length, lineno, entries in self._blocks():
             links.new_block(offset, length, lineno)
-            window, seqs, where, base = links.window, links.seqs, links.where, (len(links.blocks) - 1) << 32
-            for position, rec in enumerate(entries):  # the loop every record goes through: kept lean
-                if isinstance(rec, str):
-                    if len(problems) < MAX_PROBLEMS:
-                        problems.append(rec)
-                    continue
-                if rec.kind is CALL:
-                    if rec.attrs and rec.call is not None:
-                        self.calls[(rec.step, rec.call)] = rec
-                    continue
-                if rec.step != step:
-                    if rec.step < step:
-                        raise UnorderedError(f"{root}: step {rec.step} comes after step {step}")
-                    step = rec.step
-                    links.new_step()
-                    window, seqs, where, base = links.window, links.seqs, links.where, 0
-                elif rec.seq < seq:
-                    raise UnorderedError(f"{root}: record {rec.seq} comes after record {seq} in step {step}")
-                seq = rec.seq
-                item = Item(rec)
-                if rec.file:
-                    item.path, item.error = inside(root, rec.file, real)
-                if rec.same_as is not None:
-                    link(item, links.get(rec.same_as))
-                window.append(item)
-                seqs.append(seq)
-                where.append(base | position)
-                if rec.kind is not PARAM:
-                    listed += 1
-                yield item
+            if not entries:
+                continue
+            plain = _plain(entries)
+            if plain is not None and order <= plain[1][0] and all(map(le, plain[1], plain[1][1:])):
+                records, keys = plain
+                listed += len(records) - list(map(_KIND, records)).count(PARAM)
+                items = self._plain_block(records, keys, links, order[0])
+                order = keys[-1]
+                yield items
+                continue
+            items = []
+            try:
+                order, count = self._block(entries, links, order, items)
+            except UnorderedError:
+                if items:  # the items before the record out of place, then the error
+                    yield items
+                raise
+            listed += count
+            yield items
         if not listed:
+            problems = self.problems
             why = f" ({len(problems)} unparsable manifest line(s): {problems[0]})" if problems else ""
-            raise AlignerError(f"{root}: no records to compare{why}")
+            raise AlignerError(f"{self.root}: no records to compare{why}")
+
+    def _plain_block(self, entries: list[Record], keys: list[tuple[int, int]], links: _Links, step: int
+                     ) -> list[Item]:
+        """The items of a block of records only, none a call or a link, in execution order after the items before
+        (`keys`: their (step, seq); `step`: the last item's), added to the link table a step at a time."""
+        items = list(map(Item, entries))
+        if any(map(_FILE, entries)):
+            root, real = self.root, self.real
+            for item in items:
+                if item.record.file:
+                    item.path, item.error = inside(root, item.record.file, real)
+        seqs = list(map(_SEQ, entries))
+        steps = list(map(_STEP, entries)) if keys[0][0] != keys[-1][0] else None
+        base = (len(links.blocks) - 1) << 32
+        start = 0
+        while start < len(entries):
+            here = keys[start][0]
+            end = bisect_right(steps, here, start) if steps is not None else len(entries)
+            if here != step:
+                links.new_step()
+                step, base = here, 0
+            links.window += items[start:end]
+            links.seqs.extend(seqs[start:end])
+            links.where.extend(range(base | start, base | end))
+            start = end
+        return items
+
+    def _block(self, entries: list[Record | str], links: _Links, order: tuple[int, int], out: list[Item]
+               ) -> tuple[tuple[int, int], int]:
+        """A block's items appended to `out` one record at a time (problem lines, calls and links among them), and
+        ((step, seq) of the last item, how many are records read_source lists); UnorderedError at a record out of
+        place, `out` holding the items before it."""
+        step, seq = order
+        listed = 0
+        root, real, problems = self.root, self.real, self.problems
+        window, seqs, where, base = links.window, links.seqs, links.where, (len(links.blocks) - 1) << 32
+        for position, rec in enumerate(entries):
+            if isinstance(rec, str):
+                if len(problems) < MAX_PROBLEMS:
+                    problems.append(rec)
+                continue
+            if rec.kind is CALL:
+                if rec.attrs and rec.call is not None:
+                    self.calls[(rec.step, rec.call)] = rec
+                continue
+            if rec.step != step:
+                if rec.step < step:
+                    raise UnorderedError(f"{root}: step {rec.step} comes after step {step}")
+                step = rec.step
+                links.new_step()
+                window, seqs, where, base = links.window, links.seqs, links.where, 0
+            elif rec.seq < seq:
+                raise UnorderedError(f"{root}: record {rec.seq} comes after record {seq} in step {step}")
+            seq = rec.seq
+            item = Item(rec)
+            if rec.file:
+                item.path, item.error = inside(root, rec.file, real)
+            if rec.same_as is not None:
+                link(item, links.get(rec.same_as))
+            window.append(item)
+            seqs.append(seq)
+            where.append(base | position)
+            if rec.kind is not PARAM:
+                listed += 1
+            out.append(item)
+        return (step, seq), listed
 
     def item(self, rec: Record) -> Item:
         """A record as an Item, its tensor file confined to the dump (not yet linked)."""
@@ -222,6 +292,17 @@ class _Reader:
         except OSError as exc:
             raise AlignerError(f"{self.root}: cannot read {manifest.MANIFEST}: {exc}") from exc
         return manifest.decode_block(block, lineno, self.canonical_of)
+
+
+def _plain(entries: list[Record | str]) -> tuple[list[Record], list[tuple[int, int]]] | None:
+    """A block of records none of which is a call or a link (`same_as`), and the (step, seq) of each; None for a
+    block holding a problem line, a call or a link (read one record at a time)."""
+    if set(map(type, entries)) != {Record}:
+        return None
+    records = cast(list[Record], entries)
+    if CALL in set(map(_KIND, records)) or list(map(_SAME_AS, records)).count(None) != len(records):
+        return None
+    return records, list(map(_ORDER, records))
 
 
 class _Links:

@@ -102,6 +102,40 @@ def test_the_stream_gives_read_sources_items(tmp_path: Path, monkeypatch: pytest
         assert len(set(decoded_again)) > 10
 
 
+def _plain_steps(seed: int) -> list[Any]:
+    """Five steps whose seqs start again at 0, of records none a call or a link (blocks read without a loop per
+    record: `_plain`) but for a few links in each step, to records of this step blocks back and to one of the step
+    before (a seq this step has not reached); parameter values, a file outside the dump."""
+    rng = random.Random(seed)
+    lines: list[Any] = []
+    for step in range(5):
+        for seq in range(300):
+            r = rng.random()
+            if seq == 150:  # (a link to the step's first records: a table holding the step before's would miss it)
+                lines += [_rec(seq, step, same_as=rng.randrange(5)), _rec(seq, step, same_as=seq + 5)]
+            elif r < 0.03:
+                lines.append(_rec(seq, step, kind="param", io="value", module=f"p{seq % 3}"))
+            elif r < 0.04:
+                lines.append(_rec(seq, step, file="../outside.npy"))
+            else:
+                lines.append(_rec(seq, step))
+    return lines
+
+
+@pytest.mark.parametrize("block", [1, 3000, 20_000])  # a line a block (steps start blocks), steps across blocks
+def test_blocks_without_calls_or_links_give_read_sources_items(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               block: int) -> None:
+    monkeypatch.setattr(streaming, "BLOCK", block)
+    plain: list[int] = []
+    take = streaming._Reader._plain_block
+    monkeypatch.setattr(streaming._Reader, "_plain_block",
+                        lambda self, *args: plain.append(len(args[0])) or take(self, *args))
+    for seed in range(3):
+        lines = _plain_steps(seed)
+        assert _same_as_read_source(_write(tmp_path / str(seed), lines)) == len(lines)
+    assert len(plain) > 10 and sum(plain) > 1500  # the test can fail: most records were read a block at a time
+
+
 def test_line_one_may_be_a_record_and_a_producer(tmp_path: Path) -> None:
     root = _write(tmp_path, [_rec(0), _rec(1, same_as=0), _rec(2, same_as=1)], header=None)
     assert _same_as_read_source(root) == 3
