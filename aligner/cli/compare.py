@@ -129,6 +129,10 @@ def command(dumps_a: str, dumps_b: str, ref: str | None, map_file: str | None, r
         result = run(dumps_a, dumps_b, ref=ref, map_file=map_file, tolerance=spec, bisect=bisect,
                      workers=n_workers, strict=strict, calibrate=calibrate, calibrate_k=k,
                      progress=terminal_progress(), engine=engine, trust_pickle=trust_pickle or trust_pickle_alias)
+    except BaseException:
+        if spool is not None:
+            spool.close()
+        raise
     finally:
         engine.close()
     spooled = spool if result.tally is not None else None  # the rows are in the spools, not in the result

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import itertools
 import json
 import math
+import os
 from typing import IO, Any, Iterator, Protocol, Sequence
 
-import msgspec
-from msgspec.structs import astuple
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
@@ -17,6 +17,7 @@ from aligner.core.text import spreadsheet_text
 from aligner.pipelines.compare.evaluate import Row, RowStatus
 from aligner.pipelines.compare.result import CompareResult, RowFields, as_fields, row_record
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Verdict, error_level
+from aligner.render.json_rows import RowsWriter, Spans, row_bytes, rows_lines, spool_lines
 from aligner.render.jsonout import jsonable
 from aligner.render.words import say
 from aligner.render.zoom import zoom_code, zoom_hint
@@ -334,7 +335,7 @@ def to_json(result: CompareResult) -> dict[str, Any]:
 
 def write_compare_json(result: CompareResult, fh: IO[str], spool: ReportSpool | None = None) -> None:
     """The result as one JSON document with a key, and then a row, per line: readable and diffable. Rows are written
-    as they are made, _JSON_ROWS at a time, each a `RowFields` struct by msgspec's encoder (`_row_bytes`: ~1 us a
+    as they are made, _JSON_ROWS at a time, each a `RowFields` struct by msgspec's encoder (`row_bytes`: ~1 us a
     row to build and encode, where a dict through json's encoder took ~9). A streamed comparison's rows come from the
     `spool` they were written into as the comparison made them."""
     head = jsonable({"summary": summary(result), "zoom": zoom(result)} | result.to_dict(rows=False))
@@ -342,56 +343,20 @@ def write_compare_json(result: CompareResult, fh: IO[str], spool: ReportSpool | 
     fh.write('"rows": [\n')
     if spool is not None and spool.json is not None:
         spool.flush()
-        joined = _Joined(_byte_sink(fh))
-        spool.json.copy(joined, spool.patches(result, csv_rows=False))
-        joined.end()
+        out = _byte_sink(fh)
+        spool.json.copy(out, spool.patches(result, csv_rows=False), cut=2)  # (the last row's comma)
+        out.write(b"\n]}\n")
         return
     n = len(result.rows)
     for start in range(0, n, _JSON_ROWS):
-        lines = b",\n".join([_row_bytes(result.row_record(i)) for i in range(start, min(n, start + _JSON_ROWS))])
+        lines = b",\n".join([row_bytes(result.row_record(i)) for i in range(start, min(n, start + _JSON_ROWS))])
         fh.write(f",\n{lines.decode()}" if start else lines.decode())
     fh.write("\n]}\n")
 
 
 _JSON_ROWS = 4096  # rows per write of the JSON report: large writes, a few MB held
-_ROW_ENCODER = msgspec.json.Encoder()
-# the row fields that may hold a non-finite float (JSON has none: jsonable writes it as a string)
-_FLOAT_FIELDS = ("mismatch_fraction", "max_abs_err", "max_rel_err", "mean_abs_err", "rmse", "cosine", "sqnr_db",
-                 "rel_l2_err", "rtol", "atol", "noise_abs", "noise_rel", "above_noise")
-
-
-def _row_bytes(row: RowFields) -> bytes:
-    """One row as compact JSON, by msgspec: a non-finite number as the string "nan", "inf" or "-inf" (as `jsonable`
-    writes it), a row msgspec cannot encode (a name holding a lone surrogate, which no UTF-8 encoder takes) by json's
-    encoder, which writes its escape."""
-    data: Any = row
-    for key in _FLOAT_FIELDS:
-        value = getattr(row, key, None)
-        if value.__class__ is float and value - value != 0.0:  # inf - inf and nan - nan are nan
-            data = jsonable(as_fields(row))
-            break
-    try:
-        return _ROW_ENCODER.encode(data)
-    except UnicodeEncodeError:
-        return json.dumps(jsonable(as_fields(row))).encode()
-
-
-def _rows_lines(rows: list[RowFields]) -> bytes:
-    """Rows as `_row_bytes` writes them, each ending in a newline, by one msgspec call for them all (~0.4 us a row
-    where a call each took ~1.5): msgspec writes a non-finite number as null, so a row with more nulls than None
-    fields, or a block msgspec cannot encode, is written row by row by `_row_bytes`."""
-    try:
-        data = _ROW_ENCODER.encode_lines(rows)
-    except UnicodeEncodeError:
-        return b"".join([_row_bytes(row) + b"\n" for row in rows])
-    nones = [astuple(row).count(None) for row in rows]
-    if data.count(b"null") == sum(nones):  # (a name holding "null" only sends its block the slow way)
-        return data
-    lines = data.split(b"\n")
-    return b"".join([line + b"\n" if line.count(b"null") == n else _row_bytes(row) + b"\n"
-                     for line, n, row in zip(lines, nones, rows)])
-
-
+_WRITER_FROM = 16384  # a streamed comparison this long starts a writer process for its JSON rows (ReportSpool)
+_WRITER_WAIT_S = 10.0  # how long rows wait, at twice that, for a writer that has not said it is up
 def _byte_sink(fh: IO[str]) -> _Writes:
     """The bytes under a text report (a file's buffer; a StringIO's own writes, decoded)."""
     fh.flush()
@@ -537,6 +502,25 @@ class _Spool:
         self.file = tempfile.TemporaryFile()
         self.at: dict[int, tuple[int, int]] = {}  # row -> (offset, length) of its bytes, until it is settled
         self.size = 0
+        self.spans: Spans | None = None  # where a writer process put the rows it wrote (those are not in `at`)
+
+    def writer(self) -> RowsWriter | None:
+        """A writer process that appends rows to this spool from here on (None where none can be started)."""
+        import tempfile
+
+        try:
+            return RowsWriter(self.file, tempfile.TemporaryFile())
+        except OSError:
+            return None
+
+    def span(self, i: int) -> tuple[int, int]:
+        """(offset, length) of row i's bytes."""
+        got = self.at.get(i)
+        if got is None and self.spans is not None:
+            got = self.spans.get(i)
+        if got is None:
+            raise KeyError(i)
+        return got
 
     def add(self, i: int, data: bytes) -> None:
         self.file.write(data)
@@ -551,26 +535,29 @@ class _Spool:
         self.at.update(zip(range(first, first + len(lengths)), zip(starts, lengths)))
         self.size += len(data)
 
-    def copy(self, out: _Writes, patches: dict[int, bytes]) -> None:
-        """The spooled bytes into `out`, the rows in `patches` replaced: each run of rows that lie one after the
-        other in one write (a streamed comparison labels up to ~100,000 rows, most of them in a few runs)."""
+    def copy(self, out: _Writes, patches: dict[int, bytes], cut: int = 0) -> None:
+        """The spooled bytes into `out`, the rows in `patches` replaced, less the last `cut` bytes: each run of rows
+        that lie one after the other in one write (a streamed comparison labels up to ~100,000 rows, most of them in
+        a few runs), the bytes between by the kernel where `out` is a file."""
         self.file.flush()
+        if self.spans is not None:
+            self.size = self.spans.end
         self.file.seek(0)
-        pos = 0
+        pos, end_at = 0, self.size - cut
         for start, end, run in self._runs(patches):
-            self._copy_to(out, start - pos)
+            self._copy_to(out, pos, start - pos)
             for k in range(0, len(run), _JSON_ROWS):  # a few MB a write, never the run whole
-                out.write(b"".join(run[k:k + _JSON_ROWS]))
-            self.file.seek(end - start, 1)
+                data = b"".join(run[k:k + _JSON_ROWS])
+                out.write(data[:len(data) - cut] if end == self.size and k + _JSON_ROWS >= len(run) else data)
             pos = end
-        self._copy_to(out, self.size - pos)
+        self._copy_to(out, pos, end_at - pos)
 
     def _runs(self, patches: dict[int, bytes]) -> Iterator[tuple[int, int, list[bytes]]]:
         """(start, end, new rows) of each run of patched rows whose spooled bytes follow one another."""
         run: list[bytes] = []
         start = end = 0
         for i in sorted(patches):
-            offset, length = self.at[i]
+            offset, length = self.span(i)
             if run and offset != end:
                 yield start, end, run
                 run = []
@@ -581,7 +568,23 @@ class _Spool:
         if run:
             yield start, end, run
 
-    def _copy_to(self, out: _Writes, n: int) -> None:
+    def _copy_to(self, out: _Writes, pos: int, n: int) -> None:
+        """n bytes of the spool from `pos` into `out`: by os.copy_file_range where `out` is a file (the page cache
+        copies them; ~1 s of a 600 MB report through Python), else read and written a block at a time."""
+        fileno = getattr(out, "fileno", None)
+        if n > 0 and fileno is not None and hasattr(os, "copy_file_range"):
+            out.flush()  # type: ignore[attr-defined]
+            try:
+                fd = fileno()
+                while n > 0:
+                    done = os.copy_file_range(self.file.fileno(), fd, min(n, 1 << 30), pos)
+                    if not done:
+                        raise OSError("the report's spool file was cut short")
+                    pos, n = pos + done, n - done
+            except (OSError, io.UnsupportedOperation) as exc:  # no such copy here: read and write what is left
+                if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO):
+                    raise
+        self.file.seek(pos)
         while n > 0:
             chunk = self.file.read(min(n, _COPY_BLOCK))
             if not chunk:
@@ -594,19 +597,27 @@ class _Spool:
         self.file.truncate()
         self.at.clear()
         self.size = 0
+        self.spans = None
 
 
 class ReportSpool:
     """Where a streamed comparison (compare/stream.py's RowSink) hands its rows: each row written into the --json
     and --csv reports' temp spools as it is made (as `write_compare_json` and `write_csv` write it), and the reports
     put together from them once the verdict is known (`write_compare_json(result, fh, spool)`), the rows the verdict
-    labelled written again with their label."""
+    labelled written again with their label.
+
+    Past _WRITER_FROM rows, a writer process (render/json_rows.py) encodes the JSON rows on another CPU: building and
+    encoding them here took a quarter of a long comparison's time. Until it is up, and wherever it cannot be started,
+    they are encoded here. `close` ends it (a comparison that failed)."""
 
     def __init__(self, json_rows: bool, csv_rows: bool) -> None:
         self.json = _Spool() if json_rows else None
         self.csv = _Spool() if csv_rows else None
         self._rows: list[RowFields] = []  # JSON rows not yet in the spool (at most _JSON_ROWS), from row _first on
         self._first = 0
+        self._writer: RowsWriter | None = None  # started at row _WRITER_FROM; rows go to it once it is ready
+        self._tried = False  # whether a writer was started (once)
+        self._handed = False  # whether rows went to the writer (then this process writes no JSON row)
         self._text = io.StringIO()
         self._csv_writer = csv.DictWriter(self._text, _CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
 
@@ -614,12 +625,12 @@ class ReportSpool:
         record = row_record(index, row, None, None)
         if self.json is not None:
             if self._rows and index != self._first + len(self._rows):
-                self.flush()
+                self._write()
             if not self._rows:
                 self._first = index
             self._rows.append(record)
             if len(self._rows) >= _JSON_ROWS:
-                self.flush()
+                self._write()
         if self.csv is not None:
             self.csv.add(index, self._csv_line(as_fields(record)))
 
@@ -629,25 +640,57 @@ class ReportSpool:
         self._csv_writer.writerow({k: _csv_cell(v) for k, v in fields.items()})
         return self._text.getvalue().encode()
 
+    def _write(self) -> None:
+        """The JSON rows held: to the writer process once it is ready, else into the spool here."""
+        assert self.json is not None
+        if not self._rows:
+            return
+        if not self._tried and self._first >= _WRITER_FROM:
+            self._tried, self._writer = True, self.json.writer()
+        if self._writer is not None and not self._handed:
+            # rows go to the writer once it is up; at 2 x _WRITER_FROM rows, wait for it (it starts in ~0.3 s)
+            self._handed = self._writer.ready(_WRITER_WAIT_S if self._first >= 2 * _WRITER_FROM else 0.0)
+            if not self._handed and (self._writer.failed or self._first >= 2 * _WRITER_FROM):  # rows stay here
+                self._writer.close()
+                self._writer = None
+        if self._handed and self._writer is not None:
+            self._writer.send(self._first, self._rows)
+        else:
+            self.json.add_lines(self._first, spool_lines(self._rows))
+        self._rows = []
+
     def flush(self) -> None:
-        """The JSON rows held into the spool (before it is read)."""
-        if self.json is not None and self._rows:
-            self.json.add_lines(self._first, _rows_lines(self._rows))
-            self._rows = []
+        """The JSON rows held into the spool, the writer process's included (before it is read)."""
+        if self.json is not None:
+            self._write()
+            if self._writer is not None:
+                writer, self._writer = self._writer, None
+                if self._handed:
+                    self.json.spans = writer.finish()
+                else:
+                    writer.close()
 
     def settled(self, index: int) -> None:
         """Row `index` gets no label: where it starts need not be kept."""
         if self._rows and index >= self._first:
-            self.flush()
+            self._write()
         for spool in (self.json, self.csv):
             if spool is not None:
                 spool.at.pop(index, None)
 
     def restart(self) -> None:
+        self.close()
         self._rows = []
+        self._tried = self._handed = False
         for spool in (self.json, self.csv):
             if spool is not None:
                 spool.restart()
+
+    def close(self) -> None:
+        """End the writer process, if one runs (its rows unwanted)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
     def patches(self, result: CompareResult, csv_rows: bool) -> dict[int, bytes]:
         """The rows the verdict labelled, as they are written with their label (JSON rows a block at a time)."""
@@ -657,26 +700,7 @@ class ReportSpool:
         out: dict[int, bytes] = {}
         for at in range(0, len(labelled), _JSON_ROWS):
             block = labelled[at:at + _JSON_ROWS]
-            lines = _rows_lines([result.row_record(i) for i in block]).split(b"\n")
-            out.update(zip(block, [line + b"\n" for line in lines]))
+            lines = rows_lines([result.row_record(i) for i in block]).split(b"\n")
+            out.update(zip(block, [line + b",\n" for line in lines]))
         return out
 
-
-class _Joined:
-    """A byte sink that turns rows ending in a newline into rows joined by a comma and a newline (the last without),
-    as `write_compare_json` joins them."""
-
-    def __init__(self, out: _Writes) -> None:
-        self.out, self.pending = out, False
-
-    def write(self, data: bytes) -> int:
-        if not data:
-            return 0
-        if self.pending:
-            self.out.write(b",\n")
-        self.pending = data.endswith(b"\n")
-        self.out.write((data[:-1] if self.pending else data).replace(b"\n", b",\n"))
-        return len(data)
-
-    def end(self) -> None:
-        self.out.write(b"\n]}\n")
