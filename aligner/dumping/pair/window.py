@@ -65,7 +65,7 @@ _SCAN = 256              # records `_in_step` compares at a time (it stops at th
 _PARAM, _BUFFER, _GRAD, _OP, _INPUT = Kind.PARAM, Kind.BUFFER, Kind.PARAM_GRAD, Kind.OP, Io.INPUT
 _MODULE_KINDS = frozenset(MODULE_KINDS)
 _RECORD, _KIND, _MODULE, _ARG, _IO = (attrgetter(name) for name in ("record", "kind", "module", "arg", "io"))
-_STATS, _RUN = attrgetter("stats"), attrgetter("module", "kind")
+_NORM, _RUN = attrgetter("stats.l2"), attrgetter("module", "kind")
 _PLACE = attrgetter("module", "kind", "io", "step", "index")  # what `_in_step` compares, inputs by position
 _CALL_OF = attrgetter("step", "module", "call")
 
@@ -444,13 +444,16 @@ def _folded(side: _Side, k: int) -> dict[int, int]:
     record holding its tensor} of those ahead that fold, in `ahead`'s indices. Where no two records in a row are
     one call's and every record's L2 norm differs from the one's before it, none folds (passthrough's test of a
     call of one record), and it is not called."""
-    records = [it.record for it in side.ahead[:k]]
+    records = list(map(_RECORD, side.ahead[:k]))
     if side.tail:
         records.insert(0, side.tail[-1].record)
-    runs = list(map(_RUN, records))
-    if not any(map(eq, runs, runs[1:])) and None not in (stats := list(map(_STATS, records))):
-        norms = [x.l2 for x in stats]
-        if set(map(type, norms)) == {float} and not any(map(eq, norms, norms[1:])):
+    modules = list(map(_MODULE, records))
+    if not any(map(eq, modules, modules[1:])) or not any(map(eq, runs := list(map(_RUN, records)), runs[1:])):
+        try:
+            norms = list(map(_NORM, records))
+        except AttributeError:  # a record without statistics
+            norms = []
+        if norms and set(map(type, norms)) == {float} and not any(map(eq, norms, norms[1:])):
             return {}
     c = len(side.tail)
     return {i - c: j - c for i, j in passthrough(side.tail + side.ahead[:k]).items() if i >= c}

@@ -48,7 +48,7 @@ BLOCK = manifest.BLOCK  # bytes of record lines decoded at a time: the records i
 BATCH = 1 << 14  # items in a batch of a dump read whole
 CALL, PARAM = Kind.CALL, Kind.PARAM
 _KIND, _FILE, _SAME_AS, _STEP = attrgetter("kind"), attrgetter("file"), attrgetter("same_as"), attrgetter("step")
-_SEQ, _ORDER = attrgetter("seq"), attrgetter("step", "seq")
+_SEQ = attrgetter("seq")
 
 
 class UnorderedError(Exception):
@@ -171,9 +171,9 @@ class _Reader:
         if self.first:
             yield -1, 0, 1, self.first
         try:
-            for offset, lineno, block in manifest.blocks(self.fh, BLOCK):
+            for offset, lineno, block, lines in manifest.blocks(self.fh, BLOCK):
                 self.consumed = offset + len(block)
-                yield offset, len(block), lineno, manifest.decode_block(block, lineno, self.canonical_of)
+                yield offset, len(block), lineno, manifest.decode_block(block, lineno, self.canonical_of, lines)
         except (OSError, UnicodeDecodeError) as exc:
             raise AlignerError(f"{self.root}: cannot read {manifest.MANIFEST}: {exc}") from exc
 
@@ -189,11 +189,11 @@ class _Reader:
             if not entries:
                 continue
             plain = _plain(entries)
-            if plain is not None and order <= plain[1][0] and all(map(le, plain[1], plain[1][1:])):
-                records, keys = plain
+            if plain is not None and _ordered(*plain, order):
+                records, steps, seqs = plain
                 listed += len(records) - list(map(_KIND, records)).count(PARAM)
-                items = self._plain_block(records, keys, links, order[0])
-                order = keys[-1]
+                items = self._plain_block(records, steps, seqs, links, order[0])
+                order = steps[-1], seqs[-1]
                 yield items
                 continue
             items = []
@@ -210,23 +210,21 @@ class _Reader:
             why = f" ({len(problems)} unparsable manifest line(s): {problems[0]})" if problems else ""
             raise AlignerError(f"{self.root}: no records to compare{why}")
 
-    def _plain_block(self, entries: list[Record], keys: list[tuple[int, int]], links: _Links, step: int
+    def _plain_block(self, entries: list[Record], steps: list[int], seqs: list[int], links: _Links, step: int
                      ) -> list[Item]:
         """The items of a block of records only, none a call or a link, in execution order after the items before
-        (`keys`: their (step, seq); `step`: the last item's), added to the link table a step at a time."""
+        (`steps`, `seqs`: theirs; `step`: the last item's), added to the link table a step at a time."""
         items = list(map(Item, entries))
         if any(map(_FILE, entries)):
             root, real = self.root, self.real
             for item in items:
                 if item.record.file:
                     item.path, item.error = inside(root, item.record.file, real)
-        seqs = list(map(_SEQ, entries))
-        steps = list(map(_STEP, entries)) if keys[0][0] != keys[-1][0] else None
         base = (len(links.blocks) - 1) << 32
         start = 0
         while start < len(entries):
-            here = keys[start][0]
-            end = bisect_right(steps, here, start) if steps is not None else len(entries)
+            here = steps[start]
+            end = bisect_right(steps, here, start) if here != steps[-1] else len(entries)
             if here != step:
                 links.new_step()
                 step, base = here, 0
@@ -294,15 +292,25 @@ class _Reader:
         return manifest.decode_block(block, lineno, self.canonical_of)
 
 
-def _plain(entries: list[Record | str]) -> tuple[list[Record], list[tuple[int, int]]] | None:
-    """A block of records none of which is a call or a link (`same_as`), and the (step, seq) of each; None for a
+def _plain(entries: list[Record | str]) -> tuple[list[Record], list[int], list[int]] | None:
+    """A block of records none of which is a call or a link (`same_as`), the step and the seq of each; None for a
     block holding a problem line, a call or a link (read one record at a time)."""
     if set(map(type, entries)) != {Record}:
         return None
     records = cast(list[Record], entries)
     if CALL in set(map(_KIND, records)) or list(map(_SAME_AS, records)).count(None) != len(records):
         return None
-    return records, list(map(_ORDER, records))
+    return records, list(map(_STEP, records)), list(map(_SEQ, records))
+
+
+def _ordered(records: list[Record], steps: list[int], seqs: list[int], after: tuple[int, int]) -> bool:
+    """Whether the records are in execution order ((step, seq) never decreasing) after the record `after` was."""
+    if not (after[0] <= steps[0] and all(map(le, steps, steps[1:]))):
+        return False
+    if all(map(le, seqs, seqs[1:])):  # (seqs that start again with each step: compared step by step)
+        return after[0] < steps[0] or after[1] <= seqs[0]
+    keys = list(zip(steps, seqs))
+    return after <= keys[0] and all(map(le, keys, keys[1:]))
 
 
 class _Links:
