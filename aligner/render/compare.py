@@ -15,7 +15,7 @@ from rich.table import Table
 
 from aligner.core.text import spreadsheet_text
 from aligner.pipelines.compare.evaluate import Row, RowStatus
-from aligner.pipelines.compare.result import CompareResult, RowFields, as_fields, row_record
+from aligner.pipelines.compare.result import CompareResult, RowFields, as_fields, row_values
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Verdict, error_level
 from aligner.render.json_rows import RowsWriter, Spans, row_bytes, rows_lines, spool_lines
 from aligner.render.jsonout import jsonable
@@ -613,7 +613,7 @@ class ReportSpool:
     def __init__(self, json_rows: bool, csv_rows: bool) -> None:
         self.json = _Spool() if json_rows else None
         self.csv = _Spool() if csv_rows else None
-        self._rows: list[RowFields] = []  # JSON rows not yet in the spool (at most _JSON_ROWS), from row _first on
+        self._rows: list[tuple] = []  # JSON rows (`row_values`) not yet in the spool (at most _JSON_ROWS), from _first
         self._first = 0
         self._writer: RowsWriter | None = None  # started at row _WRITER_FROM; rows go to it once it is ready
         self._tried = False  # whether a writer was started (once)
@@ -622,17 +622,17 @@ class ReportSpool:
         self._csv_writer = csv.DictWriter(self._text, _CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
 
     def add(self, index: int, row: Row) -> None:
-        record = row_record(index, row, None, None)
+        values = row_values(index, row)
         if self.json is not None:
             if self._rows and index != self._first + len(self._rows):
                 self._write()
             if not self._rows:
                 self._first = index
-            self._rows.append(record)
+            self._rows.append(values)
             if len(self._rows) >= _JSON_ROWS:
                 self._write()
         if self.csv is not None:
-            self.csv.add(index, self._csv_line(as_fields(record)))
+            self.csv.add(index, self._csv_line(as_fields(RowFields(*values))))
 
     def _csv_line(self, fields: dict[str, Any]) -> bytes:
         self._text.seek(0)
@@ -656,7 +656,7 @@ class ReportSpool:
         if self._handed and self._writer is not None:
             self._writer.send(self._first, self._rows)
         else:
-            self.json.add_lines(self._first, spool_lines(self._rows))
+            self.json.add_lines(self._first, spool_lines([RowFields(*values) for values in self._rows]))
         self._rows = []
 
     def flush(self) -> None:

@@ -1,10 +1,10 @@
 """The rows of compare's JSON report: each a `RowFields` in msgspec's compact JSON, one a line; and, for a long
 streamed comparison, a writer process that encodes them on another CPU while the comparison goes on.
 
-The writer (`RowsWriter`, run as `python -m aligner.render.json_rows`) takes the rows as msgpack (~0.5 us a row to
-send, where building their JSON here took ~2 and a half: msgpack writes floats as bytes, not as text) and appends
-their JSON lines to the spool file it was handed, and where each starts to an offsets file. What it writes is
-`rows_lines` of the same rows: the report's bytes do not depend on who wrote them.
+The writer (`RowsWriter`, run as `python -m aligner.render.json_rows`) takes each row's values as a msgpack array
+(~0.2 us a row to send, where building and encoding its JSON here took ~2.5: msgpack writes floats as bytes, not
+text), and appends their JSON lines to the spool file it was handed, and where each starts to an offsets file. What
+it writes is `spool_lines` of the same rows: the report's bytes do not depend on who wrote them.
 """
 from __future__ import annotations
 
@@ -106,8 +106,9 @@ class RowsWriter:
                 self.failed = not self._ready  # it ended without a word
         return self._ready
 
-    def send(self, first: int, rows: list[RowFields]) -> None:
-        """Rows first, first + 1, ...: to the writer (nothing else is written to the spool from the first send)."""
+    def send(self, first: int, rows: list[tuple]) -> None:
+        """Rows first, first + 1, ... as `RowFields` values (result.row_values): to the writer (nothing else is
+        written to the spool from the first send)."""
         if not self._runs:
             self.spool.flush()  # what this process wrote, before the writer's rows
         run = self._runs[-1] if self._runs else None
@@ -119,7 +120,7 @@ class RowsWriter:
         try:
             kind, data = _ROWS, self._encoder.encode(rows)
         except UnicodeEncodeError:  # a lone surrogate in a name, which msgpack's UTF-8 refuses: the lines made here
-            kind, data = _LINES, spool_lines(rows)
+            kind, data = _LINES, spool_lines([RowFields(*values) for values in rows])
         assert self._proc.stdin is not None
         try:
             self._proc.stdin.write(_HEAD.pack(first, kind, len(data)) + data)
@@ -186,7 +187,7 @@ def main(spool_fd: int, offsets_fd: int) -> None:
     offsets file."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C ends the parent, whose pipe's end ends this
     gc.disable()  # rows form no cycles
-    decoder = msgspec.msgpack.Decoder(list[RowFields])
+    decoder = msgspec.msgpack.Decoder(list[tuple])
     stdin = sys.stdin.buffer
     sys.stdout.buffer.write(_READY)
     sys.stdout.buffer.flush()
@@ -195,7 +196,7 @@ def main(spool_fd: int, offsets_fd: int) -> None:
         data = _read_exactly(stdin, size)
         if data is None:
             raise EOFError("a frame was cut short")
-        lines = spool_lines(decoder.decode(data)) if kind == _ROWS else data
+        lines = spool_lines([RowFields(*values) for values in decoder.decode(data)]) if kind == _ROWS else data
         where = os.lseek(spool_fd, 0, os.SEEK_CUR)  # (shared with the parent, which wrote the rows before)
         starts = array.array("q", [0])
         for line in lines.split(b"\n")[:-1]:

@@ -13,16 +13,21 @@ import pytest
 
 import aligner
 from aligner.core.errors import AlignerError
-from aligner.pipelines.compare.result import RowFields, row_record
+from aligner.pipelines.compare.result import RowFields, row_values
 from aligner.render.json_rows import RowsWriter, spool_lines
 from tests.support.compare_fixtures import write_dump
 
 STARTS_S = 60.0  # a writer says it is up within ~0.3 s; a loaded CI machine gets a wide margin
 
 
-def _rows(tmp_path: Path) -> list[RowFields]:
-    """The rows of a real comparison: clean, diverged, an infinite error (JSON has no inf: written another way), a
-    module named "null", and one whose name holds a lone surrogate (a block msgspec cannot encode)."""
+def _lines(rows: list[tuple]) -> bytes:
+    return spool_lines([RowFields(*values) for values in rows])
+
+
+def _rows(tmp_path: Path) -> list[tuple]:
+    """The rows (`row_values`, what a writer is sent) of a real comparison: clean, diverged, an infinite error (JSON
+    has no inf: written another way), a module named "null", and one whose name holds a lone surrogate (a block
+    msgspec cannot encode)"""
     x = np.linspace(-1, 1, 6, dtype=np.float32)
     names = [f"m.{i}" for i in range(60)]
     names[3], names[41] = "null", "bad\ud800name"
@@ -31,7 +36,7 @@ def _rows(tmp_path: Path) -> list[RowFields]:
     result = aligner.compare(write_dump(tmp_path / "a", "mindspore", a, mode="stats"),
                              write_dump(tmp_path / "b", "pytorch", b, mode="stats"))
     assert any(r.metrics is not None and r.metrics.rel_l2_err == float("inf") for r in result.rows)
-    return [row_record(i, row, None, None) for i, row in enumerate(result.rows)]
+    return [row_values(i, row) for i, row in enumerate(result.rows)]
 
 
 def test_writer_writes_what_this_process_writes(tmp_path: Path) -> None:
@@ -39,7 +44,7 @@ def test_writer_writes_what_this_process_writes(tmp_path: Path) -> None:
     them all in that order, and each sent row's span is its own line."""
     rows = _rows(tmp_path)
     with tempfile.TemporaryFile() as spool, tempfile.TemporaryFile() as offsets:
-        head = spool_lines(rows[:5])
+        head = _lines(rows[:5])
         spool.write(head)
         writer = RowsWriter(spool, offsets)
         assert writer.ready(STARTS_S)
@@ -49,13 +54,13 @@ def test_writer_writes_what_this_process_writes(tmp_path: Path) -> None:
         spans = writer.finish()
         spool.seek(0)
         data = spool.read()
-        assert data == head + spool_lines(rows[5:]) + spool_lines(rows[:3])
+        assert data == head + _lines(rows[5:]) + _lines(rows[:3])
         assert spans.end == len(data)
         for i, row in [(i, rows[i]) for i in range(5, len(rows))] + [(1000 + k, rows[k]) for k in range(3)]:
             got = spans.get(i)
             assert got is not None
             offset, length = got
-            assert data[offset:offset + length] == spool_lines([row]), i
+            assert data[offset:offset + length] == _lines([row]), i
         assert spans.get(4) is None and spans.get(1003) is None  # written here, and never written
 
 

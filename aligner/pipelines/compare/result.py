@@ -110,6 +110,9 @@ class RowFields(msgspec.Struct, gc=False):
     atol: Any = msgspec.UNSET
 
 
+_PAIR_FIELDS = RowFields.__struct_fields__.index(_ROW_METRICS[0])  # the fields before the metrics' (row ... skipped)
+
+
 class CalibratedRowFields(RowFields, gc=False):
     """A row of a calibrated comparison (--calibrate): its reference's own noise against float64 too."""
 
@@ -122,29 +125,38 @@ class CalibratedRowFields(RowFields, gc=False):
     not_calibrated: Any = msgspec.UNSET
 
 
+def row_values(i: int, row: Row, label: Any = None) -> tuple:
+    """Row i's `RowFields` values in their order (the metrics' left out for a row without metrics): what a report's
+    writer process is sent (render/json_rows.py), a tuple being cheaper to build and to send than the struct."""
+    pair = row.pair
+    a, b = pair.a, pair.b
+    rec = b.record if b is not None else a.record  # type: ignore[union-attr]  # (Pair.ref, without its call)
+    values = (i, rec.module, a.record.module if a else None, rec.type, rec.kind, rec.io, rec.index, rec.step,
+              pair.matched_by, row.status.value, label, a.record.shape if a else None,
+              b.record.shape if b else None, a.record.dtype if a else None, b.record.dtype if b else None,
+              a.record.arg if a else None, b.record.arg if b else None, row.error, row.skipped)
+    if row.metrics is None:
+        return values
+    metrics = _ROW_VALUES(row.metrics)  # attributes read in one C call: a report writes 100k rows and more
+    if metrics[_MAX_ABS_INDEX] is not None:
+        metrics = (*metrics[:_MAX_ABS_INDEX], list(metrics[_MAX_ABS_INDEX]), *metrics[_MAX_ABS_INDEX + 1:])
+    return values + metrics
+
+
 def row_record(i: int, row: Row, label: Any, calibration: Calibration | None,
                not_calibrated: str | None = None) -> RowFields:
     """Row i as a `RowFields` (a JSON/CSV record), for a row whose result may not be built yet."""
-    rec = row.pair.ref.record
-    a, b = row.pair.a, row.pair.b
-    pair = (i, rec.module, a.record.module if a else None, rec.type, rec.kind, rec.io, rec.index, rec.step,
-            row.pair.matched_by, row.status.value, label, a.record.shape if a else None,
-            b.record.shape if b else None, a.record.dtype if a else None, b.record.dtype if b else None,
-            a.record.arg if a else None, b.record.arg if b else None, row.error, row.skipped)
-    metrics: tuple = ()
-    if row.metrics is not None:  # attributes read in one C call: a report writes 100k rows and more
-        metrics = _ROW_VALUES(row.metrics)
-        if metrics[_MAX_ABS_INDEX] is not None:
-            metrics = (*metrics[:_MAX_ABS_INDEX], list(metrics[_MAX_ABS_INDEX]), *metrics[_MAX_ABS_INDEX + 1:])
+    values = row_values(i, row, label)
     if calibration is None:
-        return RowFields(*pair, *metrics)
+        return RowFields(*values)
+    pair, metrics = values[:_PAIR_FIELDS], values[_PAIR_FIELDS:]
     if not metrics:
         metrics = (msgspec.UNSET,) * len(_ROW_METRICS)
     n = row.noise
     noise = (n is not None, n.dtype if n else None, n.max_abs if n else None, n.rel_l2 if n else None,
              n.method if n else None, row.above_noise, not_calibrated)
-    values: list[Any] = [*pair, *metrics, *noise]
-    return CalibratedRowFields(*values)
+    fields: list[Any] = [*pair, *metrics, *noise]
+    return CalibratedRowFields(*fields)
 
 
 def as_fields(record: RowFields) -> dict[str, Any]:
