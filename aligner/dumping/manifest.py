@@ -287,10 +287,10 @@ def decode_block(block: bytes, lineno: int, canonical_of: dict[str, str], lines:
 
 
 def _canonical(records: list[Record], canonical_of: dict[str, str]) -> bool:
-    """Whether `decode_block` has nothing to do record by record: no call, no skipped record, no `args` or `attrs`,
-    and each dtype already the canonical name (a set of each field, not a loop; `canonical_of` caches dtype names)."""
-    if any(map(_ARGS, records)) or any(map(_ATTRS, records)) or _CALL in set(map(_KIND, records)) or \
-            set(map(_SKIPPED, records)) != {None}:
+    """Whether `decode_block` has nothing to do record by record: no call, no `args` or `attrs`, and each dtype already
+    its canonical name (a skipped record's, which it keeps, too); a set of each field, not a loop (`canonical_of`
+    caches dtype names)."""
+    if any(map(_ARGS, records)) or any(map(_ATTRS, records)) or _CALL in set(map(_KIND, records)):
         return False
     for dtype in set(map(_DTYPE, records)):
         if dtype not in canonical_of:
@@ -303,8 +303,7 @@ def _canonical(records: list[Record], canonical_of: dict[str, str]) -> bool:
     return True
 
 
-_ARGS, _ATTRS, _KIND = attrgetter("args"), attrgetter("attrs"), attrgetter("kind")
-_SKIPPED, _DTYPE = attrgetter("skipped"), attrgetter("dtype")
+_ARGS, _ATTRS, _KIND, _DTYPE = attrgetter("args"), attrgetter("attrs"), attrgetter("kind"), attrgetter("dtype")
 
 
 # The most lines `read_manifest` takes from one manifest (records and problem lines), when a dump is read whole: a
