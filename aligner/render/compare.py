@@ -13,22 +13,26 @@ from typing import IO, Any, Iterator, Protocol, Sequence
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
-from aligner.core.text import spreadsheet_text
 from aligner.pipelines.compare.evaluate import Row, RowStatus
-from aligner.pipelines.compare.result import CompareResult, RowFields, as_fields, row_values
+from aligner.pipelines.compare.result import CompareResult, RowFields, row_values
 from aligner.pipelines.compare.verdict import Culprit, Divergence, Verdict, error_level
-from aligner.render.json_rows import RowsWriter, Spans, row_bytes, rows_lines, spool_lines
 from aligner.render.jsonout import jsonable
+from aligner.render.report_rows import (
+    CSV_FIELDS,
+    RowsWriter,
+    Spans,
+    csv_cell,
+    csv_row_bytes,
+    row_bytes,
+    rows_lines,
+    spool_lines,
+)
 from aligner.render.words import say
 from aligner.render.zoom import zoom_code, zoom_hint
 
 _CONTEXT = 5          # rows shown around each finding when the table is abbreviated
 _SHORT_TABLE = 60     # tables up to this many rows are always shown whole
-_CSV_FIELDS = ["row", "module", "module_a", "type", "kind", "io", "index", "step", "matched_by", "status", "label",
-               "shape_a", "shape_b", "dtype_a", "dtype_b", "method", "numel", "mismatched", "mismatch_fraction",
-               "max_abs_err", "max_abs_index", "max_rel_err", "mean_abs_err", "rmse", "cosine", "sqnr_db",
-               "rel_l2_err", "nan_a", "nan_b", "inf_a", "inf_b", "rtol", "atol", "error"]
-_METRIC_COLUMNS = frozenset(_CSV_FIELDS) - {"shape_a", "shape_b"}  # what a row takes from its Metrics
+_METRIC_COLUMNS = frozenset(CSV_FIELDS) - {"shape_a", "shape_b"}  # what a row takes from its Metrics
 _CALIBRATION_FIELDS = ["calibrated", "noise_dtype", "noise_abs", "noise_rel", "noise_method", "above_noise",
                        "not_calibrated"]  # CSV columns added by --calibrate
 
@@ -375,26 +379,17 @@ class _Decoded:
         return len(data)
 
 
-def _csv_cell(value: Any) -> Any:
-    """One CSV cell: a list as JSON, a number as it is (a non-finite one as "inf"/"nan"), text as spreadsheet-safe
-    text (a name such as =HYPERLINK(...) gets a leading ', so opening the file runs no formula)."""
-    cell = jsonable(value)
-    if isinstance(cell, (list, tuple)):
-        return json.dumps(cell)
-    return spreadsheet_text(cell) if isinstance(cell, str) and not isinstance(value, float) else cell
-
-
 def write_csv(result: CompareResult, fh: IO[str], spool: ReportSpool | None = None) -> None:
     """One row per record pair; text cells neutralised against spreadsheet formulas, numbers left as numbers (a
     streamed comparison's rows from the `spool` they were written into)."""
-    fields = _CSV_FIELDS + (_CALIBRATION_FIELDS if result.calibration is not None else [])
+    fields = CSV_FIELDS + (_CALIBRATION_FIELDS if result.calibration is not None else [])
     writer = csv.DictWriter(fh, fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     if spool is not None and spool.csv is not None:
         spool.csv.copy(_byte_sink(fh), spool.patches(result, csv_rows=True))
         return
     for i in range(len(result.rows)):
-        writer.writerow({k: _csv_cell(v) for k, v in result.row_dict(i).items()})
+        writer.writerow({k: csv_cell(v) for k, v in result.row_dict(i).items()})
 
 
 def _shown(result: CompareResult, full: bool) -> list[int | None]:
@@ -504,15 +499,6 @@ class _Spool:
         self.size = 0
         self.spans: Spans | None = None  # where a writer process put the rows it wrote (those are not in `at`)
 
-    def writer(self) -> RowsWriter | None:
-        """A writer process that appends rows to this spool from here on (None where none can be started)."""
-        import tempfile
-
-        try:
-            return RowsWriter(self.file, tempfile.TemporaryFile())
-        except OSError:
-            return None
-
     def span(self, i: int) -> tuple[int, int]:
         """(offset, length) of row i's bytes."""
         got = self.at.get(i)
@@ -522,15 +508,11 @@ class _Spool:
             raise KeyError(i)
         return got
 
-    def add(self, i: int, data: bytes) -> None:
+    def add_rows(self, first: int, rows: list[bytes]) -> None:
+        """Rows first, first + 1, ... (each its bytes), in one write."""
+        data = b"".join(rows)
         self.file.write(data)
-        self.at[i] = (self.size, len(data))
-        self.size += len(data)
-
-    def add_lines(self, first: int, data: bytes) -> None:
-        """Rows first, first + 1, ... as the lines of `data` (each ending in a newline), in one write."""
-        self.file.write(data)
-        lengths = [len(line) + 1 for line in data.split(b"\n")[:-1]]
+        lengths = [len(row) for row in rows]
         starts = itertools.accumulate(lengths[:-1], initial=self.size)
         self.at.update(zip(range(first, first + len(lengths)), zip(starts, lengths)))
         self.size += len(data)
@@ -606,47 +588,40 @@ class ReportSpool:
     put together from them once the verdict is known (`write_compare_json(result, fh, spool)`), the rows the verdict
     labelled written again with their label.
 
-    Past _WRITER_FROM rows, a writer process (render/json_rows.py) encodes the JSON rows on another CPU: building and
-    encoding them here took a quarter of a long comparison's time. Until it is up, and wherever it cannot be started,
-    they are encoded here. `close` ends it (a comparison that failed)."""
+    Past _WRITER_FROM rows, a writer process (render/report_rows.py) encodes the rows on another CPU: building and
+    encoding them here took a quarter of a long comparison's time with --json, and more than half with --csv. Until
+    it is up, and wherever it cannot be started, they are encoded here. `close` ends it (a comparison that failed)."""
 
     def __init__(self, json_rows: bool, csv_rows: bool) -> None:
         self.json = _Spool() if json_rows else None
         self.csv = _Spool() if csv_rows else None
-        self._rows: list[tuple] = []  # JSON rows (`row_values`) not yet in the spool (at most _JSON_ROWS), from _first
+        self._rows: list[tuple] = []  # rows (`row_values`) not yet in the spools (at most _JSON_ROWS), from _first
         self._first = 0
         self._writer: RowsWriter | None = None  # started at row _WRITER_FROM; rows go to it once it is ready
         self._tried = False  # whether a writer was started (once)
-        self._handed = False  # whether rows went to the writer (then this process writes no JSON row)
-        self._text = io.StringIO()
-        self._csv_writer = csv.DictWriter(self._text, _CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+        self._handed = False  # whether rows went to the writer (then this process writes no row to the spools)
 
     def add(self, index: int, row: Row) -> None:
-        values = row_values(index, row)
-        if self.json is not None:
-            if self._rows and index != self._first + len(self._rows):
-                self._write()
-            if not self._rows:
-                self._first = index
-            self._rows.append(values)
-            if len(self._rows) >= _JSON_ROWS:
-                self._write()
-        if self.csv is not None:
-            self.csv.add(index, self._csv_line(as_fields(RowFields(*values))))
-
-    def _csv_line(self, fields: dict[str, Any]) -> bytes:
-        self._text.seek(0)
-        self._text.truncate()
-        self._csv_writer.writerow({k: _csv_cell(v) for k, v in fields.items()})
-        return self._text.getvalue().encode()
+        if self.json is None and self.csv is None:
+            return
+        if self._rows and index != self._first + len(self._rows):
+            self._write()
+        if not self._rows:
+            self._first = index
+        self._rows.append(row_values(index, row))
+        if len(self._rows) >= _JSON_ROWS:
+            self._write()
 
     def _write(self) -> None:
-        """The JSON rows held: to the writer process once it is ready, else into the spool here."""
-        assert self.json is not None
+        """The rows held: to the writer process once it is ready, else into the spools here."""
         if not self._rows:
             return
         if not self._tried and self._first >= _WRITER_FROM:
-            self._tried, self._writer = True, self.json.writer()
+            self._tried = True
+            try:
+                self._writer = RowsWriter(*(None if s is None else s.file for s in (self.json, self.csv)))
+            except OSError:  # (no writer here: the rows are written by this process)
+                pass
         if self._writer is not None and not self._handed:
             # rows go to the writer once it is up; at 2 x _WRITER_FROM rows, wait for it (it starts in ~0.3 s)
             self._handed = self._writer.ready(_WRITER_WAIT_S if self._first >= 2 * _WRITER_FROM else 0.0)
@@ -656,19 +631,24 @@ class ReportSpool:
         if self._handed and self._writer is not None:
             self._writer.send(self._first, self._rows)
         else:
-            self.json.add_lines(self._first, spool_lines([RowFields(*values) for values in self._rows]))
+            fields = [RowFields(*values) for values in self._rows]
+            if self.json is not None:
+                self.json.add_rows(self._first, [line + b"\n" for line in spool_lines(fields).split(b"\n")[:-1]])
+            if self.csv is not None:
+                self.csv.add_rows(self._first, csv_row_bytes(fields))
         self._rows = []
 
     def flush(self) -> None:
-        """The JSON rows held into the spool, the writer process's included (before it is read)."""
-        if self.json is not None:
-            self._write()
-            if self._writer is not None:
-                writer, self._writer = self._writer, None
-                if self._handed:
-                    self.json.spans = writer.finish()
-                else:
-                    writer.close()
+        """The rows held into the spools, the writer process's included (before they are read)."""
+        self._write()
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            if self._handed:
+                for spool, spans in zip((self.json, self.csv), writer.finish()):
+                    if spool is not None:
+                        spool.spans = spans
+            else:
+                writer.close()
 
     def settled(self, index: int) -> None:
         """Row `index` gets no label: where it starts need not be kept."""
@@ -696,7 +676,7 @@ class ReportSpool:
         """The rows the verdict labelled, as they are written with their label (JSON rows a block at a time)."""
         labelled = list(result.verdict.labels)
         if csv_rows:
-            return {i: self._csv_line(as_fields(result.row_record(i))) for i in labelled}
+            return dict(zip(labelled, csv_row_bytes([result.row_record(i) for i in labelled])))
         out: dict[int, bytes] = {}
         for at in range(0, len(labelled), _JSON_ROWS):
             block = labelled[at:at + _JSON_ROWS]

@@ -15,7 +15,7 @@ import pytest
 import aligner
 from aligner.pipelines.compare.result import CompareResult, row_record
 from aligner.render import compare as render
-from aligner.render import json_rows
+from aligner.render import report_rows
 from aligner.render.jsonout import jsonable
 from tests.support.compare_fixtures import chain, write_dump
 
@@ -92,4 +92,4 @@ def test_rows_spooled_a_block_at_a_time(tmp_path: Path) -> None:
     records = [row_record(i, row, None, None) for i, row in enumerate(result.rows)]
     for start in range(0, n, render._JSON_ROWS):
         block = records[start:start + render._JSON_ROWS]
-        assert json_rows.rows_lines(block) == b"".join(json_rows.row_bytes(r) + b"\n" for r in block)
+        assert report_rows.rows_lines(block) == b"".join(report_rows.row_bytes(r) + b"\n" for r in block)

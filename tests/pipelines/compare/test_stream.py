@@ -204,23 +204,28 @@ def test_memory_does_not_grow_with_the_record_count(tmp_path: Path, monkeypatch:
     assert large < 1.25 * small, (small, large)
 
 
-def test_long_json_report_from_the_writer_process(tmp_path: Path) -> None:
-    """Past render's _WRITER_FROM rows (16,384) a writer process encodes the JSON rows: a 40,000-record comparison,
-    diverged from record 30,000 to its last (rows the verdict labels, written again, the last row among them), writes
-    the report the whole-list path writes, byte for byte, its rows past the start written by the writer."""
+def test_long_reports_from_the_writer_process(tmp_path: Path) -> None:
+    """Past render's _WRITER_FROM rows (16,384) a writer process encodes the JSON and CSV rows: a 40,000-record
+    comparison, diverged from record 30,000 to its last (rows the verdict labels, written again, the last row among
+    them), writes the reports the whole-list path writes, byte for byte, its rows past the start written by the
+    writer."""
     a = _stats_dump(tmp_path / "a", "mindspore", 40_000, 30_000)
     b = _stats_dump(tmp_path / "b", "pytorch", 40_000, 40_000)
-    spool = ReportSpool(json_rows=True, csv_rows=False)
+    spool = ReportSpool(json_rows=True, csv_rows=True)
     try:
         streamed = compare_streamed(str(a), str(b), sink=spool)
-        streamed_json = _reports(streamed, tmp_path / "streamed", spool)["json"]
+        streamed_reports = _reports(streamed, tmp_path / "streamed", spool)
     finally:
         spool.close()
-    assert streamed.tally is not None and spool.json is not None and spool.json.spans is not None
-    assert spool.json.spans.count >= 40_000 - 2 * 16_384  # handed over by twice _WRITER_FROM at the latest
+    assert streamed.tally is not None
+    for report in (spool.json, spool.csv):
+        assert report is not None and report.spans is not None
+        assert report.spans.count >= 40_000 - 2 * 16_384  # handed over by twice _WRITER_FROM at the latest
     whole = compare(str(a), str(b))
     assert len(whole.verdict.labels) > 1_000 and len(whole.rows) - 1 in whole.verdict.labels
-    assert streamed_json == _reports(whole, tmp_path / "whole")["json"]
+    whole_reports = _reports(whole, tmp_path / "whole")
+    assert streamed_reports["json"] == whole_reports["json"]
+    assert streamed_reports["csv"] == whole_reports["csv"]
 
 
 def test_bad_input_mid_stream_is_one_line(tmp_path: Path) -> None:
