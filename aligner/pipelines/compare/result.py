@@ -127,7 +127,7 @@ class CalibratedRowFields(RowFields, gc=False):
 
 def row_values(i: int, row: Row, label: Any = None) -> tuple:
     """Row i's `RowFields` values in their order (the metrics' left out for a row without metrics): what a report's
-    writer process is sent (render/json_rows.py), a tuple being cheaper to build and to send than the struct."""
+    writer process is sent (render/report_rows.py), a tuple being cheaper to build and to send than the struct."""
     pair = row.pair
     a, b = pair.a, pair.b
     rec = b.record if b is not None else a.record  # type: ignore[union-attr]  # (Pair.ref, without its call)
