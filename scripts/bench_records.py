@@ -2,7 +2,8 @@
 costs, measured against a smaller run and against the parse floor in the same invocation.
 
     .venv/bin/python scripts/bench_records.py [--records 1000000] [--baseline 100000] [--keep DIR]
-                                              [--only check|compare|compare-json|compare-html] [--rounds N]
+                                              [--only check|compare|compare-json|compare-html|compare-csv]
+                                              [--rounds N]
 
 Writes two stats-only dumps of `records` module outputs per side (MindSpore vs PyTorch names, the last 10% diverging,
 the manifests a long stats-only run writes) and the same for `baseline` records, then runs `align compare A B` and
@@ -10,7 +11,10 @@ the manifests a long stats-only run writes) and the same for `baseline` records,
 report streamed, ~0.6 KB a row) (peak RSS from `os.wait4`: the kernel's figure for that process alone) and prints the
 peak, the wall time, and the bytes per record above the baseline: (peak(records) - peak(baseline)) / (records -
 baseline). `--only compare` runs compare and compare-json; `--only compare-html` runs compare and `align compare A B
---html PAGE` (the page's chart from a profile taken as the rows stream, its table around the findings).
+--html PAGE` (the page's chart from a profile taken as the rows stream, its table around the findings);
+`--only compare-csv` runs compare-json and `align compare A B --json REPORT --csv TABLE`. Past 16,384 rows a
+compare with a report hands the rows to a writer process (render/report_rows.py): the CPU seconds printed are the
+compare process's and its writer's together (os.wait4 counts the children a process waited for).
 
 The floor: a child process that imports the manifest's decoder and msgspec-decodes side A's record lines block by
 block, nothing else (process start and imports included, as in `align`'s runs). Each command's time is printed as a
@@ -38,7 +42,7 @@ from pathlib import Path
 
 from aligner.dumping.manifest import FORMAT, MANIFEST, VERSION
 
-COMMANDS = ("compare", "compare-json", "check", "compare-html")
+COMMANDS = ("compare", "compare-json", "check", "compare-html", "compare-csv")
 
 
 def write_stats_dump(root: Path, framework: str, records: int, diverge: bool) -> None:
@@ -157,7 +161,8 @@ def main() -> None:
                         "the baseline dumps, and nothing else")
     args = parser.parse_args()
     commands = (["compare", "compare-json"] if args.only == "compare" else ["compare", "compare-html"]
-                if args.only == "compare-html" else [args.only] if args.only else ["compare", "compare-json", "check"])
+                if args.only == "compare-html" else ["compare-json", "compare-csv"] if args.only == "compare-csv"
+                else [args.only] if args.only else ["compare", "compare-json", "check"])
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores", flush=True)
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench_records_"))
     try:
@@ -174,7 +179,9 @@ def main() -> None:
                 break
             argvs = {"compare": ["compare", str(a), str(b)], "check": ["check", str(a)],
                      "compare-json": ["compare", str(a), str(b), "--json", str(root / f"{count}.json"), "--force"],
-                     "compare-html": ["compare", str(a), str(b), "--html", str(root / f"{count}.html"), "--force"]}
+                     "compare-html": ["compare", str(a), str(b), "--html", str(root / f"{count}.html"), "--force"],
+                     "compare-csv": ["compare", str(a), str(b), "--json", str(root / f"{count}.json"), "--csv",
+                                     str(root / f"{count}.csv"), "--force"]}
             best: dict[str, tuple[float, float, int, float]] = {}
             for _ in range(args.rounds):  # interleaved: load on the machine hits the floor and the commands alike
                 for command in ("floor", *commands):
