@@ -195,13 +195,13 @@ def name_keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[
     append = keys.append
     for item, module in zip(items, names):
         r = item.record
-        if module is None or r.kind == Kind.OP:  # op records never pair by name (pair/ops.py)
+        if module is None or r.kind == _OP:  # op records never pair by name (pair/ops.py)
             append(None)
             continue
         spelt = spelled.get(module)
         if spelt is None:
             spelt = spelled[module] = spelling(module)
-        place = r.arg if by_arg and r.io == Io.INPUT and r.arg is not None else r.index
+        place = r.arg if by_arg and r.io == _INPUT and r.arg is not None else r.index
         base = (r.kind, spelt, r.io, place, r.step)
         n = seen.get(base, 0)
         seen[base] = n + 1
@@ -210,6 +210,9 @@ def name_keys(items: Sequence[Item], names: Sequence[str | None], spelled: dict[
 
 
 MODULE_KINDS = (Kind.FORWARD, Kind.BACKWARD)
+# bound once for the loops every record goes through (an enum member's lookup is ~50 ns, more than the test)
+_OP, _INPUT, _GRAD = Kind.OP, Io.INPUT, Kind.PARAM_GRAD
+_NAME, _CONTENT, _FOLDED = MatchedBy.NAME, MatchedBy.CONTENT, MatchedBy.FOLDED
 
 
 def _inside_leaves(items: Sequence[Item], names: Sequence[str | None], other: Sequence[Item],
@@ -492,8 +495,8 @@ def pair_keyed(a: Keyed, b: Keyed, apart: Callable[[list[tuple[int, int]]], set[
     # relative to its module's backward records is the framework's choice (MindSpore: parameter gradients, then the
     # cell's grad_output and grad_input together; PyTorch: grad_output, parameter gradients, grad_input), so a
     # parameter-gradient anchor would put a module's grad_output in different gaps on the two sides.
-    grads_a = [it.record.kind == Kind.PARAM_GRAD for it in items_a]
-    grads_b = [it.record.kind == Kind.PARAM_GRAD for it in items_b]
+    grads_a = [it.record.kind == _GRAD for it in items_a]
+    grads_b = [it.record.kind == _GRAD for it in items_b]
     for stream in (True, False):
         in_a = grads_a if stream else [not g for g in grads_a]
         in_b = grads_b if stream else [not g for g in grads_b]
@@ -521,15 +524,15 @@ def pair_keyed(a: Keyed, b: Keyed, apart: Callable[[list[tuple[int, int]]], set[
         if ia in partner:
             last = partner[ia]
         else:
-            after[last].append(Pair(item, None, MatchedBy.FOLDED if ia in a.fold else None))
+            after[last].append(Pair(item, None, _FOLDED if ia in a.fold else None))
     by_b = dict(zip(partner.values(), partner))  # record of `b` -> its twin in `a`
     rows = after.pop(-1, [])
     for ib, item in enumerate(items_b):
         twin = by_b.get(ib)
         if twin is not None:
-            rows.append(Pair(items_a[twin], item, MatchedBy.CONTENT if twin in by_content else MatchedBy.NAME))
+            rows.append(Pair(items_a[twin], item, _CONTENT if twin in by_content else _NAME))
         else:
-            rows.append(Pair(None, item, MatchedBy.FOLDED if ib in b.fold else None))
+            rows.append(Pair(None, item, _FOLDED if ib in b.fold else None))
         if ib in after:
             rows += after[ib]
     return Matched(rows, named, anchored)

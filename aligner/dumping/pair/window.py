@@ -62,7 +62,8 @@ _CONTEXT = 64            # records passed kept to fold a pass-through call at th
 _OPEN_CALLS = 1 << 16    # calls whose inputs are held until their outputs pass (a model's depth is far below this)
 _SCAN = 256              # records `_in_step` compares at a time (it stops at the first that differ)
 # bound once for the loops records go through (an enum member's lookup costs more than the test that reads it)
-_PARAM, _BUFFER, _GRAD, _OP, _INPUT = Kind.PARAM, Kind.BUFFER, Kind.PARAM_GRAD, Kind.OP, Io.INPUT
+_PARAM, _BUFFER, _GRAD, _OP, _BLOCK = Kind.PARAM, Kind.BUFFER, Kind.PARAM_GRAD, Kind.OP, Kind.BLOCK
+_INPUT = Io.INPUT
 _MODULE_KINDS = frozenset(MODULE_KINDS)
 _RECORD, _KIND, _MODULE, _ARG, _IO = (attrgetter(name) for name in ("record", "kind", "module", "arg", "io"))
 _NORM, _RUN = attrgetter("stats.l2"), attrgetter("module", "kind")
@@ -213,7 +214,7 @@ class _Grads:
         if self.infos is None:
             if not side.grads:  # none read so far
                 return
-            first = next((it.record.step for it in side.ahead if it.record.kind == Kind.PARAM_GRAD), None)
+            first = next((it.record.step for it in side.ahead if it.record.kind == _GRAD), None)
             if first is None:
                 return
             while not side.done and side.ahead[-1].record.step == first:
@@ -221,10 +222,10 @@ class _Grads:
                     raise OutOfStepError(Why.PARAM_NAMES)
                 side.fill(len(side.ahead) + 1, spelled)
             self.infos = {it.record.module: grad_info(it.record) for it in side.ahead
-                          if it.record.kind == Kind.PARAM_GRAD}
+                          if it.record.kind == _GRAD}
             self.names = grad_names(self.infos)
         for it in side.ahead:
-            if it.record.kind == Kind.PARAM_GRAD and self.infos.get(it.record.module) != grad_info(it.record):
+            if it.record.kind == _GRAD and self.infos.get(it.record.module) != grad_info(it.record):
                 raise OutOfStepError(Why.PARAM_NAMES)
 
 
@@ -292,7 +293,7 @@ class _Window:
     def _keyed(self, side: _Side, other: _Side, by_arg: bool, grads: dict[str, str]) -> Keyed:
         """A side's records read ahead keyed as `match` keys them (`grads`: its parameter gradients' names)."""
         items = side.ahead
-        names = [grads.get(r.module, r.module) if grads and r.kind == Kind.PARAM_GRAD else r.module
+        names = [grads.get(r.module, r.module) if grads and r.kind == _GRAD else r.module
                  for r in (it.record for it in items)]
         keys = name_keys(items, names, self.spelled, by_arg, dict(side.seen))
         theirs = other.seen
@@ -324,7 +325,7 @@ class _Window:
         limit_a = min((i for i, _ in self.held), default=na)
         limit_b = min((j for _, j in self.held), default=nb)
         loose = [{s: [n for n in self.unnamed[side] if n not in keyed.inner and
-                      (keyed.items[n].record.kind == Kind.PARAM_GRAD) == s] for s in (True, False)}
+                      (keyed.items[n].record.kind == _GRAD) == s] for s in (True, False)}
                  for side, keyed in enumerate((self.keyed_a, self.keyed_b))]
         named = m.named
         most, top = [], -1  # the largest `b` index of the name pairs up to each
@@ -526,7 +527,7 @@ class _Inner:
 
     def __contains__(self, k: object) -> bool:
         r = self.items[k].record  # type: ignore[call-overload]
-        return r.kind == Kind.BLOCK or r.kind in MODULE_KINDS and \
+        return r.kind == _BLOCK or r.kind in MODULE_KINDS and \
             inside_leaf(self.spelled[r.module], self.other.modules, self.other.parents)
 
 
