@@ -12,14 +12,18 @@ to the host) against stats-only the way it was before (every tensor copied to th
 writer thread), in the same run.
 
 --floor adds the floor a dump's own work is measured against: the same hooks (every module's forward pre-hook and
-hook, a backward hook on each leaf, a hook on each parameter) doing nothing, interleaved with the other modes; the
-stats-only dump with MindSpore's statistics taken at once (`session.DEFER` off: each hook waits for its op), as it
-was before; and the cost of writing a full dump's bytes per step to the same disk (`DirectWriter`, O_DIRECT). It
-prints stats-only / floor, at once / floor, and full / (floor + disk); with --variants, for MindSpore, also each way
-around its hook machinery tried (MS_VARIANTS: forward hooks only, tensor hooks instead of cell backward hooks, its
-TensorDump op, tensor hooks on a queued copy of each input) against the floor and against no dump. It also prints
-the CPU seconds of the stepping thread a step: MindSpore's Python thread spins while it waits for its backend, so
-this counts the waits (a cell backward hook makes it wait; on 2 cores the spin takes a core from the kernels).
+hook, a hook on each parameter; torch: a hook on each leaf's output tensor; MindSpore: the dump's tensor hooks on each
+leaf's outputs and on a queued copy of each input, `aligner.dumping.mindspore_hooks`) doing nothing, interleaved with
+the other modes; the stats-only dump with MindSpore's statistics taken at once (`session.DEFER` off: each hook waits
+for its op), as it was before; and the cost of writing a full dump's bytes per step to the same disk (`DirectWriter`,
+O_DIRECT). It prints stats-only / floor, at once / floor, and full / (floor + disk). For MindSpore it also times
+`cell_hooks`, the floor before (a cell backward hook on each leaf), against the floor and against no dump; with
+--variants, also each other way around its hook machinery tried (MS_VARIANTS: forward hooks only, tensor hooks on a
+view alias of each input, its TensorDump op). It also prints the CPU seconds of the stepping thread a step:
+MindSpore's Python thread spins while it waits for its backend, so this counts the waits (a cell backward hook makes
+it wait; on 2 cores the spin takes a core from the kernels). --memory then runs none, floor, cell_hooks and stats
+each in a process of its own and prints how much its resident memory rises over two steps (the copies the tensor hooks
+keep for backward; MindSpore's CPU memory pool stays at its high-water mark, so one process shows one mode's peak).
 A MindSpore CPU step of resnet18 at batch 8, 224x224 lasts half a minute to three minutes here: `--warmup 1 --same-loop
 --progress` keeps such a run to (steps + 1) rounds of one loop and shows each step as it ends; `--skip` leaves
 modes out (stats_now; full, which also skips the disk).
@@ -33,13 +37,14 @@ hook saw it, in-place ops after it included.
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -147,11 +152,11 @@ MS_VARIANTS = {
 
 def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
     """Hooks on a MindSpore model (their handles), doing nothing but what `variant` names (MS_VARIANTS). The floor
-    copies what the dump's hooks copy (`mindspore_hooks._differentiable`: a floating input flagged as requiring
+    copies what the dump's hooks copy (`mindspore_hooks.differentiable`: a floating input flagged as requiring
     grad; every output of a call with more than one) and hooks the same tensors."""
     import mindspore as ms
 
-    from aligner.dumping.mindspore_hooks import _differentiable
+    from aligner.dumping.mindspore_hooks import differentiable
 
     handles: list[Any] = []
     dump = ms.ops.TensorDump() if variant == "tensordump" else None
@@ -160,20 +165,20 @@ def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
         if variant == "tensor_hooks":  # a view waits for the op that writes its input (the storage is read at once)
             new = tuple(a.view(a.shape) if isinstance(a, ms.Tensor) else a for a in args)
         else:  # a copy is queued
-            new = tuple(ms.ops.deepcopy(a) if isinstance(a, ms.Tensor) and _differentiable(a) else a for a in args)
+            new = tuple(ms.ops.deepcopy(a) if isinstance(a, ms.Tensor) and differentiable(a) else a for a in args)
         for a in new:
-            if isinstance(a, ms.Tensor) and _differentiable(a):
+            if isinstance(a, ms.Tensor) and differentiable(a):
                 a.register_hook(lambda grad: None)
         return new, kwargs
 
     def post(cell: Any, args: tuple, kwargs: dict, out: Any) -> Any:
         outs = [t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, ms.Tensor)]
         if variant in ("floor", "tensor_hooks"):
-            if variant == "floor" and sum(map(_differentiable, outs)) > 1:
-                out = tuple(ms.ops.deepcopy(t) if isinstance(t, ms.Tensor) and _differentiable(t) else t for t in out)
+            if variant == "floor" and sum(map(differentiable, outs)) > 1:
+                out = tuple(ms.ops.deepcopy(t) if isinstance(t, ms.Tensor) and differentiable(t) else t for t in out)
                 outs = [t for t in out if isinstance(t, ms.Tensor)]
             for t in outs:
-                if _differentiable(t):
+                if differentiable(t):
                     t.register_hook(lambda grad: None)
             return out
         if dump is not None and root is not None:
@@ -288,7 +293,8 @@ def main() -> None:
     parser.add_argument("--skip", default="", help="with --floor: modes left out (stats_now; full; variants)")
     parser.add_argument("--progress", action="store_true", help="each step's time on stderr as it ends")
     parser.add_argument("--memory", action="store_true",
-                        help="with --floor: then one step of each mode alone, its peak resident memory sampled")
+                        help="with --floor: then the peak resident memory of a process running each mode alone")
+    parser.add_argument("--peak-of", help=argparse.SUPPRESS)  # the process --memory runs for one mode
     parser.add_argument("--device", default="cpu", help="where the torch side runs (cuda: torch only, see above)")
     parser.add_argument("--check", action="store_true",
                         help="dump one step queued and at once, and compare the records")
@@ -299,6 +305,9 @@ def main() -> None:
         args.frameworks = "torch"
     if args.check:
         check(args)
+        return
+    if args.peak_of:
+        peak(args)
         return
     if args.floor:
         floor(args)
@@ -372,46 +381,53 @@ def floor(args: argparse.Namespace) -> None:
         print(f"{'':10} CPU seconds of the stepping thread a step, median: "
               + ", ".join(f"{m} {statistics.median(v):.2f}" for m, v in cpu.items()))
         if args.memory:
-            with tempfile.TemporaryDirectory() as tmp:
-                grown = {m: peak_rss(functools.partial(one_step, step, model, Path(tmp), m, 0))
-                         for m in med if m != "full_floor"}
-            print(f"{'':10} peak RSS over the RSS before the step, one step each (load {os.getloadavg()[0]:.1f}): "
-                  + ", ".join(f"{m} {b / 2**20:.1f} MiB ({b / grown['none'] if grown['none'] > 0 else math.nan:.2f}x)"
-                              for m, b in grown.items()))
+            peaks = {m: peak_of(args, name, m) for m in ("none", "floor", "cell_hooks", "stats") if m in med}
+            print(f"{'':10} resident memory a fresh process gains over two steps of one mode (load "
+                  f"{os.getloadavg()[0]:.1f}): " + ", ".join(f"{m} {b / 2**20:.0f} MiB ({b / peaks['none']:.2f}x)"
+                                                             for m, b in peaks.items()))
         for variant in (v for v in variants if v in med):
             vs_floor = f"{med[variant] / med['floor']:.2f}x ({best[variant] / best['floor']:.2f}x)"
             vs_none = f"{med[variant] / med['none']:.2f}x ({best[variant] / best['none']:.2f}x)"
             print(f"{'':10} {MS_VARIANTS[variant]}: {vs_floor} the floor, {vs_none} no dump")
 
 
-def peak_rss(run: Callable[[], Any], every: float = 0.002) -> int:
-    """Bytes the process's resident memory rose to above its level before `run()`, sampled every `every` seconds
-    from /proc by a thread of its own (MindSpore's CPU tensors come from malloc, whose large blocks go back to the
-    system when freed, so each step starts near the same level)."""
-    import gc
-    import threading
+def peak_of(args: argparse.Namespace, framework: str, mode: str) -> int:
+    """Bytes a fresh process's resident memory rises by while it runs two steps in `mode`, over its level once the
+    model is built (MindSpore keeps its CPU memory pool at its high-water mark, so only a process of its own shows
+    one mode's peak)."""
+    command = [sys.executable, __file__, "--peak-of", mode, "--frameworks", framework, "--model", args.model,
+               "--batch", str(args.batch), "--size", str(args.size), "--threads", str(args.threads)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=True)
+    return int(done.stdout.split()[-1])
 
+
+def peak(args: argparse.Namespace) -> None:
+    """Two steps of one mode (--peak-of), their resident memory sampled every 2 ms; the rise on stdout."""
+    set_up(args)
+    shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, args.size, args.size)}[args.model]
+    x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
+    model = make_model(args.frameworks, args.model)
+    step = (torch_step if args.frameworks == "torch" else ms_step)(model, x)
     page = os.sysconf("SC_PAGE_SIZE")
 
     def rss() -> int:
         with open("/proc/self/statm", encoding="ascii") as f:
             return int(f.read().split()[1]) * page
 
-    gc.collect()
-    base, peak, done = rss(), [0], threading.Event()
+    base, high, done = rss(), [0], threading.Event()
 
     def sample() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], rss())
-            time.sleep(every)
+            high[0] = max(high[0], rss())
+            time.sleep(0.002)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    try:
-        run()
-    finally:
-        done.set()
-        sampler.join()
-    return max(peak[0], rss()) - base
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(2):
+            one_step(step, model, Path(tmp), args.peak_of, i)
+    done.set()
+    sampler.join()
+    print(max(high[0], rss()) - base)
 
 
 def set_up(args: argparse.Namespace) -> None:

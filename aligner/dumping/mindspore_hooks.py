@@ -5,7 +5,8 @@ thread, which then spins waiting for the backend (a resnet18 step's floor cost 1
 docs/scale-mindspore.md). Instead, for each cell whose gradients are recorded:
 
 * grad_output: `Tensor.register_hook` on each output, registered in the forward hook: it sees the gradient with respect
-  to the value the cell returned;
+  to the value the cell returned. A call returning several outputs hands on a copy of each, hooked: a hook on one of
+  its own outputs would also see what flows back through the cell's use of it (`return y, y.sum()`);
 * grad_input: the forward pre-hook hands the cell `ops.deepcopy` of each input that gradients flow through (a
   floating tensor that requires grad); a hook on the copy sees only this cell's share of the input's gradient (the
   same tensor read by two cells gets two copies). A copy is an op queued like any other; a view would wait for the op
@@ -18,8 +19,9 @@ docs/scale-mindspore.md). Instead, for each cell whose gradients are recorded:
   `mindspore.grad` differentiates the network, so the user's training step needs no change.
 
 A cell's grad_output records come before its parameters' gradients and its grad_input records after them, as torch's
-hooks order them; the input hooks are registered in the forward hook, after the output ones, so that a cell handing
-its (copied) input back (Dropout with p=0) records its grad_output first.
+hooks order them (a cell backward hook gave all of them at once, after the parameters'); several outputs' or inputs'
+records of one call come in the order autograd reaches them, as in torch. A cell handing its (copied) input back
+(Dropout with p=0) records its grad_output first (`_Call`). Cells come in the cell backward hooks' order.
 """
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ def _map_tensors(fn: Callable[[ms.Tensor], ms.Tensor], obj: Any) -> Any:
     return obj
 
 
-def _differentiable(tensor: ms.Tensor) -> bool:
+def differentiable(tensor: ms.Tensor) -> bool:
     """Whether a gradient can reach `tensor` (reading its dtype and flag waits for no op)."""
     return tensor.dtype in _FLOATING and bool(getattr(tensor, "_requires_grad", False))
 
@@ -116,7 +118,7 @@ class _CellHooks(CallHooks):
 
         def copy(t: ms.Tensor) -> ms.Tensor:
             index = next(position)
-            if not _differentiable(t):
+            if not differentiable(t):
                 return t
             c = _copy(t)
             if not getattr(c, "_requires_grad", False):  # a forward outside mindspore.grad: nothing to hook
@@ -141,11 +143,11 @@ class _CellHooks(CallHooks):
         copies = {id(c) for _, c in call.copies}
         handed_on = None
         try:
-            outs = [t for t in tensors_in(output) if isinstance(t, ms.Tensor) and _differentiable(t)]
+            outs = [t for t in tensors_in(output) if isinstance(t, ms.Tensor) and differentiable(t)]
             if len(outs) > 1:  # one output may be computed from another: hand on copies (see `_copied_outputs`)
                 handed_on = output = self._copied_outputs(output)
             for i, t in enumerate(tensors_in(output)):
-                if isinstance(t, ms.Tensor) and _differentiable(t):
+                if isinstance(t, ms.Tensor) and differentiable(t):
                     if id(t) in copies:  # an input handed back: its grad_output goes first (`_input_grad`)
                         call.handed[id(t)] = call.handed.get(id(t), 0) + 1
                     t.register_hook(functools.partial(self._output_grad, call, i, id(t)))
@@ -164,7 +166,7 @@ class _CellHooks(CallHooks):
         copies: list[ms.Tensor] = []
 
         def copy(t: ms.Tensor) -> ms.Tensor:
-            if not _differentiable(t):
+            if not differentiable(t):
                 return t
             originals.append(t)
             copies.append(_copy(t))

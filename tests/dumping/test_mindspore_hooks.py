@@ -212,3 +212,18 @@ def test_a_forward_only_dump_copies_nothing(tmp_path: Path, monkeypatch: pytest.
     # shared, called twice; twice: z twice; masked: its input and the ones_like(z) mask, not the constant one;
     # inplace; head), and of each of multi's two outputs
     assert len(copied) == 15
+
+
+def test_ops_inside_a_cell_take_the_copies_as_its_inputs(tmp_path: Path) -> None:
+    """ops=True: the copies are aligner's, not the model's ops (no record), and the cell's first op, which reads
+    them, links its inputs to the record of the tensor copied (shared's output), as the cell's own input does."""
+    net = make()
+    with aligner.dump(net, tmp_path / "d", ops=True, scope="twice"):
+        step(net)
+    recs = dumped(tmp_path / "d")[1]
+    ops_ = [r for r in recs if r["kind"] == "op"]
+    assert [r["type"] for r in ops_ if r["io"] == "output"] == ["Tensor.__mul__", "Tensor.__add__"]
+    shared_out = [r["seq"] for r in recs if (r["module"], r["kind"], r["io"]) == ("shared", "forward", "output")][-1]
+    twice_in = [r for r in recs if (r["module"], r["kind"], r["io"]) == ("twice", "forward", "input")]
+    mul_in = [r for r in ops_ if r["type"] == "Tensor.__mul__" and r["io"] == "input"]
+    assert [r["same_as"] for r in twice_in] == [r["same_as"] for r in mul_in] == [shared_out, shared_out]
