@@ -91,9 +91,9 @@ def test_both_frameworks_record_the_same_tensors_in_the_same_order(twin_dumps):
     for kind_ in ("forward", "backward", "probe"):
         assert [key(r) for r in rpt if r.kind == kind_] == [key(r) for r in rms if r.kind == kind_]
     # the same records are links in both (a gradient that is the one recorded just before it; in the block, the
-    # Dropout (p=0) handing back its very input), though MindSpore hands tensors over as new Python objects: a cell's
-    # backward hook passes them on (linked by identity, the MindSpore hooks naming the new objects), a gradient views
-    # the same memory (linked at the flush, session.DEFER)
+    # Dropout (p=0) handing back its very input), though MindSpore hands tensors over as new Python objects: a cell
+    # gets a copy of each input its gradients are taken on (linked by identity, the MindSpore hooks naming the
+    # copies), a gradient views the same memory (linked at the flush, session.DEFER)
     # (a block's statistics records link by each framework's own object identity: left out)
     linked_pt = [key(r) for r in rpt if r.same_as is not None and r.kind != "block"]
     linked_ms = [key(r) for r in rms if r.same_as is not None and r.kind != "block"]
@@ -104,9 +104,9 @@ def test_both_frameworks_record_the_same_tensors_in_the_same_order(twin_dumps):
 
 @pytest.mark.parametrize("kind", ["cnn", "block"])
 def test_both_frameworks_link_the_same_inputs(kind, tmp_path):
-    """With the default inputs=None, an input that is an earlier output is a link in both frameworks: the new Python
-    object a MindSpore cell's backward hook hands on is named to the session by the hooks (identity, no wait for the
-    op), also where it is a copy (a 3-D Dense's output): the very same records are links."""
+    """With the default inputs=None, an input that is an earlier output is a link in both frameworks: the MindSpore
+    hooks record a cell's inputs before handing it copies, and name each copy to the session (identity, no wait for
+    the op): the very same records are links."""
     tnet, mnet = make_twins(kind)
     x = example_input(kind)
     with aligner.dump(tnet, tmp_path / "pt"):
