@@ -386,6 +386,7 @@ def write_csv(result: CompareResult, fh: IO[str], spool: ReportSpool | None = No
     writer = csv.DictWriter(fh, fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     if spool is not None and spool.csv is not None:
+        spool.flush()
         spool.csv.copy(_byte_sink(fh), spool.patches(result, csv_rows=True))
         return
     for i in range(len(result.rows)):

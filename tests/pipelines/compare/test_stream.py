@@ -208,7 +208,7 @@ def test_long_reports_from_the_writer_process(tmp_path: Path) -> None:
     """Past render's _WRITER_FROM rows (16,384) a writer process encodes the JSON and CSV rows: a 40,000-record
     comparison, diverged from record 30,000 to its last (rows the verdict labels, written again, the last row among
     them), writes the reports the whole-list path writes, byte for byte, its rows past the start written by the
-    writer."""
+    writer; so does one that writes the CSV alone."""
     a = _stats_dump(tmp_path / "a", "mindspore", 40_000, 30_000)
     b = _stats_dump(tmp_path / "b", "pytorch", 40_000, 40_000)
     spool = ReportSpool(json_rows=True, csv_rows=True)
@@ -226,6 +226,14 @@ def test_long_reports_from_the_writer_process(tmp_path: Path) -> None:
     whole_reports = _reports(whole, tmp_path / "whole")
     assert streamed_reports["json"] == whole_reports["json"]
     assert streamed_reports["csv"] == whole_reports["csv"]
+    csv_only = ReportSpool(json_rows=False, csv_rows=True)  # (no JSON report written first: the CSV flushes alone)
+    try:
+        with open(tmp_path / "only.csv", "w", encoding="utf-8") as fh:
+            write_csv(compare_streamed(str(a), str(b), sink=csv_only), fh, csv_only)
+    finally:
+        csv_only.close()
+    assert csv_only.csv is not None and csv_only.csv.spans is not None
+    assert (tmp_path / "only.csv").read_text(encoding="utf-8") == whole_reports["csv"]
 
 
 def test_bad_input_mid_stream_is_one_line(tmp_path: Path) -> None:
