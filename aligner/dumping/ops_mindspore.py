@@ -38,7 +38,7 @@ COMPUTING_PROPERTIES = frozenset({"T", "mT", "H", "mH"})
 SKIPPED = frozenset({"asnumpy", "numpy", "item", "tolist", "dim", "ndimension", "numel", "nelement", "data_ptr",
                      "is_contiguous", "is_floating_point", "is_complex", "register_hook", "init_data", "set_data",
                      "contiguous", "stride", "storage_offset", "untyped_storage", "element_size"})
-# Primitives of the framework's hook plumbing (the backward hooks aligner registers on cells), not the model's ops.
+# Primitives of the framework's hook plumbing (a Cell's backward hooks, which a model may register): not its ops.
 HOOK_PRIMITIVES = frozenset({"CellBackwardHook"})
 _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
 _MISSING = object()
