@@ -19,9 +19,14 @@ are planned over the MindSpore side's gradients once its first step holding some
 gradient the plan lacks: OutOfStepError.
 
 Memory: the records read ahead (at most `LOOKAHEAD` a side, or the rest of the first step with parameter gradients
-on the MindSpore side), the last `_CONTEXT` passed (folding context), the inputs of the module calls still open, and
-per step the occurrence counts of the name keys met outside `_in_step`; what grows with the model, not the records:
-the distinct module names of each side.
+on the MindSpore side), the batch of items the stream handed out last (a manifest block's, which its reader holds
+anyway), the last `_CONTEXT` passed (folding context), the inputs of the module calls still open, and per step the
+occurrence counts of the name keys met outside `_in_step`; what grows with the model, not the records: the distinct
+module names of each side.
+
+Speed: a side is filled a batch at a time, and what the rules read of a batch (names, kinds, calls opened and closed,
+records alike on both sides, pass-through calls) is taken with a set or a map per field, not a loop per record; the
+record-by-record code each replaces is in tests/dumping/pair/test_window_batches.py, which holds them equal.
 """
 from __future__ import annotations
 

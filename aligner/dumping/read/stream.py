@@ -4,6 +4,7 @@
         for item in stream:               # Items in execution order, `same_as` links resolved as read_source does
             ...
         stream.problems                   # the manifest lines that did not parse, met so far
+    # or: for batch in stream.batches(): ... (the same items, a manifest block's in one list)
 
 The items are those `read_source` gives for the same directory, in the same order: its `items` (sorted by (step,
 seq)) with the parameter values (kind "param", its `params`) in their place among them. Call records (kind "call")
@@ -21,6 +22,10 @@ Memory, the bound: the records of the block of lines being decoded and of the bl
 each, 8 MiB: ~20,000 stats-only records), a link table of 16 bytes per record of the current step (seq -> where its
 line is), up to `CACHED_BLOCKS` blocks decoded again to resolve a link to a record older than the previous block,
 and the first `MAX_PROBLEMS` problem lines. Nothing else grows with the number of records.
+
+Speed: a block of records with no call, link (`same_as`) or problem line among them (a stats-only dump's, mostly) is
+checked for order and added to the link table with a map per field, not a loop per record (`_plain`); any other block
+is read a record at a time (`_block`).
 """
 from __future__ import annotations
 
