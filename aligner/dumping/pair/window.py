@@ -448,21 +448,23 @@ def _places(records: list[Record], by_arg: bool) -> list[tuple]:
 def _folded(side: _Side, k: int) -> dict[int, int]:
     """`passthrough` of the first k records read ahead after the folding context (`tail`): {index: index of the
     record holding its tensor} of those ahead that fold, in `ahead`'s indices. Where no two records in a row are
-    one call's and every record's L2 norm differs from the one's before it, none folds (passthrough's test of a
-    call of one record), and it is not called."""
-    records = list(map(_RECORD, side.ahead[:k]))
-    if side.tail:
-        records.insert(0, side.tail[-1].record)
+    one call's and each has an L2 norm, a call (one record) can only fold into the record before it, and only where
+    their norms are equal (passthrough's test of a call of one record): those pairs alone are looked at."""
+    ahead = side.ahead[:k]
+    items = [side.tail[-1], *ahead] if side.tail else ahead
+    records = list(map(_RECORD, items))
     modules = list(map(_MODULE, records))
     if not any(map(eq, modules, modules[1:])) or not any(map(eq, runs := list(map(_RUN, records)), runs[1:])):
         try:
             norms = list(map(_NORM, records))
         except AttributeError:  # a record without statistics
             norms = []
-        if norms and set(map(type, norms)) == {float} and not any(map(eq, norms, norms[1:])):
-            return {}
+        if norms and set(map(type, norms)) == {float}:
+            o = len(items) - len(ahead)  # 1 with a tail record before the first one ahead
+            return {n - o: n - 1 - o for n in itertools.compress(range(1, len(items)), map(eq, norms, norms[1:]))
+                    if passthrough(items[n - 1:n + 1])}
     c = len(side.tail)
-    return {i - c: j - c for i, j in passthrough(side.tail + side.ahead[:k]).items() if i >= c}
+    return {i - c: j - c for i, j in passthrough(side.tail + ahead).items() if i >= c}
 
 
 def _pass_in_step(a: _Side, b: _Side, k: int) -> list[Pair]:
