@@ -152,17 +152,22 @@ class _Side:
             records = [r for r in records if r.kind != _GRAD]
         modules = set(map(_MODULE, records))
         new = modules - self.met
+        spelt_new: dict[str, str] = {}  # (each name spelled once here: a look-up in `spelled` is a cache miss)
         if new:
             self.met |= new
-            self.names.update(self._spelt(m, spelled) for m in new)
+            spelt_new = {m: self._spelt(m, spelled) for m in new}
+            self.names.update(spelt_new.values())
         if not kinds <= _MODULE_KINDS:
             modules = {r.module for r in records if r.kind in _MODULE_KINDS}
         new = modules - self.met_modules
         if new:
             self.met_modules |= new
-            for spelt in (self._spelt(m, spelled) for m in new):
+            parents = self.parents  # (holds each name's whole chain of ancestors: one parent there, all are)
+            for m in new:
+                spelt = spelt_new[m] if m in spelt_new else self._spelt(m, spelled)
                 self.modules.add(spelt)
-                self.parents.update(ancestors(spelt))
+                if spelt.rpartition(".")[0] not in parents:
+                    parents.update(ancestors(spelt))
         if not self.named_inputs and set(map(_ARG, records)) != {None}:
             self.named_inputs = any(r.arg is not None and r.io == _INPUT for r in records)
 
