@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any, Callable
+from typing import Any
 
 import mindspore as ms
 
@@ -36,7 +36,7 @@ from aligner.dumping.calls import CallHooks
 from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session
-from aligner.dumping.tensors import tensors_in
+from aligner.dumping.tensors import map_tensors, tensors_in
 
 _copy = ms.ops.deepcopy  # bound at import: ops=True wraps ms.ops' functions while a dump runs
 # dtypes a gradient flows through (an int tensor or a mask gets no copy: MindSpore gives it no gradient)
@@ -58,18 +58,6 @@ def check_pynative() -> None:
     if ms.get_context("mode") != ms.PYNATIVE_MODE:
         raise AlignerError("aligner.dump needs MindSpore PyNative mode (Cell hooks do not run in GRAPH_MODE): call "
                            "mindspore.set_context(mode=mindspore.PYNATIVE_MODE) before building and running the model")
-
-
-def _map_tensors(fn: Callable[[ms.Tensor], ms.Tensor], obj: Any) -> Any:
-    """`obj` with every tensor inside (nested tuple/list/dict, in `tensors_in`'s order) replaced by fn(tensor)."""
-    if isinstance(obj, ms.Tensor):
-        return fn(obj)
-    if isinstance(obj, (tuple, list)):
-        items = [_map_tensors(fn, o) for o in obj]
-        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)  # namedtuples take *args
-    if isinstance(obj, dict):
-        return type(obj)((k, _map_tensors(fn, v)) for k, v in obj.items())
-    return obj
 
 
 def differentiable(tensor: ms.Tensor) -> bool:
@@ -128,7 +116,7 @@ class _CellHooks(CallHooks):
             originals.append(t)
             return c
 
-        new_args, new_kwargs = _map_tensors(copy, args), _map_tensors(copy, kwargs)
+        new_args, new_kwargs = map_tensors(copy, args), map_tensors(copy, kwargs)
         if not call.copies:
             return None
         if self.session.open:
@@ -172,7 +160,7 @@ class _CellHooks(CallHooks):
             copies.append(_copy(t))
             return copies[-1]
 
-        handed_on = _map_tensors(copy, output)
+        handed_on = map_tensors(copy, output)
         if self.session.open:
             self.session.same_tensors(originals, copies)
         return handed_on

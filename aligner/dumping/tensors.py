@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Hashable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 import numpy as np
 
@@ -47,6 +47,19 @@ def tensors_in(obj: Any) -> Iterator[Any]:
     elif isinstance(obj, dict):
         for item in obj.values():
             yield from tensors_in(item)
+
+
+def map_tensors(fn: Callable[[Any], Any], obj: Any) -> Any:
+    """`obj` with every tensor inside (a nested tuple/list/dict, in `tensors_in`'s order) replaced by fn(tensor):
+    what a hook hands a call or its caller in place of the tensors it was given."""
+    if is_tensor(obj):
+        return fn(obj)
+    if isinstance(obj, (tuple, list)):
+        items = [map_tensors(fn, o) for o in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)  # namedtuples take *args
+    if isinstance(obj, dict):
+        return type(obj)((k, map_tensors(fn, v)) for k, v in obj.items())
+    return obj
 
 
 def view_key(tensor: Any) -> Hashable | None:

@@ -32,19 +32,7 @@ from aligner.dumping.calls import CallHooks
 from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session
-from aligner.dumping.tensors import tensors_in
-
-
-def _map_tensors(fn: Callable[[torch.Tensor], torch.Tensor], obj: Any) -> Any:
-    """`obj` with every tensor inside (nested tuple/list/dict) replaced by fn(tensor)."""
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if isinstance(obj, (tuple, list)):
-        items = [_map_tensors(fn, o) for o in obj]
-        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)  # namedtuples take *args
-    if isinstance(obj, dict):
-        return type(obj)((k, _map_tensors(fn, v)) for k, v in obj.items())
-    return obj
+from aligner.dumping.tensors import map_tensors, tensors_in
 
 
 class _ModuleHooks(CallHooks):
@@ -88,7 +76,7 @@ class _ModuleHooks(CallHooks):
             aliases.append((index, a, a._version, t, t.grad_fn))
             return a
 
-        new_args, new_kwargs = _map_tensors(alias, args), _map_tensors(alias, kwargs)
+        new_args, new_kwargs = map_tensors(alias, args), map_tensors(alias, kwargs)
         self.pending.append(aliases)
         return (new_args, new_kwargs) if aliases and not self.direct else None
 
@@ -98,7 +86,7 @@ class _ModuleHooks(CallHooks):
         handed_back = {id(a): t for _, a, version, t, _ in aliases if a is not t and a._version == version}
         swapped = None
         if handed_back and any(id(o) in handed_back for o in tensors_in(output)):
-            swapped = output = _map_tensors(lambda o: handed_back.get(id(o), o), output)
+            swapped = output = map_tensors(lambda o: handed_back.get(id(o), o), output)
         self.exit(module, output)
         if live:
             try:
