@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import csv
 import errno
-import io
 import itertools
 import json
 import math
@@ -23,9 +22,8 @@ from aligner.render.report_rows import (
     Spans,
     csv_cell,
     csv_row_bytes,
+    json_row_bytes,
     row_bytes,
-    rows_lines,
-    spool_lines,
 )
 from aligner.render.words import say
 from aligner.render.zoom import zoom_code, zoom_hint
@@ -359,8 +357,10 @@ def write_compare_json(result: CompareResult, fh: IO[str], spool: ReportSpool | 
 
 
 _JSON_ROWS = 4096  # rows per write of the JSON report: large writes, a few MB held
-_WRITER_FROM = 16384  # a streamed comparison this long starts a writer process for its JSON rows (ReportSpool)
+_WRITER_FROM = 16384  # a streamed comparison this long starts a writer process for its report rows (ReportSpool)
 _WRITER_WAIT_S = 10.0  # how long rows wait, at twice that, for a writer that has not said it is up
+
+
 def _byte_sink(fh: IO[str]) -> _Writes:
     """The bytes under a text report (a file's buffer; a StringIO's own writes, decoded)."""
     fh.flush()
@@ -523,8 +523,6 @@ class _Spool:
         that lie one after the other in one write (a streamed comparison labels up to ~100,000 rows, most of them in
         a few runs), the bytes between by the kernel where `out` is a file."""
         self.file.flush()
-        if self.spans is not None:
-            self.size = self.spans.end
         self.file.seek(0)
         pos, end_at = 0, self.size - cut
         for start, end, run in self._runs(patches):
@@ -564,8 +562,8 @@ class _Spool:
                     if not done:
                         raise OSError("the report's spool file was cut short")
                     pos, n = pos + done, n - done
-            except (OSError, io.UnsupportedOperation) as exc:  # no such copy here: read and write what is left
-                if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO):
+            except OSError as exc:  # no such copy here (io.UnsupportedOperation among them): read and write the rest
+                if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO):
                     raise
         self.file.seek(pos)
         while n > 0:
@@ -634,7 +632,7 @@ class ReportSpool:
         else:
             fields = [RowFields(*values) for values in self._rows]
             if self.json is not None:
-                self.json.add_rows(self._first, [line + b"\n" for line in spool_lines(fields).split(b"\n")[:-1]])
+                self.json.add_rows(self._first, json_row_bytes(fields))
             if self.csv is not None:
                 self.csv.add_rows(self._first, csv_row_bytes(fields))
         self._rows = []
@@ -646,8 +644,8 @@ class ReportSpool:
             writer, self._writer = self._writer, None
             if self._handed:
                 for spool, spans in zip((self.json, self.csv), writer.finish()):
-                    if spool is not None:
-                        spool.spans = spans
+                    if spool is not None and spans is not None:
+                        spool.spans, spool.size = spans, spans.end
             else:
                 writer.close()
 
@@ -675,13 +673,11 @@ class ReportSpool:
 
     def patches(self, result: CompareResult, csv_rows: bool) -> dict[int, bytes]:
         """The rows the verdict labelled, as they are written with their label (JSON rows a block at a time)."""
+        encode = csv_row_bytes if csv_rows else json_row_bytes
         labelled = list(result.verdict.labels)
-        if csv_rows:
-            return dict(zip(labelled, csv_row_bytes([result.row_record(i) for i in labelled])))
         out: dict[int, bytes] = {}
         for at in range(0, len(labelled), _JSON_ROWS):
             block = labelled[at:at + _JSON_ROWS]
-            lines = rows_lines([result.row_record(i) for i in block]).split(b"\n")
-            out.update(zip(block, [line + b",\n" for line in lines]))
+            out.update(zip(block, encode([result.row_record(i) for i in block])))
         return out
 

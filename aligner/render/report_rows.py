@@ -4,8 +4,8 @@ goes on.
 
 The writer (`RowsWriter`, run as `python -m aligner.render.report_rows`) takes each row's values as a msgpack array
 (~0.2 us a row to send, where building and encoding its JSON here took ~2.5, and its CSV row ~25: msgpack writes
-floats as bytes, not text). It appends the rows' JSON lines (`spool_lines`) and CSV rows (`csv_row_bytes`) to the spool
-files it was handed, and where each row starts to an offsets file per spool. The functions are the ones this
+floats as bytes, not text). It appends the rows' JSON lines (`json_row_bytes`) and CSV rows (`csv_row_bytes`) to the
+spool files it was handed, and where each row starts to an offsets file per spool. The functions are the ones this
 process uses for the rows it writes itself: the reports' bytes do not depend on who wrote them.
 """
 from __future__ import annotations
@@ -42,8 +42,8 @@ CSV_FIELDS = ["row", "module", "module_a", "type", "kind", "io", "index", "step"
               "max_abs_err", "max_abs_index", "max_rel_err", "mean_abs_err", "rmse", "cosine", "sqnr_db",
               "rel_l2_err", "nan_a", "nan_b", "inf_a", "inf_b", "rtol", "atol", "error"]
 _CSV_VALUES = operator.attrgetter(*CSV_FIELDS)  # (every one a RowFields field: the metrics' UNSET when absent)
-_OFFSET = struct.Struct("<q")
-_READY = b"r"  # the writer's word that it is up  # the offsets file: where each row's line starts in the spool
+_OFFSET = struct.Struct("<q")  # the offsets file: where each row's line starts in the spool
+_READY = b"r"  # the writer's word that it is up
 
 
 def row_bytes(row: RowFields) -> bytes:
@@ -83,6 +83,11 @@ def spool_lines(rows: list[RowFields]) -> bytes:
     return rows_lines(rows).replace(b"\n", b",\n")  # (JSON text holds no newline: a string escapes it)
 
 
+def json_row_bytes(rows: list[RowFields]) -> list[bytes]:
+    """Each row's line of `spool_lines`, its joining comma and newline included (what a spool holds of a row)."""
+    return [line + b"\n" for line in spool_lines(rows).split(b"\n")[:-1]]
+
+
 def csv_cell(value: Any) -> Any:
     """One CSV cell: a list as JSON, a number as it is (a non-finite one as "inf"/"nan"), text as spreadsheet-safe
     text (a name such as =HYPERLINK(...) gets a leading ', so opening the file runs no formula)."""
@@ -108,16 +113,11 @@ def csv_row_bytes(rows: list[RowFields]) -> list[bytes]:
     for row in rows:
         cells = []
         for value in _CSV_VALUES(row):
-            kind = type(value)
-            if kind is int or value is None:
-                cells.append(value)
-            elif kind is str:
+            if type(value) is str:
                 text = texts.get(value)
                 if text is None:
-                    text = texts[value] = spreadsheet_text(value)
+                    text = texts[value] = csv_cell(value)
                 cells.append(text)
-            elif kind is float and value - value == 0.0:
-                cells.append(value)
             else:
                 cells.append("" if value is unset else csv_cell(value))
         writer.writerow(cells)
@@ -194,7 +194,7 @@ class RowsWriter:
         except UnicodeEncodeError:  # a lone surrogate in a name, which msgpack's UTF-8 refuses: the lines made here
             fields = [RowFields(*values) for values in rows]
             json_out, csv_out = self.outputs
-            kind, data = _LINES, self._encoder.encode((spool_lines(fields) if json_out is not None else None,
+            kind, data = _LINES, self._encoder.encode((json_row_bytes(fields) if json_out is not None else None,
                                                        csv_row_bytes(fields) if csv_out is not None else None))
         assert self._proc.stdin is not None
         try:
@@ -287,14 +287,14 @@ def main(fds: list[int]) -> None:
             raise EOFError("a frame was cut short")
         if kind == _ROWS:
             fields = [RowFields(*values) for values in msgspec.msgpack.decode(data)]
-            lines = spool_lines(fields) if json_fd >= 0 else b""
-            rows = csv_row_bytes(fields) if csv_fd >= 0 else []
+            json_rows = json_row_bytes(fields) if json_fd >= 0 else []
+            csv_rows = csv_row_bytes(fields) if csv_fd >= 0 else []
         else:
-            lines, rows = msgspec.msgpack.decode(data)
+            json_rows, csv_rows = msgspec.msgpack.decode(data)
         if json_fd >= 0:
-            _append(json_fd, json_offsets, [line + b"\n" for line in lines.split(b"\n")[:-1]])
+            _append(json_fd, json_offsets, json_rows)
         if csv_fd >= 0:
-            _append(csv_fd, csv_offsets, rows)
+            _append(csv_fd, csv_offsets, csv_rows)
 
 
 def _write_all(fd: int, data: bytes) -> None:
