@@ -130,7 +130,7 @@ def row_values(i: int, row: Row, label: Any = None) -> tuple:
     writer process is sent (render/report_rows.py), a tuple being cheaper to build and to send than the struct."""
     pair = row.pair
     a, b = pair.a, pair.b
-    rec = b.record if b is not None else a.record  # type: ignore[union-attr]  # (Pair.ref, without its call)
+    rec = pair.ref.record
     values = (i, rec.module, a.record.module if a else None, rec.type, rec.kind, rec.io, rec.index, rec.step,
               pair.matched_by, row.status.value, label, a.record.shape if a else None,
               b.record.shape if b else None, a.record.dtype if a else None, b.record.dtype if b else None,
