@@ -46,7 +46,7 @@ class MatchedBy(enum.StrEnum):
     FOLDED = "folded"    # a call that only passes a tensor through, with no twin: not paired
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)  # no __dict__: a streamed compare makes and frees one a row
 class Pair:
     """A record of the migrated side `a` and its counterpart on the reference side `b` (either may be missing; the
     JSON's `_a`/`_b` row fields are theirs)."""
@@ -140,8 +140,9 @@ def grad_names(infos: dict[str, io.TensorInfo]) -> dict[str, str]:
 
 def spelling(path: str) -> str:
     """A module path up to case and underscores: the same layer spelled by another zoo (`maxpool` / `max_pool`,
-    `downsample` / `down_sample`)."""
-    return path.replace("_", "").lower()
+    `downsample` / `down_sample`); `path` itself where that changes nothing (one string where a model has ~10^6)."""
+    spelt = path.replace("_", "").lower()
+    return path if spelt == path else spelt
 
 
 def wrapper_prefixes(spelled: list[set[str]]) -> tuple[str, str]:

@@ -70,6 +70,7 @@ _SCAN = 256              # records `_in_step` compares at a time (it stops at th
 _PARAM, _BUFFER, _GRAD, _OP, _BLOCK = Kind.PARAM, Kind.BUFFER, Kind.PARAM_GRAD, Kind.OP, Kind.BLOCK
 _INPUT = Io.INPUT
 _MODULE_KINDS = frozenset(MODULE_KINDS)
+_LEFT_OUT = frozenset((_PARAM, _GRAD))  # kinds `_note` takes no name of
 _RECORD, _KIND, _MODULE, _ARG, _IO = (attrgetter(name) for name in ("record", "kind", "module", "arg", "io"))
 _NORM, _RUN = attrgetter("stats.l2"), attrgetter("module", "kind")
 _PLACE = attrgetter("module", "kind", "io", "step", "index")  # what `_in_step` compares, inputs by position
@@ -117,10 +118,15 @@ class _Side:
     met_modules: set[str] = dataclasses.field(default_factory=set)
     modules: set[str] = dataclasses.field(default_factory=set)   # module records' names read, spelled
     parents: set[str] = dataclasses.field(default_factory=set)   # their ancestors
+    # `names`, `met_modules` and `modules` are `met` itself while every name read is a module record's and spells as
+    # itself (a model's usual names): one set where four would each hold every name (`_note`, `_split`)
     named_inputs: bool = False  # an input read names its argument (`matching.named_inputs`)
     buffers: bool = False  # a buffer record was read (a BatchNorm in training mode)
     inner: dict[str, bool] = dataclasses.field(default_factory=dict)  # inside_leaf of names left to content pairing
     low: int | None = None  # the earliest step whose occurrence counts `seen` holds
+
+    def __post_init__(self) -> None:
+        self.names = self.met_modules = self.modules = self.met
 
     def fill(self, n: int, spelled: dict[str, str]) -> None:
         """Read records until `n` are ahead (parameter values, which compare does not pair, left out), noting the
@@ -152,6 +158,16 @@ class _Side:
             records = [r for r in records if r.kind != _GRAD]
         modules = set(map(_MODULE, records))
         new = modules - self.met
+        if self.names is self.met and new:
+            if (kinds - _LEFT_OUT) <= _MODULE_KINDS and all([self._spelt(m, spelled) == m for m in new]):
+                self.met |= new  # (`names`, `met_modules` and `modules` with it)
+                parents = self.parents
+                for m in new:
+                    if m.rpartition(".")[0] not in parents:
+                        parents.update(ancestors(m))
+                self._note_inputs(records)
+                return
+            self._split()
         spelt_new: dict[str, str] = {}  # (each name spelled once here: a look-up in `spelled` is a cache miss)
         if new:
             self.met |= new
@@ -168,8 +184,16 @@ class _Side:
                 self.modules.add(spelt)
                 if spelt.rpartition(".")[0] not in parents:
                     parents.update(ancestors(spelt))
+        self._note_inputs(records)
+
+    def _note_inputs(self, records: list[Record]) -> None:
         if not self.named_inputs and set(map(_ARG, records)) != {None}:
             self.named_inputs = any(r.arg is not None and r.io == _INPUT for r in records)
+
+    def _split(self) -> None:
+        """Give `names`, `met_modules` and `modules` sets of their own: a name read that is no module record's, or
+        that spells otherwise."""
+        self.names, self.met_modules, self.modules = set(self.met), set(self.met), set(self.met)
 
     @staticmethod
     def _spelt(module: str, spelled: dict[str, str]) -> str:

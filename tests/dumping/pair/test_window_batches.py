@@ -143,10 +143,30 @@ def _state(side: _Side) -> tuple:
 def test_fill_reads_what_the_record_by_record_loop_reads(seed: int) -> None:
     """Batches of any length (empty ones too), filled and passed round by round."""
     rng = random.Random(seed)
-    items = _items(rng, rng.randrange(0, 400), MODULES + [f"m{i}.x_y" for i in range(30)])
+    _fill_alike(rng, _items(rng, rng.randrange(0, 400), MODULES + [f"m{i}.x_y" for i in range(30)]))
+
+
+PLAIN = ["enc.fc0", "enc.fc1", "enc.drop", "dec.attn.q", "dec.attn"]  # names that spell as themselves
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_fill_shares_one_name_set_exactly_while_it_can(seed: int) -> None:
+    """A model's usual records first (module records, parameters and their gradients, names that spell as
+    themselves: the one set `_Side` keeps for them), then, from a random point or never, any record (a name spelled
+    otherwise, an op, a buffer): the same state as the loop that keeps four sets from the start."""
+    rng = random.Random(seed)
+    plain = PLAIN + [f"layers.{i}.fc" for i in range(40)]
+    items = _items(rng, rng.randrange(0, 300), plain, ["forward", "backward", "param", "param_grad"])
+    items += _items(rng, rng.randrange(0, 100) if rng.random() < 0.8 else 0, plain + MODULES)
+    _fill_alike(rng, items)
+
+
+def _fill_alike(rng: random.Random, items: list[Item]) -> None:
+    """Fill a side from `items` in random batches and random amounts, and the record-by-record loop beside it."""
     cuts = sorted(rng.randrange(len(items) + 1) for _ in range(rng.randrange(6)))
     batches = [items[i:j] for i, j in zip([0, *cuts], [*cuts, len(items)])]
     new, old, rest = _Side(iter(batches)), _Side(iter([])), list(items)
+    old._split()  # the loop keeps the four sets apart from the start (the new side shares one while it can)
     spelled_new: dict[str, str] = {}
     spelled_old: dict[str, str] = {}
     while not (new.done and old.done):
