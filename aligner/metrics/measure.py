@@ -389,7 +389,7 @@ def compare_stats(stats_a: Stats, stats_b: Stats, shape_a: tuple[int, ...],
 
 
 StatsItem = tuple[Stats, Stats, Sequence[Any], Sequence[Any], str, str, "Tolerance | None"]  # compare_stats's arguments
-_COMPARED_STATS = operator.attrgetter("max", "min", "mean", "l2", "nan", "inf")  # what compare_stats reads
+_COMPARED = [operator.attrgetter(name) for name in ("max", "min", "mean", "l2", "nan", "inf")]  # compare_stats reads
 _PLAIN = (float, float, float, float, int, int) * 2  # of both sides
 _EXACT = float(1 << 51)  # counts and element counts below this stay exact through float64 sums of three
 
@@ -405,33 +405,41 @@ def compare_stats_many(items: Sequence[StatsItem]) -> list[Metrics | None]:
     """`compare_stats(*item)` of each item, bit for bit, from one vectorised pass over the batch: for the items of
     equal shapes and known dtypes whose compared statistics are plain numbers (min, max, mean and L2 floats, the
     NaN/Inf counts ints); None for the others (call `compare_stats` for them: it handles None, statistics not
-    recorded, other shapes, and raises what it raises)."""
+    recorded, other shapes, and raises what it raises). The statistics are read a column at a time (a C loop each)."""
     out: list[Metrics | None] = [None] * len(items)
+    if not items:
+        return out
+    sa, sb, shapes_a, shapes_b, dtypes_a, dtypes_b, tols = zip(*items)
+    columns = [list(map(get, side)) for side in (sa, sb) for get in _COMPARED]  # 12 columns: a's six, b's six
+    plain: list[bool] | None = None  # None while every item's statistics are plain numbers
+    for column, kind in zip(columns, _PLAIN):
+        if set(map(type, column)) != {kind}:
+            mine = [type(v) is kind for v in column]
+            plain = mine if plain is None else list(map(operator.and_, plain, mine))
     at: list[int] = []
-    values: list[tuple] = []  # the compared statistics of both sides
-    fixed: list[tuple] = []  # (shape_a, shape_b, dtype_a, dtype_b, rtol, atol, numel) of each pair computed here
-    resolved: dict[tuple, tuple[str, str, float, float] | None] = {}  # (dtype_a, dtype_b, tol) -> _resolved
-    for k, (sa, sb, shape_a, shape_b, dtype_a, dtype_b, tol) in enumerate(items):
-        both = _COMPARED_STATS(sa) + _COMPARED_STATS(sb)
-        if tuple(map(type, both)) != _PLAIN:
-            continue
+    fixed: list[tuple] = []  # (shape, dtype_a, dtype_b, rtol, atol, numel) of each item computed here
+    # (dtype_a, dtype_b, id(tol)) -> _resolved: by identity, as Tolerance(0, 0) == Tolerance(0.0, 0.0) (only the
+    # second is computed here) and the items hold every tol while this runs
+    resolved: dict[tuple, tuple[str, str, float, float] | None] = {}
+    for k in range(len(items)) if plain is None else itertools.compress(range(len(items)), plain):
         try:
-            key = (dtype_a, dtype_b, tol)
-            known_ = resolved[key] if key in resolved else resolved.setdefault(key, _resolved(dtype_a, dtype_b, tol))
-            ta, tb = tuple(shape_a), tuple(shape_b)
+            tol = tols[k]
+            key = (dtypes_a[k], dtypes_b[k], id(tol))
+            known_ = resolved[key] if key in resolved else resolved.setdefault(key, _resolved(*key[:2], tol))
+            ta, tb = tuple(shapes_a[k]), tuple(shapes_b[k])
             numel = math.prod(tb)
         except Exception:  # whatever it is, compare_stats meets it again and says so
             continue
         if known_ is None or type(numel) is not int or not 0 <= numel < _EXACT or ta != tb:
             continue
         at.append(k)
-        values.append(both)
-        fixed.append((ta, tb, *known_, numel))
+        fixed.append((tb, *known_, numel))
     if not at:
         return out
-    table = np.array(values, np.float64).T.copy()  # a row per statistic, contiguous
+    table = np.array(columns if len(at) == len(items) else [list(map(column.__getitem__, at)) for column in columns],
+                     np.float64)  # a row per statistic, contiguous
     a, b = table[:6], table[6:]
-    rtol, atol, numel = (np.array(column, np.float64) for column in list(zip(*fixed))[4:])
+    rtol, atol, numel = (np.array(column, np.float64) for column in list(zip(*fixed))[3:])
     with np.errstate(all="ignore"):  # NaN and Inf come out as Python's float arithmetic gives them, silently
         exact = (np.abs(a[4:]) < _EXACT).all(0) & (np.abs(b[4:]) < _EXACT).all(0)
         sqrt_n = np.sqrt(np.maximum(numel - b[4] - b[5], 1.0))
@@ -446,9 +454,10 @@ def compare_stats_many(items: Sequence[StatsItem]) -> list[Metrics | None]:
         diff = np.abs(a[3] - b[3])
         rel = np.where(diff == 0.0, 0.0, np.where(b[3] != 0.0, diff / b[3], math.inf))
     stats = Method.STATS
-    for k, v, (sa, sb, da, db, rt, at_, n), bad, high_err, rel_err, ok in zip(
-            at, values, fixed, failed.tolist(), worst.tolist(), rel.tolist(), exact.tolist()):
-        if ok:  # the fields compare_stats sets, in its types (Python floats and ints)
-            out[k] = Metrics(sa, sb, da, db, rt, at_, stats, n, bad, high_err, rel_l2_err=rel_err, norm_a=v[3],
-                             norm_b=v[9], nan_a=v[4], nan_b=v[10], inf_a=v[5], inf_b=v[11])
+    l2_a, nan_a, inf_a, l2_b, nan_b, inf_b = columns[3:6] + columns[9:12]
+    for k, (shape, da, db, rt, at_, n), bad, high_err, rel_err, ok in zip(
+            at, fixed, failed.tolist(), worst.tolist(), rel.tolist(), exact.tolist()):
+        if ok:  # the fields compare_stats sets, in its types (Python floats and ints), in Metrics' order
+            out[k] = Metrics(shape, shape, da, db, rt, at_, stats, n, bad, high_err, None, None, None, None, None,
+                             None, rel_err, l2_a[k], l2_b[k], nan_a[k], nan_b[k], inf_a[k], inf_b[k])
     return out

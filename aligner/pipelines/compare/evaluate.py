@@ -5,7 +5,7 @@ import dataclasses
 import enum
 from typing import TYPE_CHECKING, Sequence
 
-from aligner.core.tolerance import ToleranceSpec
+from aligner.core.tolerance import Tolerance, ToleranceSpec
 from aligner.core.words import words
 from aligner.dumping.pair.matching import MatchedBy, Pair
 from aligner.dumping.read.source import Item, TensorError, open_tensor
@@ -130,6 +130,9 @@ def evaluate_stats(pairs: Sequence[Pair], tolerance: ToleranceSpec) -> list[Row 
     at: list[int] = []
     items: list[StatsItem] = []
     floor = tolerance.floor
+    # one tolerance for every name (no pattern, nothing calibrated that could apply): `chosen` is not asked per pair
+    same = not tolerance.overrides and (tolerance.default is not None or not tolerance.calibrated)
+    floors: dict[tuple[str, str], Tolerance] = {}  # (dtype_a, dtype_b) -> the floor's tolerance for them
     for k, pair in enumerate(pairs):  # what `evaluate` tests before it calls compare_stats (uncomparable included)
         a, b = pair.a, pair.b
         if a is None or b is None:
@@ -139,14 +142,15 @@ def evaluate_stats(pairs: Sequence[Pair], tolerance: ToleranceSpec) -> list[Row 
                 a.path is None and not a.error or b.path is None and not b.error):
             continue
         try:
-            tol = tolerance.chosen(rb.module, (rb.step, rb.seq))
+            tol = tolerance.default if same else tolerance.chosen(rb.module, (rb.step, rb.seq))
             if tol is None and floor is not None and ra.dtype and rb.dtype:
-                tol = tolerance.for_dtype(ra.dtype, rb.dtype)
+                dtypes = (ra.dtype, rb.dtype)
+                tol = floors[dtypes] if dtypes in floors else floors.setdefault(dtypes, tolerance.for_dtype(*dtypes))
         except Exception:  # evaluate meets it again, in its turn, and raises it
             continue
         at.append(k)
         items.append((ra.stats, rb.stats, ra.shape, rb.shape, ra.dtype, rb.dtype, tol))
     for k, metrics in zip(at, compare_stats_many(items)):
         if metrics is not None:  # statistics both recorded (not all UNSET): `uncomparable` gives None
-            out[k] = Row(pairs[k], metrics, read=True)
+            out[k] = Row(pairs[k], metrics, None, True)
     return out

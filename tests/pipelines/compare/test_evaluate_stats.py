@@ -67,7 +67,13 @@ def _same(got: Row, want: Row) -> bool:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(items(1), items(2)), min_size=1, max_size=30),
        st.sampled_from([ToleranceSpec(), ToleranceSpec(default=Tolerance(1e-3, 1e-3)),
-                        ToleranceSpec(floor=Tolerance(1e-2, 1e-2))]))
+                        ToleranceSpec(floor=Tolerance(1e-2, 1e-2)),
+                        # a pattern for one name; a calibrated tolerance for one record (step 0, seq 2), alone and
+                        # under a default (which wins): evaluate_stats asks per pair only where those may apply
+                        ToleranceSpec(overrides=(("m.2", Tolerance(0.5, 0.5)),), floor=Tolerance(1e-2, 1e-2)),
+                        ToleranceSpec(calibrated={(0, 2): Tolerance(0.5, 0.5)}),
+                        ToleranceSpec(default=Tolerance(1e-3, 1e-3), overrides=(("m.2", Tolerance(0.5, 0.5)),)),
+                        ToleranceSpec(default=Tolerance(1e-3, 1e-3), calibrated={(0, 2): Tolerance(0.5, 0.5)})]))
 def test_each_row_is_evaluates_row_or_left_to_it(sides: list[tuple], tolerance: ToleranceSpec) -> None:
     pairs = [Pair(a, b, MatchedBy.NAME if a is not None and b is not None else None) for a, b in sides]
     for pair, row in zip(pairs, evaluate_stats(pairs, tolerance)):
