@@ -136,6 +136,21 @@ class Window:
         self.evicted += 1
         return gone
 
+    def add_rows(self, first: int, rows: list[Row]) -> list[int]:
+        """`add` of each row, from row `first` on: the indices of the rows that left the window for them. A block
+        with no notable row past every region and the first rows is put at once."""
+        if first <= self.until or first < _KEPT_FIRST or any(map(_notable, rows)):
+            return [gone for i, row in enumerate(rows, first) if (gone := self.add(i, row)) is not None]
+        recent, kept = self.recent, self.kept
+        recent.extend(zip(range(first, first + len(rows)), rows))
+        out = []
+        for _ in range(len(recent) - self.size):
+            gone = recent.popleft()[0]
+            if gone not in kept:
+                out.append(gone)
+        self.evicted += len(out)
+        return out
+
     def keep(self, i: int, row: Row) -> None:
         """Keep row i to the end (a row a report names)."""
         self.kept[i] = row
@@ -208,40 +223,50 @@ class _Counter:
         self.alike = 0
         self._types: dict[tuple[str, str], bool] = {}  # (type a, type b) -> whether they are one layer type
 
-    def add(self, i: int, row: Row, window: Window) -> None:
-        a, b, by = row.pair.a, row.pair.b, row.pair.matched_by
-        if a is not None and b is not None:
-            self.matched[by or MatchedBy.NAME] += 1
-            self.records[0] += 1
-            self.records[1] += 1
-            types = (a.record.type, b.record.type)  # same_layer's test of the types, once per pair of types
-            alike = self._types.get(types)
-            if alike is None:
-                alike = self._types[types] = bool(types[0]) and layer_type(a.record) == layer_type(b.record)
-            self.alike += alike or same_layer(a, b)
-        elif by == MatchedBy.FOLDED:
-            self.matched["folded_b" if a is None else "folded_a"] += 1
-        else:  # a record on one side only (CompareResult.matched, .unmatched)
-            self.matched["unmatched_b" if a is None else "unmatched_a"] += 1
-            self.records[a is None] += 1
-            self.counts["unmatched"] += 1
-            if len(self.firsts["unmatched"]) < _KEPT_FIRST:
-                self.firsts["unmatched"].append(i)
-                window.keep(i, row)
-        m = row.metrics
-        if m is not None:
-            self.compared += 1
-        if b is not None and b.record.kind == _OP:
-            self.op_parents.add(b.record.parent or "")
-        if row.error or row.skipped or m is not None and m.reordered:
-            for what, yes in (("errors", bool(row.error) and a is not None and b is not None),
-                              ("skipped", bool(row.skipped)),
-                              ("reordered", m is not None and m.reordered)):
-                if yes:
-                    self.counts[what] += 1
-                    if len(self.firsts[what]) < _KEPT_FIRST:
-                        self.firsts[what].append(i)
-                        window.keep(i, row)
+    def add_rows(self, first: int, rows: list[Row], window: Window) -> None:
+        """Count rows `first`... and keep the first of each kind a report names in `window`."""
+        matched, records, types_alike = self.matched, self.records, self._types
+        compared = alike = paired = 0
+        for i, row in enumerate(rows, first):
+            pair = row.pair
+            a, b, by = pair.a, pair.b, pair.matched_by
+            if a is not None and b is not None:
+                matched[by or MatchedBy.NAME] += 1
+                paired += 1
+                types = (a.record.type, b.record.type)  # same_layer's test of the types, once per pair of types
+                same = types_alike.get(types)
+                if same is None:
+                    same = types_alike[types] = bool(types[0]) and layer_type(a.record) == layer_type(b.record)
+                alike += same or same_layer(a, b)
+            elif by == MatchedBy.FOLDED:
+                matched["folded_b" if a is None else "folded_a"] += 1
+            else:  # a record on one side only (CompareResult.matched, .unmatched)
+                matched["unmatched_b" if a is None else "unmatched_a"] += 1
+                records[a is None] += 1
+                self._first("unmatched", i, row, window)
+            if b is not None and b.record.kind == _OP:
+                self.op_parents.add(b.record.parent or "")
+            m = row.metrics
+            if m is not None:
+                compared += 1
+            if row.error or row.skipped or m is not None and m.reordered:
+                if row.error and a is not None and b is not None:
+                    self._first("errors", i, row, window)
+                if row.skipped:
+                    self._first("skipped", i, row, window)
+                if m is not None and m.reordered:
+                    self._first("reordered", i, row, window)
+        records[0] += paired
+        records[1] += paired
+        self.compared += compared
+        self.alike += alike
+
+    def _first(self, what: str, i: int, row: Row, window: Window) -> None:
+        """Count row i as one of `what`, kept in `window` while it is among the first _KEPT_FIRST of them."""
+        self.counts[what] += 1
+        if len(self.firsts[what]) < _KEPT_FIRST:
+            self.firsts[what].append(i)
+            window.keep(i, row)
 
     def tally(self) -> Tally:
         return Tally(dict(self.matched), self.compared, {k: (self.counts[k], tuple(v)) for k, v in self.firsts.items()},
@@ -301,14 +326,16 @@ def _stream(migrated: Stream, reference: Stream, tolerance: ToleranceSpec, worke
             share, extra = divmod(read - done, len(pairs) or 1)  # the bytes read for this block, spread over it
             task.advance(extra)
             done = read
-            for row in _evaluated(pairs, tolerance, workers, task.advance, share):
-                if sink is not None:
-                    sink.add(i, row)
-                counter.add(i, row, kept)
-                gone = kept.add(i, row)
-                if gone is not None and sink is not None:
-                    sink.settled(gone)
-                i += 1
+            rows = _evaluated(pairs, tolerance, workers, task.advance, share)
+            if sink is not None:
+                for k, row in enumerate(rows, i):
+                    sink.add(k, row)
+            counter.add_rows(i, rows, kept)
+            gone = kept.add_rows(i, rows)
+            if sink is not None:
+                for k in gone:
+                    sink.settled(k)
+            i += len(rows)
     return kept, counter, i, tolerance
 
 
