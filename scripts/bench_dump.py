@@ -12,16 +12,17 @@ to the host) against stats-only the way it was before (every tensor copied to th
 writer thread), in the same run.
 
 --floor adds the floor a dump's own work is measured against: the same hooks (every module's forward pre-hook and
-hook, a hook on each parameter; torch: a hook on each leaf's output tensor; MindSpore: the dump's tensor hooks on each
-leaf's outputs and on a queued copy of each input, `aligner.dumping.mindspore_hooks`) doing nothing, interleaved with
+hook, a hook on each parameter; torch: a hook on each leaf's output tensor; MindSpore: the dump's own hook code,
+`aligner.dumping.mindspore_hooks`, on a session that records nothing: `ms_floor`) doing nothing, interleaved with
 the other modes; the stats-only dump with MindSpore's statistics taken at once (`session.DEFER` off: each hook waits
 for its op), as it was before; and the cost of writing a full dump's bytes per step to the same disk (`DirectWriter`,
 O_DIRECT). It prints stats-only / floor, at once / floor, and full / (floor + disk). For MindSpore it also times
-`cell_hooks`, the floor before (a cell backward hook on each leaf), against the floor and against no dump; with
+`mirror` (the floor before: the dump's tensor hooks re-written here) and `cell_hooks` (the floor before that: a cell
+backward hook on each leaf), against the floor and against no dump; with
 --variants, also each other way around its hook machinery tried (MS_VARIANTS: forward hooks only, tensor hooks on a
 view alias of each input, its TensorDump op). It also prints the CPU seconds of the stepping thread a step:
 MindSpore's Python thread spins while it waits for its backend, so this counts the waits (a cell backward hook makes
-it wait; on 2 cores the spin takes a core from the kernels). --memory then runs none, floor, cell_hooks and stats
+it wait; on 2 cores the spin takes a core from the kernels). --memory then runs none, floor, mirror, cell_hooks, stats
 each in a process of its own and prints how much its resident memory rises over two steps (the copies the tensor hooks
 keep for backward; MindSpore's CPU memory pool stays at its high-water mark, so one process shows one mode's peak).
 A MindSpore CPU step of resnet18 at batch 8, 224x224 lasts half a minute to three minutes here: `--warmup 1 --same-loop
@@ -134,14 +135,47 @@ def noop_hooks(model: Any) -> list[Any]:
             handles.append(module.register_forward_hook(post))
         params = [p for p in model.parameters() if p.requires_grad]
     else:
-        return ms_hooks(model, "floor")
+        return ms_floor(model)
     handles.extend(p.register_hook(lambda grad: None) for p in params)
     return handles
 
 
+class _NoSink:
+    """A sink that is handed nothing (the floor's session records nothing)."""
+
+    host_arrays = False
+
+    def put(self, record: Any, array: Any) -> None:
+        """Never called: a closed session emits no record."""
+
+    def close(self) -> None:
+        """Nothing to flush."""
+
+
+def ms_floor(model: Any) -> list[Any]:
+    """The MindSpore floor (their handles): the dump's own hooks (`aligner.dumping.mindspore_hooks.install`, the code
+    a default dump runs) on a session that records nothing. Options(forward=False) leaves out the forward records and
+    their bookkeeping; the session is closed (`open` False), so no gradient is recorded and no copy is told to it.
+    Everything else runs as in a dump: each cell's forward pre-hook and hook (the call stack), on each leaf the queued
+    copy of each differentiable input with its tensor hook, the tensor hooks on its outputs (on copies when a call
+    returns several), and a hook on each parameter."""
+    from aligner.dumping import mindspore_hooks
+    from aligner.dumping.options import Options
+    from aligner.dumping.session import Session
+
+    session = Session(_NoSink(), 0, mindspore=True)
+    session.open = False
+    handles: list[Any] = []
+    mindspore_hooks.install(model, session, Options(forward=False), handles)
+    return handles
+
+
 MS_VARIANTS = {
-    "floor": "the dump's hooks doing nothing: every cell's forward hooks; on each leaf, a tensor hook on its outputs "
-             "and on a queued ops.deepcopy of each input (aligner.dumping.mindspore_hooks); each parameter's hook",
+    "floor": "the dump's hooks doing nothing (ms_floor: aligner.dumping.mindspore_hooks on a session that records "
+             "nothing)",
+    "mirror": "the floor before: the dump's hooks mirrored here (on each leaf, a tensor hook on its outputs and on a "
+              "queued ops.deepcopy of each positional input; every pre-hook returns new arguments, every leaf's "
+              "forward hook its output)",
     "cell_hooks": "the floor before: every cell's forward hooks, a cell backward hook on each leaf, each parameter's "
                   "hook",
     "fwd_hooks": "forward pre-hook and hook of every cell only (no backward or parameter hooks)",
@@ -151,13 +185,15 @@ MS_VARIANTS = {
 
 
 def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
-    """Hooks on a MindSpore model (their handles), doing nothing but what `variant` names (MS_VARIANTS). The floor
-    copies what the dump's hooks copy (`mindspore_hooks.differentiable`: a floating input flagged as requiring
-    grad; every output of a call with more than one) and hooks the same tensors."""
+    """Hooks on a MindSpore model (their handles), doing nothing but what `variant` names (MS_VARIANTS; "floor" is
+    `ms_floor`). `mirror` copies what the dump's hooks copy (`mindspore_hooks.differentiable`: a floating input
+    flagged as requiring grad; every output of a call with more than one) and hooks the same tensors."""
     import mindspore as ms
 
     from aligner.dumping.mindspore_hooks import differentiable
 
+    if variant == "floor":
+        return ms_floor(model)
     handles: list[Any] = []
     dump = ms.ops.TensorDump() if variant == "tensordump" else None
 
@@ -173,8 +209,8 @@ def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
 
     def post(cell: Any, args: tuple, kwargs: dict, out: Any) -> Any:
         outs = [t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, ms.Tensor)]
-        if variant in ("floor", "tensor_hooks"):
-            if variant == "floor" and sum(map(differentiable, outs)) > 1:
+        if variant in ("mirror", "tensor_hooks"):
+            if variant == "mirror" and sum(map(differentiable, outs)) > 1:
                 out = tuple(ms.ops.deepcopy(t) if isinstance(t, ms.Tensor) and differentiable(t) else t for t in out)
                 outs = [t for t in out if isinstance(t, ms.Tensor)]
             for t in outs:
@@ -188,14 +224,14 @@ def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
 
     for _, cell in model.cells_and_names():
         leaf = next(iter(cell.cells()), None) is None
-        tensor_leaf = leaf and variant in ("floor", "tensor_hooks")
+        tensor_leaf = leaf and variant in ("mirror", "tensor_hooks")
         handles.append(cell.register_forward_pre_hook(alias if tensor_leaf else lambda cell, args, kwargs: None,
                                                       with_kwargs=True))
         handles.append(cell.register_forward_hook(post if leaf else lambda cell, args, kwargs, out: None,
                                                   with_kwargs=True, always_call=True))
         if leaf and variant == "cell_hooks":
             handles.append(cell.register_backward_hook(lambda cell, grad_in, grad_out: None))
-    if variant in ("floor", "cell_hooks", "tensor_hooks"):
+    if variant in ("mirror", "cell_hooks", "tensor_hooks"):
         handles.extend(p.register_hook(lambda grad: None) for p in model.get_parameters() if p.requires_grad)
     return handles
 
@@ -356,7 +392,8 @@ def floor(args: argparse.Namespace) -> None:
             root = Path(tmp)
             (root / "tensordump").mkdir()
             # MindSpore: the floor before (cell backward hooks) always, the other ways around its hooks on request
-            variants = (tuple(MS_VARIANTS)[1:] if args.variants else ("cell_hooks",)) if name == "mindspore" else ()
+            variants = ((tuple(MS_VARIANTS)[1:] if args.variants else ("mirror", "cell_hooks"))
+                        if name == "mindspore" else ())
             skip = args.skip.split(",")
             modes = tuple(m for m in FLOOR_MODES + variants if m not in skip)
             cpu: dict[str, list[float]] = {}
@@ -381,7 +418,8 @@ def floor(args: argparse.Namespace) -> None:
         print(f"{'':10} CPU seconds of the stepping thread a step, median: "
               + ", ".join(f"{m} {statistics.median(v):.2f}" for m, v in cpu.items()))
         if args.memory:
-            peaks = {m: peak_of(args, name, m) for m in ("none", "floor", "cell_hooks", "stats") if m in med}
+            peaks = {m: peak_of(args, name, m) for m in ("none", "floor", "mirror", "cell_hooks", "stats")
+                     if m in med}
             print(f"{'':10} resident memory a fresh process gains over two steps of one mode (load "
                   f"{os.getloadavg()[0]:.1f}): " + ", ".join(f"{m} {b / 2**20:.0f} MiB ({b / peaks['none']:.2f}x)"
                                                              for m, b in peaks.items()))
