@@ -158,37 +158,36 @@ class _Side:
             records = [r for r in records if r.kind != _GRAD]
         modules = set(map(_MODULE, records))
         new = modules - self.met
-        if self.names is self.met and new:
-            if (kinds - _LEFT_OUT) <= _MODULE_KINDS and all([self._spelt(m, spelled) == m for m in new]):
-                self.met |= new  # (`names`, `met_modules` and `modules` with it)
-                parents = self.parents
-                for m in new:
-                    if m.rpartition(".")[0] not in parents:
-                        parents.update(ancestors(m))
-                self._note_inputs(records)
-                return
+        if self.names is self.met and new and not (
+                (kinds - _LEFT_OUT) <= _MODULE_KINDS and all([self._spelt(m, spelled) == m for m in new])):
             self._split()
-        spelt_new: dict[str, str] = {}  # (each name spelled once here: a look-up in `spelled` is a cache miss)
-        if new:
+        if self.names is self.met:  # (one set: `names`, `met_modules` and `modules` are `met`)
             self.met |= new
-            spelt_new = {m: self._spelt(m, spelled) for m in new}
-            self.names.update(spelt_new.values())
-        if not kinds <= _MODULE_KINDS:
-            modules = {r.module for r in records if r.kind in _MODULE_KINDS}
-        new = modules - self.met_modules
-        if new:
-            self.met_modules |= new
-            parents = self.parents  # (holds each name's whole chain of ancestors: one parent there, all are)
-            for m in new:
-                spelt = spelt_new[m] if m in spelt_new else self._spelt(m, spelled)
-                self.modules.add(spelt)
-                if spelt.rpartition(".")[0] not in parents:
-                    parents.update(ancestors(spelt))
-        self._note_inputs(records)
-
-    def _note_inputs(self, records: list[Record]) -> None:
+            self._add_parents(new)
+        else:
+            spelt_new: dict[str, str] = {}  # (each name spelled once here: a look-up in `spelled` is a cache miss)
+            if new:
+                self.met |= new
+                spelt_new = {m: self._spelt(m, spelled) for m in new}
+                self.names.update(spelt_new.values())
+            if not kinds <= _MODULE_KINDS:
+                modules = {r.module for r in records if r.kind in _MODULE_KINDS}
+            new = modules - self.met_modules
+            if new:
+                self.met_modules |= new
+                spelt = [spelt_new[m] if m in spelt_new else self._spelt(m, spelled) for m in new]
+                self.modules.update(spelt)
+                self._add_parents(spelt)
         if not self.named_inputs and set(map(_ARG, records)) != {None}:
             self.named_inputs = any(r.arg is not None and r.io == _INPUT for r in records)
+
+    def _add_parents(self, spelt: Iterable[str]) -> None:
+        """Note the ancestors of module names (spelled): `parents` holds each name's whole chain, so one parent
+        there means all are."""
+        parents = self.parents
+        for name in spelt:
+            if name.rpartition(".")[0] not in parents:
+                parents.update(ancestors(name))
 
     def _split(self) -> None:
         """Give `names`, `met_modules` and `modules` sets of their own: a name read that is no module record's, or

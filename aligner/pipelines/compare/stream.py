@@ -128,25 +128,23 @@ class Window:
             self.kept[i] = row
             return None
         self.recent.append((i, row))
-        if len(self.recent) <= self.size:
-            return None
-        gone, _ = self.recent.popleft()
-        if gone in self.kept:
-            return None
-        self.evicted += 1
-        return gone
+        gone = self._let_go()
+        return gone[0] if gone else None
 
     def add_rows(self, first: int, rows: list[Row]) -> list[int]:
         """`add` of each row, from row `first` on: the indices of the rows that left the window for them. A block
         with no notable row past every region and the first rows is put at once."""
         if first <= self.until or first < _KEPT_FIRST or any(map(_notable, rows)):
             return [gone for i, row in enumerate(rows, first) if (gone := self.add(i, row)) is not None]
-        recent, kept = self.recent, self.kept
-        recent.extend(zip(range(first, first + len(rows)), rows))
+        self.recent.extend(zip(range(first, first + len(rows)), rows))
+        return self._let_go()
+
+    def _let_go(self) -> list[int]:
+        """The rows before the last `size` out of `recent`: the indices of those no region or report keeps."""
         out = []
-        for _ in range(len(recent) - self.size):
-            gone = recent.popleft()[0]
-            if gone not in kept:
+        while len(self.recent) > self.size:
+            gone = self.recent.popleft()[0]
+            if gone not in self.kept:
                 out.append(gone)
         self.evicted += len(out)
         return out

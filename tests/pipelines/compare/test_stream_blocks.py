@@ -76,6 +76,11 @@ def test_blocks_keep_and_count_what_rows_one_at_a_time_do(seed: int) -> None:
         i += len(block)
         assert _state(blocks) == _state(one)
     assert gone_blocks == gone_one
+    # every row is held to the end (a region, a report's first rows), among the last `size`, or let go: one of them
+    recent = [i for i, _ in blocks.recent]
+    assert len(recent) <= size and blocks.evicted == len(gone_blocks) == len(set(gone_blocks))
+    assert set(gone_blocks).isdisjoint(blocks.kept) and set(gone_blocks).isdisjoint(recent)
+    assert set(gone_blocks) | set(blocks.kept) | set(recent) == set(range(len(rows)))
     assert vars(counter_blocks) == vars(counter_one)
     counted = [r.pair for r in rows if r.pair.matched_by != MatchedBy.FOLDED]  # (a folded call is no record's twin)
     assert counter_blocks.records == [sum(p.a is not None for p in counted), sum(p.b is not None for p in counted)]
