@@ -185,15 +185,14 @@ MS_VARIANTS = {
 
 
 def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
-    """Hooks on a MindSpore model (their handles), doing nothing but what `variant` names (MS_VARIANTS; "floor" is
-    `ms_floor`). `mirror` copies what the dump's hooks copy (`mindspore_hooks.differentiable`: a floating input
-    flagged as requiring grad; every output of a call with more than one) and hooks the same tensors."""
+    """Hooks on a MindSpore model (their handles), doing nothing but what `variant` names (MS_VARIANTS but "floor",
+    which is `ms_floor`, by way of `noop_hooks`). `mirror` copies what the dump's hooks copy
+    (`mindspore_hooks.differentiable`: a floating input flagged as requiring grad; every output of a call with more
+    than one) and hooks the same tensors."""
     import mindspore as ms
 
     from aligner.dumping.mindspore_hooks import differentiable
 
-    if variant == "floor":
-        return ms_floor(model)
     handles: list[Any] = []
     dump = ms.ops.TensorDump() if variant == "tensordump" else None
 

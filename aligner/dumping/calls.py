@@ -35,6 +35,12 @@ class CallHooks:
         self.module = module
         self.described = False  # the module's attributes go on its first call record of the step
         self.frames: list[tuple[Frame, list[Any]]] = []  # stack: re-entrant calls
+        self.grads = opts.backward and opts.module_backward and opts.selects_module(path, is_leaf)  # its gradients
+
+    def emit_grad(self, io: Io, index: int, grad: Any) -> None:
+        """Record one gradient of this module (nothing once the dump context has exited, or for no gradient)."""
+        if grad is not None and self.session.open:
+            self.session.emit_grad(self.path, self.type, io, index, grad)
 
     def enter(self, inputs: Any) -> Frame:
         """Push the call; record its inputs (links, or data for those no recorded call returned)."""

@@ -80,7 +80,6 @@ class _CellHooks(CallHooks):
 
     def __init__(self, path: str, cell: ms.nn.Cell, session: Session, opts: Options, is_leaf: bool) -> None:
         super().__init__(path, cell, session, opts, is_leaf, _buffers)
-        self.grads = opts.backward and opts.module_backward and opts.selects_module(path, is_leaf)
         self.calls: list[_Call] = []  # stack: re-entrant calls
 
     def pre(self, cell: ms.nn.Cell, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
@@ -181,11 +180,6 @@ class _CellHooks(CallHooks):
             call.held[key] = (index, grad)
         else:
             self.emit_grad(Io.GRAD_INPUT, index, grad)
-
-    def emit_grad(self, io: Io, index: int, grad: ms.Tensor | None) -> None:
-        """Record one gradient of this cell (nothing once the dump context has exited)."""
-        if grad is not None and self.session.open:
-            self.session.emit_grad(self.path, self.type, io, index, grad)
 
 
 def _buffers(cell: ms.nn.Cell) -> list[tuple[str, Any]]:

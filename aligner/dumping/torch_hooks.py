@@ -40,15 +40,10 @@ class _ModuleHooks(CallHooks):
 
     def __init__(self, path: str, module: torch.nn.Module, session: Session, opts: Options, is_leaf: bool) -> None:
         super().__init__(path, module, session, opts, is_leaf, _buffers)
-        self.grads = opts.backward and opts.module_backward and opts.selects_module(path, is_leaf)
         self.direct = is_leaf and getattr(module, "inplace", False) is True  # its inputs get no alias
         # stack (re-entrant calls) of (input index, the alias or the input itself, its version, the input, the
         # input's node when the module was called)
         self.pending: list[list[tuple[int, torch.Tensor, int, torch.Tensor, Any]]] = []
-
-    def emit_grad(self, io: Io, index: int, grad: torch.Tensor | None) -> None:
-        if grad is not None and self.session.open:
-            self.session.emit_grad(self.path, self.type, io, index, grad)
 
     def pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         frame = self.enter((args, kwargs))

@@ -194,7 +194,7 @@ class _Reader:
             if not entries:
                 continue
             plain = _plain(entries)
-            if plain is not None and _ordered(*plain, order):
+            if plain is not None and _ordered(plain[1], plain[2], order):
                 records, steps, seqs = plain
                 listed += len(records) - list(map(_KIND, records)).count(PARAM)
                 items = self._plain_block(records, steps, seqs, links, order[0])
@@ -219,12 +219,7 @@ class _Reader:
                      ) -> list[Item]:
         """The items of a block of records only, none a call or a link, in execution order after the items before
         (`steps`, `seqs`: theirs; `step`: the last item's), added to the link table a step at a time."""
-        items = list(map(Item, entries))
-        if any(map(_FILE, entries)):
-            root, real = self.root, self.real
-            for item in items:
-                if item.record.file:
-                    item.path, item.error = inside(root, item.record.file, real)
+        items = list(map(self.item if any(map(_FILE, entries)) else Item, entries))  # (no file: nothing to confine)
         base = (len(links.blocks) - 1) << 32
         start = 0
         while start < len(entries):
@@ -308,7 +303,7 @@ def _plain(entries: list[Record | str]) -> tuple[list[Record], list[int], list[i
     return records, list(map(_STEP, records)), list(map(_SEQ, records))
 
 
-def _ordered(records: list[Record], steps: list[int], seqs: list[int], after: tuple[int, int]) -> bool:
+def _ordered(steps: list[int], seqs: list[int], after: tuple[int, int]) -> bool:
     """Whether the records are in execution order ((step, seq) never decreasing) after the record `after` was."""
     if not (after[0] <= steps[0] and all(map(le, steps, steps[1:]))):
         return False
