@@ -15,8 +15,9 @@ writer thread), in the same run.
 hook, a hook on each parameter; torch: a hook on each leaf's output tensor; MindSpore: the dump's own hook code,
 `aligner.dumping.mindspore_hooks`, on a session that records nothing: `ms_floor`) doing nothing, interleaved with
 the other modes; the stats-only dump with MindSpore's statistics taken at once (`session.DEFER` off: each hook waits
-for its op), as it was before; and the cost of writing a full dump's bytes per step to the same disk (`DirectWriter`,
-O_DIRECT). It prints stats-only / floor, at once / floor, and full / (floor + disk). For MindSpore it also times
+for its op), as it was before; and the cost of writing a full dump's bytes per step to the same disk the way the
+dump writes them (`DirectWriter`: O_DIRECT for files of `DIRECT_MIN_BYTES` or more, np.save through the page cache
+below). It prints stats-only / floor, at once / floor, and full / (floor + disk). For MindSpore it also times
 `mirror` (the floor before: the dump's tensor hooks re-written here) and `cell_hooks` (the floor before that: a cell
 backward hook on each leaf), against the floor and against no dump; with
 --variants, also each other way around its hook machinery tried (MS_VARIANTS: forward hooks only, tensor hooks on a
@@ -236,8 +237,8 @@ def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
 
 
 def disk_cost(root: Path, arrays: list[np.ndarray], steps: int) -> float:
-    """Median seconds to write `arrays` (a full dump's tensor files of one step) to `root` with the dump writer's
-    O_DIRECT path, over `steps` rounds."""
+    """Median seconds to write `arrays` (a full dump's tensor files of one step) to `root` the way the dump's writer
+    does (O_DIRECT for large files, np.save for the rest), over `steps` rounds."""
     writer = DirectWriter()
     root.mkdir(parents=True, exist_ok=True)
     times = []
@@ -383,7 +384,7 @@ def floor(args: argparse.Namespace) -> None:
           f"{args.threads}, torch on {DEVICE}; median (best) ms; floor: the same hooks doing nothing; disk: writing a "
           "full step's tensor files")
     print(f"{'framework':<10} {'no dump':>13} {'floor':>13} {'stats':>13} {'stats/floor':>13} {'at once/floor':>14} "
-          f"{'disk':>6} {'full/(floor+disk)':>18}")
+          f"{'full':>13} {'disk':>6} {'full/(floor+disk)':>18}")
     for name in args.frameworks.split(","):
         model = make_model(name, args.model)
         step = (torch_step if name == "torch" else ms_step)(model, x)
@@ -543,7 +544,8 @@ def floor_row(name: str, med: dict[str, float], best: dict[str, float], disk: fl
         return f"{med[a] / (med[b] + extra):.2f}x ({best[a] / (best[b] + extra):.2f}x)"
 
     return (f"{name:<10} {cell('none'):>13} {cell('floor'):>13} {cell('stats'):>13} {ratio('stats', 'floor'):>13} "
-            f"{ratio('stats_now', 'floor'):>14} {disk * 1e3:>5.1f} {ratio('full', 'full_floor', disk):>18}")
+            f"{ratio('stats_now', 'floor'):>14} {cell('full'):>13} {disk * 1e3:>6.1f} "
+            f"{ratio('full', 'full_floor', disk):>18}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -505,27 +506,64 @@ def test_call_records_say_how_each_module_was_called(tmp_path):
     np.testing.assert_array_equal(params["conv.weight"], model.conv.weight.detach().numpy())
 
 
+def _takes_o_direct(folder: Path) -> bool:
+    """Whether `folder`'s file system takes an O_DIRECT write of one aligned block (tmpfs does not)."""
+    if not hasattr(os, "O_DIRECT"):
+        return False
+    block = mmap.mmap(-1, 4096)
+    try:
+        fd = os.open(folder / ".probe", os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o666)
+    except OSError:
+        return False
+    try:
+        return os.write(fd, block) == 4096
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+        (folder / ".probe").unlink()
+
+
 @settings(max_examples=40, deadline=None)
 @given(dtype=st.sampled_from(["float32", "float64", "float16", "int64", "int8", "bool", ">f4", "complex64"]),
-       shape=st.lists(st.integers(0, 7), max_size=4), order=st.sampled_from("CF"))
-def test_direct_writes_are_what_np_save_writes(tmp_path_factory, dtype, shape, order):
+       shape=st.lists(st.integers(0, 7), max_size=4), order=st.sampled_from("CF"),
+       wide=st.sampled_from([0, 4096 // 8 - 1, 4096 // 8, 3 * 4096 // 8 + 5]))
+def test_direct_writes_are_what_np_save_writes(tmp_path_factory, dtype, shape, order, wide):
     """An O_DIRECT tensor file reads back equal to the array, in np.save's bytes for a C-order array (a Fortran-order
-    one is written in C order, the same values), whatever the length's alignment; the one buffer is reused."""
+    one is written in C order, the same values), whatever the length's alignment (no whole block, a file just short
+    of or just past a block boundary, several blocks and a tail); the one buffer is reused."""
+    shape = shape + [wide] if wide else shape
     array = np.asarray(np.random.default_rng(0).standard_normal(shape) * 100, order=order).astype(dtype)
     folder = tmp_path_factory.mktemp("direct")
-    direct = writer.DirectWriter()
+    if not _takes_o_direct(folder):
+        pytest.skip("this file system does not take O_DIRECT")
+    direct = writer.DirectWriter(min_bytes=0)
     for name in ("a.npy", "b.npy"):  # twice: the reused buffer holds the last file's tail, cut off by the length
-        assert direct.save(folder / name, array) or not direct.supported
-        if not direct.supported:
-            pytest.skip("this file system does not take O_DIRECT")
+        assert direct.save(folder / name, array)
         back = np.load(folder / name)
         assert back.dtype == array.dtype and back.shape == array.shape and np.array_equal(back, array)
     np.save(folder / "ref.npy", np.array(array, order="C"))  # not ascontiguousarray: it makes a 0-d array 1-d
     assert (folder / "a.npy").read_bytes() == (folder / "ref.npy").read_bytes()
 
 
-def test_a_dump_on_a_file_system_without_o_direct_is_written_the_usual_way(tmp_path):
+def test_only_files_of_min_bytes_or_more_are_written_direct(tmp_path):
+    """A file under `min_bytes` of data is left to the caller (the page cache: an O_DIRECT write waits for the disk
+    whatever its size); one of `min_bytes` is written direct, in np.save's bytes."""
+    if not _takes_o_direct(tmp_path):
+        pytest.skip("this file system does not take O_DIRECT")
+    direct = writer.DirectWriter(min_bytes=1024)
+    assert not direct.save(tmp_path / "small.npy", np.zeros(255, np.float32))
+    assert not (tmp_path / "small.npy").exists()
+    exact = np.arange(256, dtype=np.float32)
+    assert direct.save(tmp_path / "exact.npy", exact)
+    np.save(tmp_path / "ref.npy", exact)
+    assert (tmp_path / "exact.npy").read_bytes() == (tmp_path / "ref.npy").read_bytes()
+    assert writer.DirectWriter().min_bytes == writer.DIRECT_MIN_BYTES
+
+
+def test_a_dump_on_a_file_system_without_o_direct_is_written_the_usual_way(tmp_path, monkeypatch):
     """Where O_DIRECT is refused (the writer marks it unsupported), tensor files are written with np.save."""
+    monkeypatch.setattr(writer, "DIRECT_MIN_BYTES", 0)  # every file direct, where the file system takes it
     tnet, _ = make_twins("cnn")
     with aligner.dump(tnet, tmp_path / "direct"):
         torch_step(tnet, example_input("cnn"))
