@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any
+from typing import Any, Callable
 
 import mindspore as ms
 
@@ -98,29 +98,17 @@ class _CellHooks(CallHooks):
 
     def _copied(self, args: tuple, kwargs: dict, call: _Call) -> tuple[tuple, dict] | None:
         """The call's arguments with a copy of each input a gradient can reach, hooked before the cell runs (an
-        in-place op in the cell then leaves the hook on the value it was given); None when no input is. The session
-        learns that each copy holds its input's numbers."""
-        position = itertools.count()  # flat index over all input tensors, as in forward input records
-        originals: list[ms.Tensor] = []
+        in-place op in the cell then leaves the hook on the value it was given); None when no input is."""
 
-        def copy(t: ms.Tensor) -> ms.Tensor:
-            index = next(position)
-            if not differentiable(t):
-                return t
-            c = _copy(t)
+        def hooked(index: int, c: ms.Tensor) -> bool:
             if not getattr(c, "_requires_grad", False):  # a forward outside mindspore.grad: nothing to hook
-                return t
+                return False
             c.register_hook(functools.partial(self._input_grad, call, index, id(c)))
             call.copies.append((index, c))
-            originals.append(t)
-            return c
+            return True
 
-        new_args, new_kwargs = map_tensors(copy, args), map_tensors(copy, kwargs)
-        if not call.copies:
-            return None
-        if self.session.open:
-            self.session.same_tensors(originals, [c for _, c in call.copies])
-        return new_args, new_kwargs
+        new_args, new_kwargs = self._swapped((args, kwargs), hooked)
+        return (new_args, new_kwargs) if call.copies else None
 
     def post(self, cell: ms.nn.Cell, args: tuple, kwargs: dict, output: Any) -> Any:
         self.exit(cell, output)
@@ -144,25 +132,34 @@ class _CellHooks(CallHooks):
         return handed_on
 
     def _copied_outputs(self, output: Any) -> Any:
-        """`output` with a copy of each tensor a gradient can reach, told to the session as the same numbers. A hook
-        on an output tensor sees its whole gradient, which includes what flows back through the cell's own use of it
-        (`return y, y.sum()`: the second output's share); a hook on a copy sees only the gradient from outside, as a
-        cell backward hook does. A call with one such output needs no copy: the cell's own use of it leads nowhere
-        a gradient comes from."""
+        """`output` with a copy of each tensor a gradient can reach. A hook on an output tensor sees its whole
+        gradient, which includes what flows back through the cell's own use of it (`return y, y.sum()`: the second
+        output's share); a hook on a copy sees only the gradient from outside, as a cell backward hook does. A call
+        with one such output needs no copy: the cell's own use of it leads nowhere a gradient comes from."""
+        return self._swapped(output, lambda index, c: True)
+
+    def _swapped(self, obj: Any, keep: Callable[[int, ms.Tensor], bool]) -> Any:
+        """`obj` with each tensor a gradient can reach replaced by a copy, where `keep(flat index, copy)` says so
+        (in `tensors_in` order); the session learns that each copy kept holds its original's numbers."""
+        position = itertools.count()
         originals: list[ms.Tensor] = []
         copies: list[ms.Tensor] = []
 
         def copy(t: ms.Tensor) -> ms.Tensor:
+            index = next(position)
             if not differentiable(t):
                 return t
+            c = _copy(t)
+            if not keep(index, c):
+                return t
             originals.append(t)
-            copies.append(_copy(t))
-            return copies[-1]
+            copies.append(c)
+            return c
 
-        handed_on = map_tensors(copy, output)
+        swapped = map_tensors(copy, obj)
         if self.session.open:
             self.session.same_tensors(originals, copies)
-        return handed_on
+        return swapped
 
     def _output_grad(self, call: _Call, index: int, key: int, grad: ms.Tensor | None) -> None:
         self.emit_grad(Io.GRAD_OUTPUT, index, grad)
