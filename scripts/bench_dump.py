@@ -102,6 +102,13 @@ def ms_step(model, x) -> Callable[[], Any]:
     return step
 
 
+def example_batch(args: argparse.Namespace) -> np.ndarray:
+    """The seeded input batch every mode steps on: `--batch` samples of the model's input shape (resnet18's height
+    and width from `--size`)."""
+    shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, args.size, args.size)}[args.model]
+    return np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
+
+
 def make_model(framework: str, kind: str) -> Any:
     """A fresh model: a twin of tests/support/twin_models.py or resnet18 (timm for torch, mindcv for MindSpore; random
     init): the issue's realistic workload, batch 8 at 224x224."""
@@ -319,7 +326,7 @@ def main() -> None:
     parser.add_argument("--frameworks", default="torch,mindspore")
     parser.add_argument("--quick", action="store_true", help="time only no dump, full and stats-only (the goals)")
     parser.add_argument("--floor", action="store_true", help="against the floor: the same hooks doing nothing")
-    parser.add_argument("--size", type=int, default=224, help="with --floor: resnet18's input height and width")
+    parser.add_argument("--size", type=int, default=224, help="resnet18's input height and width")
     parser.add_argument("--variants", action="store_true",
                         help="with --floor: also MindSpore's ways around its hook machinery (MS_VARIANTS)")
     parser.add_argument("--warmup", type=int, default=2, help="with --floor: rounds run first and dropped")
@@ -350,8 +357,7 @@ def main() -> None:
         return
     modes = ("none", "full", "stats") if args.quick else MODES
     set_up(args)
-    shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, 224, 224)}[args.model]
-    x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
+    x = example_batch(args)
     print(f"{args.model}, batch {args.batch}, input {x.shape[1:]}, median of {args.steps} interleaved steps, "
           f"torch threads {args.threads}")
     print(f"{'framework':<10} {'no dump':>10} {'full dump':>18} {'stats only':>18} {'MB/step (full)':>15} "
@@ -378,9 +384,8 @@ def main() -> None:
 def floor(args: argparse.Namespace) -> None:
     """Stats-only and full dumps against the floor (see the module docstring), each framework in turn."""
     set_up(args)
-    shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, args.size, args.size)}[args.model]
-    x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
-    print(f"{args.model}, batch {args.batch}, input {shape}, {args.steps} interleaved steps, torch threads "
+    x = example_batch(args)
+    print(f"{args.model}, batch {args.batch}, input {x.shape[1:]}, {args.steps} interleaved steps, torch threads "
           f"{args.threads}, torch on {DEVICE}; median (best) ms; floor: the same hooks doing nothing; disk: writing a "
           "full step's tensor files")
     print(f"{'framework':<10} {'no dump':>13} {'floor':>13} {'stats':>13} {'stats/floor':>13} {'at once/floor':>14} "
@@ -442,8 +447,7 @@ def peak_of(args: argparse.Namespace, framework: str, mode: str) -> int:
 def peak(args: argparse.Namespace) -> None:
     """Two steps of one mode (--peak-of), their resident memory sampled every 2 ms; the rise on stdout."""
     set_up(args)
-    shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, args.size, args.size)}[args.model]
-    x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
+    x = example_batch(args)
     model = make_model(args.frameworks, args.model)
     step = (torch_step if args.frameworks == "torch" else ms_step)(model, x)
     page = os.sysconf("SC_PAGE_SIZE")
@@ -492,8 +496,7 @@ def check(args: argparse.Namespace) -> None:
     from aligner.dumping.manifest import Record, iter_manifest
 
     set_up(args)
-    shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, args.size, args.size)}[args.model]
-    x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
+    x = example_batch(args)
     base = make_model("torch", args.model)
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
