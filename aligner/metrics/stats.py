@@ -104,7 +104,8 @@ def tensor_stats(array: np.ndarray) -> Stats:
         inf = n - int(np.count_nonzero(finite)) - nan
         if nan or inf:
             vals = flat[finite]
-            total = np.add.reduce(vals, dtype=np.float64)
+            with np.errstate(over="ignore"):  # finite values near float64's maximum: unscaled_mean below
+                total = np.add.reduce(vals, dtype=np.float64)
     # count_nonzero of a comparison, never of the floats themselves (5-30x slower)
     mag = np.abs(flat)
     zeros = int(np.count_nonzero(flat == 0))
