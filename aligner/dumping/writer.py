@@ -55,7 +55,7 @@ def digest(array: np.ndarray) -> str:
 
 # The smallest tensor file written with O_DIRECT. Here an O_DIRECT write costs ~0.14 ms a file plus ~0.75 ms a MiB,
 # one through the page cache ~0.05 ms plus ~0.2 ms a MiB and, later, 0.3-1.5 ms a MiB of the kernel's writeback: they
-# cost about the same at 256 KiB (scripts/bench_dump.py times a full step's files both ways).
+# cost about the same at 256 KiB (docs/scale-mindspore.md has the figures by file size).
 DIRECT_MIN_BYTES = 256 << 10
 
 
@@ -114,6 +114,7 @@ class DirectWriter:
 
 
 def _write_all(fd: int, data: memoryview) -> None:
+    """Write all of `data` to `fd` (os.write may take part of it)."""
     while data:
         data = data[os.write(fd, data):]
 
