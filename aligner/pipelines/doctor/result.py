@@ -248,8 +248,13 @@ class StageRun:
     skipped: SkipReason | None = None
     error: str | None = None                              # the one-line cause (status ERROR)
 
+    def __post_init__(self) -> None:
+        # to the millisecond the saved result keeps: `align report` then prints the time `align doctor` printed
+        # (0.1500004 s shows as 0.2 s, saved as 0.15 it would show as 0.1 s)
+        object.__setattr__(self, "seconds", round(self.seconds, 3))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage.value, "status": self.status.value, "seconds": round(self.seconds, 3),
+        return {"stage": self.stage.value, "status": self.status.value, "seconds": self.seconds,
                 "skipped": None if self.skipped is None else self.skipped.value, "error": self.error,
                 "outcome": None if self.outcome is None else self.outcome.to_dict()}
 

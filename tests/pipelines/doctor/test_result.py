@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 pytest.importorskip("mindspore")
 
 from aligner.pipelines.doctor import Stage, Status
-from aligner.pipelines.doctor.result import DoctorResult
+from aligner.pipelines.doctor.result import DoctorResult, StageRun
 from aligner.render.doctor import to_json
 from aligner.render.jsonout import dumps as dumps_json
 from tests.support import doctor_pairs
@@ -55,3 +55,11 @@ def test_a_damaged_saved_doctor_result_is_one_line(tmp_path: Path, capsys) -> No
     data["stages"][0]["stage"] = "nosuch"
     (out / "doctor.json").write_text(json.dumps(data), encoding="utf-8")
     assert_one_line_error(align_in_process(capsys, "report", out / "doctor.json"), "a damaged saved doctor result")
+
+
+def test_a_stage_time_reads_back_as_it_was_shown() -> None:
+    """A stage's time is kept to the millisecond the saved result keeps, so a time on a rounding edge (0.1500004 s:
+    0.2 s as measured, 0.1 s once saved as 0.15) reads back equal and `align report` prints what doctor printed."""
+    run = StageRun(Stage.BUILD, Status.PASSED, 0.1500004)
+    back = StageRun.from_dict(json.loads(json.dumps(run.to_dict())))
+    assert back == run and f"{back.seconds:.1f}" == f"{run.seconds:.1f}"
