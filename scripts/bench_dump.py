@@ -245,16 +245,14 @@ def ms_hooks(model: Any, variant: str, root: Path | None = None) -> list[Any]:
 
 def disk_cost(root: Path, arrays: list[np.ndarray], steps: int) -> float:
     """Median seconds to write `arrays` (a full dump's tensor files of one step) to `root` the way the dump's writer
-    does (O_DIRECT for large files, np.save for the rest), over `steps` rounds."""
+    does (`DirectWriter.write`: O_DIRECT for large files, the page cache for the rest), over `steps` rounds."""
     writer = DirectWriter()
     root.mkdir(parents=True, exist_ok=True)
     times = []
     for i in range(steps):
         start = time.perf_counter()
         for j, array in enumerate(arrays):
-            path = root / f"{i}_{j}.npy"
-            if not writer.save(path, array):
-                np.save(path, array)
+            writer.write(root / f"{i}_{j}.npy", array)
         times.append(time.perf_counter() - start)
         for path in root.glob(f"{i}_*.npy"):
             path.unlink()

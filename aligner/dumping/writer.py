@@ -112,6 +112,13 @@ class DirectWriter:
                 os.close(fd)
         return True
 
+    def write(self, path: Path, array: np.ndarray) -> None:
+        """Write `array` to `path` as np.save would: with O_DIRECT where `save` takes it, else through the page
+        cache (how every tensor file of a full dump is written)."""
+        if not self.save(path, array):
+            with open(path, "wb") as fh:
+                np.save(fh, array, allow_pickle=False)
+
 
 def _write_all(fd: int, data: memoryview) -> None:
     """Write all of `data` to `fd` (os.write may take part of it)."""
@@ -265,9 +272,7 @@ class BackgroundWriter:
         if name not in self.written:
             tensor_dir.mkdir(exist_ok=True)
             tmp = tensor_dir / f".{name}.tmp"
-            if not self._direct.save(tmp, stored):
-                with open(tmp, "wb") as fh:
-                    np.save(fh, stored, allow_pickle=False)
+            self._direct.write(tmp, stored)
             os.replace(tmp, tensor_dir / name)
             self.written.add(name)
         record.file = f"{TENSOR_DIR}/{name}"
