@@ -104,7 +104,8 @@ def tensor_stats(array: np.ndarray) -> Stats:
         inf = n - int(np.count_nonzero(finite)) - nan
         if nan or inf:
             vals = flat[finite]
-            with np.errstate(over="ignore"):  # finite values near float64's maximum: unscaled_mean below
+            # finite values near float64's maximum overflow (to inf, or to inf + -inf = NaN): unscaled_mean below
+            with np.errstate(over="ignore", invalid="ignore"):
                 total = np.add.reduce(vals, dtype=np.float64)
     # count_nonzero of a comparison, never of the floats themselves (5-30x slower)
     mag = np.abs(flat)

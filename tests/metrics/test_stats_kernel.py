@@ -62,15 +62,18 @@ def test_large_arrays_split_across_threads_give_the_whole_answer(threads: int) -
 
 
 @pytest.mark.parametrize("special", [np.inf, np.nan])
-def test_finite_values_near_the_maximum_beside_a_special_value_warn_of_nothing(special: float) -> None:
-    """Their float64 sum overflows, which both paths handle (the mean scaled); a warning would break a user's run
-    under -W error, so none may escape."""
+@pytest.mark.parametrize("signs", [(1,), (1, -1)])
+def test_finite_values_near_the_maximum_beside_a_special_value_warn_of_nothing(special: float,
+                                                                                  signs: tuple[int, ...]) -> None:
+    """Their float64 sum overflows (to inf, or with both signs to inf + -inf = NaN: 200 of each, summed pairwise in
+    blocks), which both paths handle (the mean scaled); a warning would break a user's run under -W error, so none
+    may escape."""
     big = np.finfo(np.float64).max
-    a = np.array([big, big, special])
+    a = np.array([s * big for s in signs for _ in range(200)] + [special])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for stats in (tensor_stats(a), fast_stats(a)):
-            assert (stats.mean, stats.max, stats.l2) == (big, big, np.inf)
+            assert (stats.mean, stats.max, stats.l2) == (big if signs == (1,) else 0.0, big, np.inf)
             assert (stats.nan, stats.inf) == ((1, 0) if np.isnan(special) else (0, 1))
 
 
