@@ -24,6 +24,7 @@ _API = {
     "audit": "aligner.api",
     "doctor": "aligner.api",
     "save": "aligner.dumping.context",
+    "wait_dumps": "aligner.dumping.pending",
     "save_grads": "aligner.dumping.ranks",
     "compare_ranks": "aligner.pipelines.compare.ranks",
     "check_ranks": "aligner.pipelines.check.ranks",

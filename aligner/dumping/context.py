@@ -71,6 +71,10 @@ class DumpContext:
     def _closed(self, session: Session) -> None:
         """Called after the sink is flushed."""
 
+    def _finish(self, sink: Any) -> None:
+        """Wait for the sink to hold everything the session handed it; raise its write error."""
+        sink.close()
+
     def __enter__(self) -> "DumpContext":
         opened = self._open()
         if opened is None:
@@ -100,7 +104,7 @@ class DumpContext:
         self.skipped.update(session.skipped)
         activate(self._previous)
         try:
-            session.sink.close()
+            self._finish(session.sink)
         except AlignerError:
             if exc is None:  # never hide the user's own exception behind a write error
                 raise
@@ -118,11 +122,11 @@ class _DirectoryDump(DumpContext):
 
     def __init__(self, model: Any, directory: str | os.PathLike, opts: Options, step: int,
                  steps: Iterable[int] | None, stats_only: bool, overwrite: bool, progress: Progress,
-                 groups: Mapping[str, Sequence[Any]] | None = None) -> None:
+                 groups: Mapping[str, Sequence[Any]] | None = None, wait: bool = True) -> None:
         framework = model_framework(model)
         super().__init__(model, framework, opts, step)
         self.model_framework = framework  # a directory dump always has a model, so always a framework
-        self.directory, self.stats_only, self.overwrite = directory, stats_only, overwrite
+        self.directory, self.stats_only, self.overwrite, self.wait = directory, stats_only, overwrite, wait
         self.progress = progress
         self.steps = None if steps is None else frozenset(int(s) for s in steps)
         self.groups = groups
@@ -140,8 +144,8 @@ class _DirectoryDump(DumpContext):
                 return None
             if layout.distributed and self.model_framework == Framework.PYTORCH and self.opts.backward:
                 self._reduced = ranks.ReducedGrads(self.model, self.opts)  # .grad after the all-reduce, at exit
-            sink = StatsSink(self._dir.path) if self.stats_only else \
-                BackgroundWriter(self._dir.path, self._dir.written, progress=self.progress)
+            sink = StatsSink(self._dir.path) if self.stats_only else (
+                self._dir.take_writer() or BackgroundWriter(self._dir.path, self._dir.written, progress=self.progress))
         except BaseException:
             self._dir.release()
             raise
@@ -154,6 +158,17 @@ class _DirectoryDump(DumpContext):
                 self._reduced.emit(self.session)
         finally:
             super().__exit__(exc_type, exc, tb)
+
+    def _finish(self, sink: Any) -> None:
+        """wait=False: a full dump's writer goes on writing while the next step runs (aligner.dumping.pending)."""
+        if self._dir is None or not isinstance(sink, BackgroundWriter):
+            sink.close()
+        elif self.wait:
+            self._dir.close_writer(sink)
+        else:
+            self._dir.lend(sink)
+            if sink.failed:  # raise what is known now, not a step later
+                self._dir.finish()
 
     def _closed(self, session: Session) -> None:
         if self._dir is not None:
@@ -178,7 +193,8 @@ def dump(model: Any, directory: str | os.PathLike, *, step: int = 0, steps: Iter
          include: str | None = None, exclude: str | None = None, leaves_only: bool = True, forward: bool = True,
          backward: bool = True, inputs: bool | None = None, ops: bool = False, scope: str | None = None,
          params: bool = False, stats_only: bool = False, overwrite: bool = False,
-         progress: Progress = SILENT, groups: Mapping[str, Sequence[Any]] | None = None) -> DumpContext:
+         progress: Progress = SILENT, groups: Mapping[str, Sequence[Any]] | None = None,
+         wait: bool = True) -> DumpContext:
     """Context manager recording `model`'s forward outputs, backward gradients and parameter gradients to `directory`.
 
     The first `dump` on a directory in a process checks it is empty (or clears a previous dump with overwrite=True)
@@ -197,13 +213,20 @@ def dump(model: Any, directory: str | os.PathLike, *, step: int = 0, steps: Iter
     `directory`/rank{N}/ with its rank, the world size and the groups in the header (`aligner.dumping.ranks`);
     groups={"dp": [[0, 2], [1, 3]], "tp": [[0, 1], [2, 3]]} names the parallel groups (a name's partition of the
     ranks, or the group of this rank), which `align check` compares weights and gradients within.
+
+    wait=False (full dumps): the context exits once its step's records are handed to the directory's writer thread,
+    which writes them while the next step runs (at millisecond steps, most of a full dump's cost). Reading any dump
+    in this process, `aligner.wait_dumps()`, and the process's exit wait for the writer first; a write error is
+    raised by the next context on the directory or by `wait_dumps` (at exit it is printed).
     """
     if not isinstance(step, int):
         raise AlignerError(f"aligner.dump step must be an int, got {type(step).__name__}")
     # a stats-only dump cannot be replayed (no input data): no call signatures (4% of a resnet18 step)
     opts = dataclasses.replace(Options.build(include, exclude, leaves_only, forward, backward, inputs, ops, scope,
                                              params), calls=not stats_only)
-    return _DirectoryDump(model, directory, opts, step, steps, stats_only, overwrite, progress, groups)
+    if not isinstance(wait, bool):
+        raise AlignerError(f"aligner.dump wait must be True or False, got {wait!r}")
+    return _DirectoryDump(model, directory, opts, step, steps, stats_only, overwrite, progress, groups, wait)
 
 
 def save(name: str, tensor: Any) -> None:

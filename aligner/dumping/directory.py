@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from aligner.core.errors import AlignerError
+from aligner.dumping import pending
 from aligner.dumping.manifest import MANIFEST, TENSOR_DIR, Record, create_manifest, iter_manifest
 
 
@@ -33,18 +34,65 @@ class DumpDir:
     written: set[str] = dataclasses.field(default_factory=set)
     fd: int | None = None  # the manifest, open and locked while `holders` > 0
     holders: int = 0
+    # a full dump's writer thread kept from one context to the next (wait=False), a holder itself while it is kept;
+    # `lent` while no context writes through it (aligner.dumping.pending may then wait for it)
+    writer: Any = None
+    lent: bool = False
 
     def release(self) -> None:
-        """One dump context is done writing: the last one unlocks the manifest."""
+        """One dump context (or the writer it kept) is done writing: the last one unlocks the manifest."""
         with _lock:
             self.holders -= 1
             if self.holders == 0 and self.fd is not None:
                 os.close(self.fd)
                 self.fd = None
 
+    def lend(self, writer: Any) -> None:
+        """Keep `writer` writing after its context exits: it holds the manifest's lock until `finish`, and a later
+        context on this directory writes through it (`take_writer`), so records stay in order."""
+        with _lock:
+            if self.writer is None:
+                self.holders += 1
+            self.writer, self.lent = writer, True
+        pending.hold(self.path, self.finish)
+
+    def take_writer(self) -> Any:
+        """The writer an earlier context lent, now the caller's; None when none was lent."""
+        with _lock:
+            if not self.lent:
+                return None
+            self.lent = False
+        pending.take(self.path)
+        return self.writer
+
+    def finish(self) -> None:
+        """Wait until the lent writer has written what it holds, then give back its hold; raise its write error."""
+        with _lock:
+            if not self.lent:  # none lent, or a context writes through it now (its exit closes or lends it)
+                return
+            writer, self.writer, self.lent = self.writer, None, False
+        pending.take(self.path)
+        try:
+            writer.close()
+        finally:
+            self.release()
+
+    def close_writer(self, writer: Any) -> None:
+        """A context's own wait for `writer` (the one it took, or its own): close it; raise its write error."""
+        if writer is not self.writer:
+            writer.close()
+            return
+        with _lock:
+            self.writer = None
+        try:
+            writer.close()
+        finally:
+            self.release()
+
 
 _claimed: dict[Path, DumpDir] = {}
-_lock = threading.Lock()  # threads dumping to directories of their own claim them concurrently
+# threads dumping to directories of their own claim them concurrently; reentrant: a claim may finish a lent writer
+_lock = threading.RLock()
 _WRITTEN = re.compile(r"(\.)?[0-9a-f]{32}\.npy(\.tmp)?")  # what the writer names files (and its temporaries)
 
 
@@ -63,6 +111,10 @@ def _claim(directory: str | os.PathLike, framework: str, version: str, stats_onl
     known = _claimed.get(path)
     if known is not None and not (path / MANIFEST).is_file():  # removed since (e.g. shutil.rmtree): start afresh
         del _claimed[path]
+        try:
+            known.finish()
+        except AlignerError:  # its records went with the directory: nothing left to report them into
+            pass
         if known.fd is not None:
             os.close(known.fd)
         known = None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import io
 import mmap
 import os
@@ -57,6 +58,7 @@ def digest(array: np.ndarray) -> str:
 # one through the page cache ~0.05 ms plus ~0.2 ms a MiB and, later, 0.3-1.5 ms a MiB of the kernel's writeback: they
 # cost about the same at 256 KiB (docs/scale-mindspore.md has the figures by file size).
 DIRECT_MIN_BYTES = 256 << 10
+SMALL_FILE_BYTES = 64 << 10  # data written with its header in one system call (joining them copies the data)
 
 
 class DirectWriter:
@@ -72,19 +74,12 @@ class DirectWriter:
         self.min_bytes = DIRECT_MIN_BYTES if min_bytes is None else min_bytes
         self._buffer: mmap.mmap | None = None
 
-    def save(self, path: Path, array: np.ndarray) -> bool:
+    def save(self, path: str | Path, array: np.ndarray) -> bool:
         """Write `array` to `path` as np.save would; False (nothing written, or the file begun: write it another way)
         for an array under `min_bytes` or where the file system does not take O_DIRECT."""
         if not self.supported or array.nbytes < self.min_bytes:
             return False
-        fields = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False, "shape": array.shape}
-        header = io.BytesIO()
-        try:
-            np.lib.format.write_array_header_1_0(header, fields)
-        except ValueError:  # a header over 64 KiB (a shape of thousands of dimensions): format 2.0, as np.save
-            header = io.BytesIO()
-            np.lib.format.write_array_header_2_0(header, fields)
-        head = header.getvalue()  # padded to a multiple of 64 bytes: the data starts aligned for any dtype
+        head = npy_header(array.dtype, array.shape)  # padded to 64 bytes: the data starts aligned for any dtype
         size = len(head) + array.nbytes
         padded = -(-size // self.ALIGN) * self.ALIGN
         if self._buffer is None or len(self._buffer) < padded:
@@ -112,12 +107,37 @@ class DirectWriter:
                 os.close(fd)
         return True
 
-    def write(self, path: Path, array: np.ndarray) -> None:
-        """Write `array` to `path` as np.save would: with O_DIRECT where `save` takes it, else through the page
-        cache (how every tensor file of a full dump is written)."""
-        if not self.save(path, array):
-            with open(path, "wb") as fh:
-                np.save(fh, array, allow_pickle=False)
+    def write(self, path: str | Path, array: np.ndarray) -> None:
+        """Write `array` to `path` as np.save writes a C-ordered array: with O_DIRECT where `save` takes it, else
+        through the page cache, header and data in one system call (how every tensor file of a full dump is
+        written)."""
+        if self.save(path, array):
+            return
+        data = array if array.flags.c_contiguous else np.ascontiguousarray(array)  # (never 0-d to 1-d)
+        head = npy_header(data.dtype, data.shape)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        try:
+            if data.nbytes < SMALL_FILE_BYTES:  # one write: header and data joined (a copy of a few KiB)
+                _write_all(fd, memoryview(head + data.tobytes()))
+            else:
+                _write_all(fd, memoryview(head))
+                _write_all(fd, memoryview(data.reshape(-1).view(np.uint8)))
+        finally:
+            os.close(fd)
+
+
+@functools.lru_cache(maxsize=1024)
+def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """The .npy header np.save writes for a C-ordered array (format 1.0; 2.0 where it is over 64 KiB, a shape of
+    thousands of dimensions). Cached: a dump writes the same few shapes step after step."""
+    fields = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    header = io.BytesIO()
+    try:
+        np.lib.format.write_array_header_1_0(header, fields)
+    except ValueError:
+        header = io.BytesIO()
+        np.lib.format.write_array_header_2_0(header, fields)
+    return header.getvalue()
 
 
 def _write_all(fd: int, data: memoryview) -> None:
@@ -206,6 +226,7 @@ class BackgroundWriter:
         self._room = threading.Condition()
         self._error: BaseException | None = None
         self._direct = DirectWriter()
+        self._made = False  # whether the tensor folder is known to exist
         self._thread = threading.Thread(target=self._run, name="aligner-dump-writer", daemon=True)
         self._thread.start()
 
@@ -234,6 +255,11 @@ class BackgroundWriter:
                 shown = done
         self._raise_if_failed()
 
+    @property
+    def failed(self) -> bool:
+        """Whether a write has failed (close raises it)."""
+        return self._error is not None
+
     def _raise_if_failed(self) -> None:
         if self._error is not None:
             err = self._error
@@ -246,10 +272,11 @@ class BackgroundWriter:
             manifest = open(self.directory / MANIFEST, "a", encoding="utf-8")
         except OSError as exc:
             self._error = exc
+        tensor_dir = self.directory / TENSOR_DIR
         while (item := self._queue.get()) is not _STOP:
             if self._error is None and manifest is not None:
                 try:
-                    manifest.write(self._store(self.directory / TENSOR_DIR, *item) + "\n")
+                    manifest.write(self._store(tensor_dir, *item) + "\n")
                     self.stored += 1
                 except BaseException as exc:
                     self._error = exc
@@ -270,10 +297,13 @@ class BackgroundWriter:
         stored = to_storable(array)
         name = f"{digest(stored)}.npy"
         if name not in self.written:
-            tensor_dir.mkdir(exist_ok=True)
-            tmp = tensor_dir / f".{name}.tmp"
+            if not self._made:
+                tensor_dir.mkdir(exist_ok=True)
+                self._made = True
+            folder = os.fspath(tensor_dir)
+            tmp = f"{folder}/.{name}.tmp"
             self._direct.write(tmp, stored)
-            os.replace(tmp, tensor_dir / name)
+            os.replace(tmp, f"{folder}/{name}")
             self.written.add(name)
         record.file = f"{TENSOR_DIR}/{name}"
         return record.to_json()

@@ -546,6 +546,25 @@ def test_direct_writes_are_what_np_save_writes(tmp_path_factory, dtype, shape, o
     assert (folder / "a.npy").read_bytes() == (folder / "ref.npy").read_bytes()
 
 
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(["float32", "float64", "float16", "int64", "int8", "bool", ">f4", "complex64"]),
+       shape=st.lists(st.integers(0, 7), max_size=4), order=st.sampled_from("CF"), step=st.sampled_from([1, 2]),
+       wide=st.sampled_from([0, writer.SMALL_FILE_BYTES // 8 - 1, writer.SMALL_FILE_BYTES // 8]))
+def test_page_cache_writes_are_what_np_save_writes(tmp_path_factory, dtype, shape, order, step, wide):
+    """A file under the O_DIRECT size (header and data in one write, or two past SMALL_FILE_BYTES) holds np.save's
+    bytes for the C-order array, whatever its order or strides; a 0-d array stays 0-d."""
+    shape = shape + [wide] if wide else shape
+    array = np.asarray(np.random.default_rng(0).standard_normal(shape) * 100, order=order).astype(dtype)
+    if step == 2 and array.ndim:
+        array = array[..., ::2]
+    folder = tmp_path_factory.mktemp("cached")
+    writer.DirectWriter(min_bytes=1 << 62).write(folder / "a.npy", array)
+    np.save(folder / "ref.npy", np.array(array, order="C"))
+    assert (folder / "a.npy").read_bytes() == (folder / "ref.npy").read_bytes()
+    back = np.load(folder / "a.npy")
+    assert back.dtype == array.dtype and back.shape == array.shape and np.array_equal(back, array)
+
+
 def test_only_files_of_min_bytes_or_more_are_written_direct(tmp_path):
     """A file under `min_bytes` of data is left to the caller (the page cache: an O_DIRECT write waits for the disk
     whatever its size); one of `min_bytes` is written direct, in np.save's bytes."""

@@ -10,9 +10,12 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aligner.dumping import manifest
 from aligner.dumping.manifest import Record
+from aligner.metrics.stats import Stats
 
 ODD = ["call", "skipped", "alias", "unknown", "args", "deep args", "deep attrs", "attrs", "bfloat16"]
 
@@ -88,3 +91,30 @@ def test_blocks_cut_whole_lines_numbered_and_counted() -> None:
     for offset, lineno, block, lines in cut:
         assert text[offset:offset + len(block)] == block and block.endswith((b"\n", b"}"))
         assert json.loads(block.splitlines()[0]) == {"line": lineno} and lines == len(block.splitlines())
+
+
+_FLOATS = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True, width=64))
+
+
+@settings(max_examples=300, deadline=None)
+@given(module=st.text(max_size=8), values=st.tuples(_FLOATS, _FLOATS, _FLOATS, _FLOATS),
+       args=st.one_of(st.none(), st.dictionaries(st.text(max_size=3), _FLOATS, max_size=2)))
+def test_a_record_line_reads_back_as_the_record_whatever_its_values(module: str, values: tuple, args: Any) -> None:
+    """to_json writes with msgspec where it can and with json where a value needs it (NaN or an infinity, which
+    msgspec would write as null): either way the line decodes to the same record, and says what json would."""
+    lo, hi, mean, l2 = values
+    rec = Record(seq=3, module=module, kind=manifest.Kind.FORWARD, dtype="float32", shape=[2], args=args,
+                 stats=Stats(min=lo, max=hi, mean=mean, l2=l2, nan=0, numel=2), file="tensors/a.npy")
+    line = rec.to_json()
+    back = manifest._decode(line.encode("utf-8", "surrogatepass"))
+    assert (back.seq, back.module, back.file) == (3, module, "tensors/a.npy")
+    kept = [(a is None and b is None) or a == b or (a != a and b != b)  # NaN stays NaN
+            for a, b in zip(values, (back.stats.min, back.stats.max, back.stats.mean, back.stats.l2))]
+    assert all(kept), (line, back.stats)
+    assert json.loads(line, parse_constant=str) == json.loads(_json_line(rec), parse_constant=str)
+
+
+def _json_line(rec: Record) -> str:
+    """The line as json alone wrote it (the encoder before msgspec took the plain lines)."""
+    data = msgspec.structs.asdict(rec) | {"stats": rec.stats.to_dict()}
+    return json.dumps({k: v for k, v in data.items() if not (k in manifest._OPTIONAL and v is None)})

@@ -11,6 +11,7 @@ from typing import Any
 from aligner.core.errors import AlignerError
 from aligner.core.files import open_input
 from aligner.core.nesting import json_loads
+from aligner.dumping import pending
 from aligner.dumping.manifest import MANIFEST, RANK_DIR, TENSOR_DIR
 
 
@@ -34,6 +35,7 @@ class RankDump:
 
 def read_header(folder: Path) -> dict[str, Any]:
     """The first manifest line of a rank folder as a dict ({} when there is none: compare reports the folder)."""
+    pending.settle()
     try:
         with open_input(folder / MANIFEST) as fh:  # a FIFO or device refused (AlignerError), never waited on
             header = json_loads(fh.readline())
@@ -46,6 +48,7 @@ def read_ranks(path: str | os.PathLike) -> RankDump:
     """The rank folders of `path`, each header's rank checked against its folder name and every header's world size
     against the others'; AlignerError (one line) for a folder that is a link or a file, a dump that is also a
     single-process dump, or headers that disagree (mixed world sizes)."""
+    pending.settle()
     root = Path(path)
     if not root.is_dir():
         raise AlignerError(f"{root}: no such directory")
@@ -90,6 +93,7 @@ def read_ranks(path: str | os.PathLike) -> RankDump:
 def folder_size(folder: Path) -> tuple[int, int]:
     """(manifest lines, bytes of tensor files) of one rank folder, from the directory listing (nothing parsed); (0, 0)
     for a folder that cannot be listed (reading the rank says why)."""
+    pending.settle()
     if (folder / TENSOR_DIR).is_symlink():  # never list a directory outside the dump
         return 0, 0
     try:

@@ -42,7 +42,7 @@ from typing import BinaryIO, Iterator, cast
 from aligner.core.errors import AlignerError
 from aligner.core.files import open_input
 from aligner.core.nesting import NestingError
-from aligner.dumping import manifest
+from aligner.dumping import manifest, pending
 from aligner.dumping.manifest import Kind, Record
 from aligner.dumping.read.foreign.layout import inside
 from aligner.dumping.read.source import Item, Source, link, read_source
@@ -110,6 +110,7 @@ def open_stream(path: str | os.PathLike, *, trust_pickle: bool = False) -> Strea
     """The dump at `path` as a `Stream` (a directory with a manifest; anything else read_source reads, whole);
     AlignerError (one line) where read_source raises one before its first record: no such directory, a manifest
     that is a link out, a FIFO or not readable, a header nested too deep or of an unknown version."""
+    pending.settle()  # a dump this process still writes (wait=False) is read once it is complete
     root = Path(path)
     if not root.exists():
         raise AlignerError(f"{root}: no such directory")

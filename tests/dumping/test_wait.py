@@ -1,0 +1,196 @@
+"""aligner.dump(..., wait=False): a full dump's files are written while the next step runs, and whatever reads the
+dump (a reader in this process, aligner.wait_dumps, the process's exit) waits for them first."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+import torch
+
+import aligner
+from aligner.core.errors import AlignerError
+from aligner.dumping import directory, writer
+from aligner.dumping.manifest import MANIFEST, iter_manifest
+from aligner.dumping.read.source import load_tensor, read_source
+from tests.support.twin_models import example_input, make_twins
+
+ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def _torch_steps(directory_: Path, wait: bool, steps: int = 3) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x = torch.randn(5, 8)
+    for step in range(steps):
+        with aligner.dump(model, directory_, step=step, wait=wait):
+            model(x).square().sum().backward()
+
+
+def _records(path: Path) -> list[tuple]:
+    """Every record of a dump with its data (a link resolved), as a reader sees it."""
+    return [(it.record.seq, it.record.step, it.record.module, it.record.kind, it.record.io, it.record.index,
+             it.record.same_as, it.record.stats, None if it.record.file is None and it.record.same_as is None
+             else load_tensor(it).tobytes()) for it in read_source(path).items]
+
+
+def test_a_dump_written_while_the_next_step_runs_reads_as_a_waited_one(tmp_path):
+    """Same records, order, sequence numbers, statistics and bytes as the default dump of the same steps, read in
+    the same process right after the last context (the reader waits for the writer)."""
+    _torch_steps(tmp_path / "waited", True)
+    _torch_steps(tmp_path / "overlapped", False)
+    waited = _records(tmp_path / "waited")
+    assert len(waited) == 51 and waited == _records(tmp_path / "overlapped")
+
+
+def test_a_mindspore_dump_written_while_the_next_step_runs_reads_as_a_waited_one(tmp_path):
+    """MindSpore's records wait for the context's exit (session.DEFER): handed to the writer there, written after."""
+    x = ms.Tensor(example_input("cnn"))
+    for name, wait in (("waited", True), ("overlapped", False)):
+        _, mnet = make_twins("cnn")  # the same weights each time (BatchNorm's running statistics move per step)
+        grad = ms.value_and_grad(lambda inp, net=mnet: net(inp).square().sum(), None, mnet.trainable_params())
+        for step in range(2):
+            with aligner.dump(mnet, tmp_path / name, step=step, wait=wait):
+                grad(x)
+    waited = _records(tmp_path / "waited")
+    assert len(waited) > 40 and waited == _records(tmp_path / "overlapped")
+
+
+@pytest.fixture
+def held_writes(monkeypatch):
+    """Tensor files wait until the returned event is set (the writer thread blocks in its first write)."""
+    go = threading.Event()
+    write = writer.DirectWriter.write
+
+    def held(self, path, array):
+        assert go.wait(30), "the test never let the writer go"
+        write(self, path, array)
+    monkeypatch.setattr(writer.DirectWriter, "write", held)
+    yield go
+    go.set()
+    aligner.wait_dumps()
+
+
+def test_the_context_exits_before_the_files_are_written_and_a_reader_waits_for_them(tmp_path, held_writes):
+    _torch_steps(tmp_path / "d", False, steps=1)  # returns with the writer held in its first file
+    lines = (tmp_path / "d" / MANIFEST).read_text().splitlines()
+    assert len(lines) == 1  # the header alone: no record written yet
+    threading.Timer(0.2, held_writes.set).start()
+    assert len(read_source(tmp_path / "d").items) == 17  # read once the writer is done
+
+
+def test_the_manifest_stays_locked_until_the_writer_is_done(tmp_path, held_writes):
+    """Another process's overwrite=True must not delete records still being written: the lock outlives the context
+    (a second open file description takes the lock the way another process would)."""
+    _torch_steps(tmp_path / "d", False, steps=1)
+    with pytest.raises(AlignerError, match="claimed by another dump"):
+        directory._lock_manifest(tmp_path / "d", tmp_path / "d", None)
+    held_writes.set()
+    aligner.wait_dumps()
+    fd = directory._lock_manifest(tmp_path / "d", tmp_path / "d", None)
+    directory.os.close(fd)
+
+
+def test_a_later_waited_step_writes_everything_before_its_exit_returns(tmp_path):
+    """wait=True after wait=False steps waits for the earlier steps' records too, and lets the manifest go: the
+    manifest on disk is then a waited dump's, line for line."""
+    for name, waits in (("waited", (True, True, True)), ("d", (False, False, True))):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        for step, wait in enumerate(waits):
+            with aligner.dump(model, tmp_path / name, step=step, wait=wait):
+                model(torch.ones(3, 4)).sum().backward()
+    lines = (tmp_path / "d" / MANIFEST).read_text().splitlines()
+    assert len(lines) == 19 and lines[1:] == (tmp_path / "waited" / MANIFEST).read_text().splitlines()[1:]
+    claimed = directory._claimed[(tmp_path / "d").resolve()]
+    assert claimed.holders == 0 and claimed.fd is None and claimed.writer is None
+
+
+def test_a_write_error_is_raised_once_by_a_later_context_or_wait_dumps(tmp_path, monkeypatch):
+    def full(self, path, array):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(writer.DirectWriter, "write", full)
+    with pytest.raises(AlignerError, match=r"writing dump .* failed: .*No space left on device"):
+        _torch_steps(tmp_path / "d", False)
+        aligner.wait_dumps()
+    aligner.wait_dumps()  # raised once: nothing pending now
+    claimed = directory._claimed[(tmp_path / "d").resolve()]
+    assert claimed.holders == 0 and claimed.fd is None
+
+
+def test_wait_must_be_a_bool(tmp_path):
+    with pytest.raises(AlignerError, match="wait must be True or False, got 'no'"):
+        aligner.dump(torch.nn.Linear(2, 2), tmp_path / "d", wait="no")
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter from the checkout (what the process's exit does is the point)."""
+    root = Path(__file__).parents[2]
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=root, capture_output=True, text=True,
+                          timeout=300, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+
+
+def test_the_process_exit_waits_for_the_files(tmp_path):
+    """A script that ends right after its last wait=False context leaves a complete dump (the exit waits)."""
+    done = _run(f"""
+        import torch, aligner
+        from aligner.dumping import writer
+        write = writer.DirectWriter.write
+        def slow(self, path, array):
+            import time; time.sleep(0.05)
+            write(self, path, array)
+        writer.DirectWriter.write = slow
+        model = torch.nn.Linear(4, 2)
+        with aligner.dump(model, {str(tmp_path / 'd')!r}, wait=False):
+            model(torch.ones(3, 4)).sum().backward()
+        """)
+    assert done.returncode == 0, done.stderr
+    assert len(read_source(tmp_path / "d").items) == 5
+
+
+def test_a_write_error_at_the_process_exit_is_printed_in_one_line(tmp_path):
+    done = _run(f"""
+        import torch, aligner
+        from aligner.dumping import writer
+        def full(self, path, array):
+            import time; time.sleep(0.3)  # fails after the context has exited
+            raise OSError(28, "No space left on device")
+        writer.DirectWriter.write = full
+        model = torch.nn.Linear(4, 2)
+        with aligner.dump(model, {str(tmp_path / 'd')!r}, wait=False):
+            model(torch.ones(3, 4)).sum().backward()
+        """)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("aligner: writing dump") and "No space left" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_dump_contents_do_not_depend_on_the_writer_being_slower_than_the_step(tmp_path, monkeypatch):
+    """Files slower than the steps: every step's tensors are still the step's own (host copies are taken before
+    the context exits, so the next step's in-place updates cannot reach them)."""
+    write = writer.DirectWriter.write
+
+    def slow(self, path, array):
+        time.sleep(0.01)
+        write(self, path, array)
+    monkeypatch.setattr(writer.DirectWriter, "write", slow)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    expected = []
+    for step in range(4):
+        with aligner.dump(model, tmp_path / "d", step=step, wait=False, params=True):
+            expected.append(model[0].weight.detach().numpy().copy())
+            opt.zero_grad()
+            model(torch.ones(2, 4)).square().sum().backward()
+            opt.step()  # in place, inside the context: the next step's parameters
+    got = [np.load(tmp_path / "d" / rec.file) for _, rec in iter_manifest(tmp_path / "d")
+           if getattr(rec, "kind", None) == "param" and rec.module == "0.weight"]
+    assert len(got) == 4 and all(np.array_equal(a, b) for a, b in zip(got, expected))
+    assert not np.array_equal(expected[0], expected[-1])  # the weights did move
