@@ -17,7 +17,9 @@ hook, a hook on each parameter; torch: a hook on each leaf's output tensor; Mind
 the other modes; the stats-only dump with MindSpore's statistics taken at once (`session.DEFER` off: each hook waits
 for its op), as it was before; and the cost of writing a full dump's bytes per step to the same disk the way the
 dump writes them (`DirectWriter`: O_DIRECT for files of `DIRECT_MIN_BYTES` or more, np.save through the page cache
-below). It prints stats-only / floor, at once / floor, and full / (floor + disk). For MindSpore it also times
+below). It prints stats-only / floor, at once / floor, and full / (floor + disk); then, in blocks of OVERLAP_BLOCK steps
+of one mode, each block timed until its last file is written, the floor, the full dump and the full dump with
+`wait=False` (a step's files written while the next step runs). For MindSpore it also times
 `mirror` (the floor before: the dump's tensor hooks re-written here) and `cell_hooks` (the floor before that: a cell
 backward hook on each leaf), against the floor and against no dump; with
 --variants, also each other way around its hook machinery tried (MS_VARIANTS: forward hooks only, tensor hooks on a
@@ -29,6 +31,9 @@ keep for backward; MindSpore's CPU memory pool stays at its high-water mark, so 
 A MindSpore CPU step of resnet18 at batch 8, 224x224 lasts half a minute to three minutes here: `--warmup 1 --same-loop
 --progress` keeps such a run to (steps + 1) rounds of one loop and shows each step as it ends; `--skip` leaves
 modes out (stats_now; full, which also skips the disk).
+
+--dir writes the dumps under another directory than the temporary one: /dev/shm keeps the disk out (here file
+creation stalls for minutes after a few GB are deleted: ext4 with `discard`).
 
 --device cuda (torch only) runs the torch side on a GPU. There a stats-only dump queues each record's statistics on
 the device and reads them back at the flush (`session.QUEUE_DEVICES`); "at once" reads each as its hook runs
@@ -289,15 +294,15 @@ def samples(step: Callable[[], None], model, steps: int, root: Path, modes: tupl
 
 def overlapped(step: Callable[[], None], model, steps: int, root: Path, warmup: int, block: int = OVERLAP_BLOCK
                ) -> dict[str, list[float]]:
-    """Seconds a step of full dumps with wait=False ("overlap") and of the floor ("overlap_floor"): blocks of `block`
-    steps of each, interleaved, `warmup` rounds dropped. A dump block is timed until its last file is written
-    (`aligner.wait_dumps`), so its writing never spills into the next block's time."""
-    times: dict[str, list[float]] = {"overlap_floor": [], "overlap": []}
+    """Seconds a step of the floor ("block_floor"), of full dumps ("block_full") and of full dumps with wait=False
+    ("overlap"), in blocks of `block` steps of each, interleaved, `warmup` rounds dropped. A dump block is timed
+    until its last file is written (`aligner.wait_dumps`), so its writing never spills into the next block's time."""
+    times: dict[str, list[float]] = {"block_floor": [], "block_full": [], "overlap": []}
     for r in range(warmup + max(1, steps // block)):
         for key in times:
             start = time.perf_counter()
             for i in range(block):
-                one_step(step, model, root, "floor" if key == "overlap_floor" else key, r * block + i)
+                one_step(step, model, root, key.removeprefix("block_"), r * block + i)
             aligner.wait_dumps()
             if r >= warmup:
                 times[key].append((time.perf_counter() - start) / block)
@@ -355,6 +360,9 @@ def main() -> None:
                              "(for steps of seconds or more: MindSpore's resnet18 at 224x224)")
     parser.add_argument("--skip", default="", help="with --floor: modes left out (stats_now; full; variants)")
     parser.add_argument("--progress", action="store_true", help="each step's time on stderr as it ends")
+    parser.add_argument("--dir", help="where the dumps are written (default: the temporary directory); /dev/shm "
+                                      "leaves the disk out (here a journal commit after many deletes, with the "
+                                      "`discard` mount option, stalls file creation for seconds)")
     parser.add_argument("--memory", action="store_true",
                         help="with --floor: then the peak resident memory of a process running each mode alone")
     parser.add_argument("--peak-of", help=argparse.SUPPRESS)  # the process --memory runs for one mode
@@ -385,7 +393,7 @@ def main() -> None:
     for name in args.frameworks.split(","):
         model = make_model(name, args.model)
         step = (torch_step if name == "torch" else ms_step)(model, x)
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             root = Path(tmp)
             # the full dump apart: the kernel writes its ~0.6 GB per step back to disk after the step, and would
             # slow whichever step ran next (a stats-only one: 1.62x instead of 1.24x); against its own baseline it
@@ -413,7 +421,7 @@ def floor(args: argparse.Namespace) -> None:
     for name in args.frameworks.split(","):
         model = make_model(name, args.model)
         step = (torch_step if name == "torch" else ms_step)(model, x)
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             root = Path(tmp)
             (root / "tensordump").mkdir()
             # MindSpore: the floor before (cell backward hooks) always, the other ways around its hooks on request
@@ -442,10 +450,12 @@ def floor(args: argparse.Namespace) -> None:
         med, best = {m: statistics.median(v) for m, v in both.items()}, {m: min(v) for m, v in both.items()}
         print(floor_row(name, med, best, disk))
         if "overlap" in med:
-            print(f"{'':10} full with wait=False (its files written while the next step runs; blocks of "
-                  f"{OVERLAP_BLOCK} steps, each timed to its last file): {med['overlap'] * 1e3:.1f} "
-                  f"({best['overlap'] * 1e3:.1f}) ms, {med['overlap'] / (med['overlap_floor'] + disk):.2f}x "
-                  f"({best['overlap'] / (best['overlap_floor'] + disk):.2f}x) (floor + disk)")
+            print(f"{'':10} in blocks of {OVERLAP_BLOCK} steps of a mode, each timed to its last file: floor "
+                  f"{med['block_floor'] * 1e3:.1f} ({best['block_floor'] * 1e3:.1f}) ms; full "
+                  f"{med['block_full'] * 1e3:.1f} ({best['block_full'] * 1e3:.1f}) ms, "
+                  f"{ratio_of(med, best, 'block_full', 'block_floor', disk)} (floor + disk); full with wait=False "
+                  f"(files written while the next step runs) {med['overlap'] * 1e3:.1f} ({best['overlap'] * 1e3:.1f})"
+                  f" ms, {ratio_of(med, best, 'overlap', 'block_floor', disk)}")
         print(f"{'':10} CPU seconds of the stepping thread a step, median: "
               + ", ".join(f"{m} {statistics.median(v):.2f}" for m, v in cpu.items()))
         if args.memory:
@@ -465,7 +475,8 @@ def peak_of(args: argparse.Namespace, framework: str, mode: str) -> int:
     model is built (MindSpore keeps its CPU memory pool at its high-water mark, so only a process of its own shows
     one mode's peak)."""
     command = [sys.executable, __file__, "--peak-of", mode, "--frameworks", framework, "--model", args.model,
-               "--batch", str(args.batch), "--size", str(args.size), "--threads", str(args.threads)]
+               "--batch", str(args.batch), "--size", str(args.size), "--threads", str(args.threads)] + (
+                   ["--dir", args.dir] if args.dir else [])
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=True)
     return int(done.stdout.split()[-1])
 
@@ -490,7 +501,7 @@ def peak(args: argparse.Namespace) -> None:
             time.sleep(0.002)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for i in range(2):
             one_step(step, model, Path(tmp), args.peak_of, i)
     done.set()
@@ -525,7 +536,7 @@ def check(args: argparse.Namespace) -> None:
     x = example_batch(args)
     base = make_model("torch", args.model)
     bad = 0
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for stats_only in (True, False):
             dumps = []
             for defer in (True, False):
@@ -562,15 +573,20 @@ def check(args: argparse.Namespace) -> None:
     sys.exit(1 if bad else 0)
 
 
+def ratio_of(med: dict[str, float], best: dict[str, float], a: str, b: str, extra: float = 0.0) -> str:
+    """Mode `a` against mode `b` (plus `extra` seconds): "median (best)" ratios, "-" for a mode left out."""
+    if a not in med:
+        return "-"
+    return f"{med[a] / (med[b] + extra):.2f}x ({best[a] / (best[b] + extra):.2f}x)"
+
+
 def floor_row(name: str, med: dict[str, float], best: dict[str, float], disk: float) -> str:
     """One framework's line of the --floor table: milliseconds and ratios, median (best)."""
     def cell(m: str) -> str:
         return f"{med[m] * 1e3:.1f} ({best[m] * 1e3:.1f})" if m in med else "-"
 
     def ratio(a: str, b: str, extra: float = 0.0) -> str:
-        if a not in med:  # a mode left out (--skip)
-            return "-"
-        return f"{med[a] / (med[b] + extra):.2f}x ({best[a] / (best[b] + extra):.2f}x)"
+        return ratio_of(med, best, a, b, extra)
 
     return (f"{name:<10} {cell('none'):>13} {cell('floor'):>13} {cell('stats'):>13} {ratio('stats', 'floor'):>13} "
             f"{ratio('stats_now', 'floor'):>14} {cell('full'):>13} {disk * 1e3:>6.1f} "

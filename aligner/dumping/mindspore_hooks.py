@@ -65,6 +65,11 @@ def differentiable(tensor: ms.Tensor) -> bool:
     return tensor.dtype in _FLOATING and bool(getattr(tensor, "_requires_grad", False))
 
 
+def _differentiable_outputs(output: Any) -> list[tuple[int, ms.Tensor]]:
+    """(position among the output's tensors, tensor) of each output tensor a gradient can reach."""
+    return [(i, t) for i, t in enumerate(tensors_in(output)) if isinstance(t, ms.Tensor) and differentiable(t)]
+
+
 class _Call:
     """One call's gradient hooks in flight: which inputs' copies the cell handed back as outputs, and an input's
     gradient held until that output's own hook has recorded its grad_output (both hooks see the same gradient)."""
@@ -118,14 +123,14 @@ class _CellHooks(CallHooks):
         copies = {id(c) for _, c in call.copies}
         handed_on = None
         try:
-            outs = [t for t in tensors_in(output) if isinstance(t, ms.Tensor) and differentiable(t)]
+            outs = _differentiable_outputs(output)
             if len(outs) > 1:  # one output may be computed from another: hand on copies (see `_copied_outputs`)
                 handed_on = output = self._copied_outputs(output)
-            for i, t in enumerate(tensors_in(output)):
-                if isinstance(t, ms.Tensor) and differentiable(t):
-                    if id(t) in copies:  # an input handed back: its grad_output goes first (`_input_grad`)
-                        call.handed[id(t)] = call.handed.get(id(t), 0) + 1
-                    t.register_hook(functools.partial(self._output_grad, call, i, id(t)))
+                outs = _differentiable_outputs(output)
+            for i, t in outs:
+                if id(t) in copies:  # an input handed back: its grad_output goes first (`_input_grad`)
+                    call.handed[id(t)] = call.handed.get(id(t), 0) + 1
+                t.register_hook(functools.partial(self._output_grad, call, i, id(t)))
         except Exception as exc:  # a hook never breaks the forward it records
             self.session.failed(self.path, self.type, Kind.BACKWARD, Io.GRAD_OUTPUT, exc)
         call.copies.clear()  # the hooks hold what they need; the copies live as long as the graph does

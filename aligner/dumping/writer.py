@@ -121,7 +121,7 @@ class DirectWriter:
                 _write_all(fd, memoryview(head + data.tobytes()))
             else:
                 _write_all(fd, memoryview(head))
-                _write_all(fd, memoryview(data.reshape(-1).view(np.uint8)))
+                _write_all(fd, data.reshape(-1).view(np.uint8).data)
         finally:
             os.close(fd)
 

@@ -194,3 +194,4 @@ def test_dump_contents_do_not_depend_on_the_writer_being_slower_than_the_step(tm
            if getattr(rec, "kind", None) == "param" and rec.module == "0.weight"]
     assert len(got) == 4 and all(np.array_equal(a, b) for a, b in zip(got, expected))
     assert not np.array_equal(expected[0], expected[-1])  # the weights did move
+
