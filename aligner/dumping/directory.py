@@ -38,6 +38,9 @@ class DumpDir:
     # `lent` while no context writes through it (aligner.dumping.pending may then wait for it)
     writer: Any = None
     lent: bool = False
+    # held while `finish` waits for the lent writer: a context that would take it over waits instead of starting a
+    # second writer that appends to the manifest beside the first
+    handover: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
     def release(self) -> None:
         """One dump context (or the writer it kept) is done writing: the last one unlocks the manifest."""
@@ -57,8 +60,8 @@ class DumpDir:
         pending.hold(self.path, self.finish)
 
     def take_writer(self) -> Any:
-        """The writer an earlier context lent, now the caller's; None when none was lent."""
-        with _lock:
+        """The writer an earlier context lent, now the caller's; None when none was lent (or it has just finished)."""
+        with self.handover, _lock:
             if not self.lent:
                 return None
             self.lent = False
@@ -67,15 +70,16 @@ class DumpDir:
 
     def finish(self) -> None:
         """Wait until the lent writer has written what it holds, then give back its hold; raise its write error."""
-        with _lock:
-            if not self.lent:  # none lent, or a context writes through it now (its exit closes or lends it)
-                return
-            writer, self.writer, self.lent = self.writer, None, False
-        pending.take(self.path)
-        try:
-            writer.close()
-        finally:
-            self.release()
+        with self.handover:
+            with _lock:
+                if not self.lent:  # none lent, or a context writes through it now (its exit closes or lends it)
+                    return
+                writer, self.writer, self.lent = self.writer, None, False
+            pending.take(self.path)
+            try:
+                writer.close()
+            finally:
+                self.release()
 
     def close_writer(self, writer: Any) -> None:
         """A context's own wait for `writer` (the one it took, or its own): close it; raise its write error."""
@@ -91,8 +95,9 @@ class DumpDir:
 
 
 _claimed: dict[Path, DumpDir] = {}
-# threads dumping to directories of their own claim them concurrently; reentrant: a claim may finish a lent writer
-_lock = threading.RLock()
+# threads dumping to directories of their own claim them concurrently (taken after a DumpDir's `handover`, never
+# before it)
+_lock = threading.Lock()
 _WRITTEN = re.compile(r"(\.)?[0-9a-f]{32}\.npy(\.tmp)?")  # what the writer names files (and its temporaries)
 
 
@@ -101,6 +106,13 @@ def claim(directory: str | os.PathLike, framework: str, version: str, stats_only
     """The DumpDir for `directory`, held for one dump context (call its `release` when the context is done):
     created (empty, or cleared with overwrite) on first use in this process; `ranks` goes into the header (a
     multi-rank run's layout)."""
+    path = Path(directory).resolve()
+    known = _claimed.get(path)
+    if known is not None and not (path / MANIFEST).is_file():  # removed since: its lent writer's records went with it
+        try:
+            known.finish()
+        except AlignerError:  # nothing left to report them into
+            pass
     with _lock:
         return _claim(directory, framework, version, stats_only, overwrite, seed, ranks)
 
@@ -111,10 +123,6 @@ def _claim(directory: str | os.PathLike, framework: str, version: str, stats_onl
     known = _claimed.get(path)
     if known is not None and not (path / MANIFEST).is_file():  # removed since (e.g. shutil.rmtree): start afresh
         del _claimed[path]
-        try:
-            known.finish()
-        except AlignerError:  # its records went with the directory: nothing left to report them into
-            pass
         if known.fd is not None:
             os.close(known.fd)
         known = None
@@ -282,7 +290,8 @@ def _listed_files(manifest_path: Path) -> set[str] | None:
     a line the manifest reader cannot parse)."""
     names: set[str] = set()
     try:
-        for lineno, entry in iter_manifest(manifest_path.parent):
+        # not settled: no writer of this process writes a directory it claims afresh (and `_lock` is held)
+        for lineno, entry in iter_manifest(manifest_path.parent, settle=False):
             if isinstance(entry, ValueError) or (lineno == 1) != isinstance(entry, dict):
                 return None
             if isinstance(entry, Record) and entry.file and entry.file.startswith(f"{TENSOR_DIR}/"):

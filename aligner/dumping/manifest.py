@@ -224,9 +224,12 @@ def write_header(path: str | os.PathLike, framework: str, framework_version: str
     os.close(create_manifest(path, framework, framework_version, mode, seed, ranks))
 
 
-def iter_manifest(directory: str | os.PathLike) -> Iterator[tuple[int, Record | dict[str, Any] | ValueError]]:
-    """Yield (line number, header dict | Record | ValueError) per line; a bad line yields its error, never raises."""
-    pending.settle()  # a dump this process still writes (wait=False) is read once it is complete
+def iter_manifest(directory: str | os.PathLike, *, settle: bool = True
+                  ) -> Iterator[tuple[int, Record | dict[str, Any] | ValueError]]:
+    """Yield (line number, header dict | Record | ValueError) per line; a bad line yields its error, never raises.
+    `settle`: first wait for the dumps this process still writes (wait=False), so the manifest is read complete."""
+    if settle:
+        pending.settle()
     with open_input(Path(directory) / MANIFEST) as fh:  # a FIFO or device refused before it is opened
         for lineno, line in enumerate(fh, 1):
             if line.strip():

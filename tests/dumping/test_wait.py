@@ -195,3 +195,47 @@ def test_dump_contents_do_not_depend_on_the_writer_being_slower_than_the_step(tm
     assert len(got) == 4 and all(np.array_equal(a, b) for a, b in zip(got, expected))
     assert not np.array_equal(expected[0], expected[-1])  # the weights did move
 
+
+
+def test_a_context_waits_for_a_writer_another_thread_is_finishing(tmp_path, monkeypatch):
+    """A reader thread waiting for step 0's writer while the training thread opens step 1: step 1 must not start a
+    second writer beside the first (its records would land before step 0's, or lines interleave); it waits."""
+    go, first = threading.Event(), []
+    write = writer.DirectWriter.write
+
+    def held(self, path, array):  # only the first writer thread is held
+        first.append(first[0] if first else threading.get_ident())
+        if threading.get_ident() == first[0]:
+            assert go.wait(30), "the test never let the writer go"
+        write(self, path, array)
+    monkeypatch.setattr(writer.DirectWriter, "write", held)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    with aligner.dump(model, tmp_path / "d", step=0, wait=False):
+        model(torch.ones(3, 4)).sum().backward()
+    reader = threading.Thread(target=aligner.wait_dumps)
+    reader.start()
+    for _ in range(200):  # until the reader has taken the writer over
+        if not directory._claimed[(tmp_path / "d").resolve()].lent:
+            break
+        time.sleep(0.01)
+    threading.Timer(0.3, go.set).start()
+    with aligner.dump(model, tmp_path / "d", step=1):
+        model(torch.ones(3, 4)).sum().backward()
+    reader.join(30)
+    seqs = [rec.seq for _, rec in list(iter_manifest(tmp_path / "d"))[1:]]
+    assert len(seqs) == 12 and seqs == sorted(seqs)
+
+
+def test_a_directory_removed_while_its_writer_is_held_starts_afresh(tmp_path, held_writes):
+    """The user deleted the dump (shutil.rmtree) while step 0's files were still queued: the next context starts a
+    new dump there, as after a waited step, and the lost records' write error has nowhere to go."""
+    import shutil
+
+    _torch_steps(tmp_path / "d", False, steps=1)
+    shutil.rmtree(tmp_path / "d")
+    held_writes.set()
+    _torch_steps(tmp_path / "d", True, steps=1)
+    _torch_steps(tmp_path / "ref", True, steps=1)  # the same step into a directory of its own
+    lines = (tmp_path / "d" / MANIFEST).read_text().splitlines()
+    assert len(lines) == 22 and lines[1:] == (tmp_path / "ref" / MANIFEST).read_text().splitlines()[1:]
