@@ -75,10 +75,10 @@ class DumpDir:
                 if not self.lent:  # none lent, or a context writes through it now (its exit closes or lends it)
                     return
                 writer, self.writer, self.lent = self.writer, None, False
-            pending.take(self.path)
             try:
                 writer.close()
-            finally:
+            finally:  # waited for here until now: a reader in another thread meanwhile waits on `handover`
+                pending.take(self.path)
                 self.release()
 
     def close_writer(self, writer: Any) -> None:

@@ -31,7 +31,7 @@ def hold(path: Path, finish: Callable[[], None]) -> None:
 
 
 def take(path: Path) -> None:
-    """`path`'s writer is in use again (a later context writes through it) or finished: no longer waited for here."""
+    """`path`'s writer is in use again (a later context writes through it) or done: no longer waited for here."""
     with _lock:
         _finishers.pop(path, None)
 
@@ -41,9 +41,8 @@ def settle() -> None:
     all have finished."""
     if not _finishers:  # the usual case: nothing pending, no lock taken
         return
-    with _lock:
+    with _lock:  # each leaves the registry once its writer is done (a finish under way makes a second one wait)
         finishers = list(_finishers.values())
-        _finishers.clear()
     first: AlignerError | None = None
     for finish in finishers:
         try:

@@ -239,3 +239,27 @@ def test_a_directory_removed_while_its_writer_is_held_starts_afresh(tmp_path, he
     _torch_steps(tmp_path / "ref", True, steps=1)  # the same step into a directory of its own
     lines = (tmp_path / "d" / MANIFEST).read_text().splitlines()
     assert len(lines) == 22 and lines[1:] == (tmp_path / "ref" / MANIFEST).read_text().splitlines()[1:]
+
+
+def test_two_readers_both_wait_for_the_writer(tmp_path, held_writes):
+    """The second of two reader threads also waits for the writer the first is already waiting for (it reads the
+    dump complete, not what is on disk so far)."""
+    _torch_steps(tmp_path / "d", False, steps=1)
+    counts: list[int | str] = []
+
+    def read() -> None:
+        try:
+            counts.append(len(read_source(tmp_path / "d").items))
+        except AlignerError as exc:
+            counts.append(str(exc))
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    readers[0].start()
+    for _ in range(200):  # until the first reader waits on the writer
+        if not directory._claimed[(tmp_path / "d").resolve()].lent:
+            break
+        time.sleep(0.01)
+    readers[1].start()
+    threading.Timer(0.3, held_writes.set).start()
+    for reader in readers:
+        reader.join(30)
+    assert counts == [17, 17]
