@@ -58,6 +58,9 @@ def digest(array: np.ndarray) -> str:
 # one through the page cache ~0.05 ms plus ~0.2 ms a MiB and, later, 0.3-1.5 ms a MiB of the kernel's writeback: they
 # cost about the same at 256 KiB (docs/scale-mindspore.md has the figures by file size).
 DIRECT_MIN_BYTES = 256 << 10
+# how a tensor file (a temporary the writer names) is opened: never through a link planted at its name, never
+# inherited by a child process
+_NEW = os.O_NOFOLLOW | os.O_CLOEXEC
 SMALL_FILE_BYTES = 64 << 10  # data written with its header in one system call (joining them copies the data)
 
 
@@ -92,7 +95,7 @@ class DirectWriter:
         whole = size // self.ALIGN * self.ALIGN
         fd = None
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o666)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT | _NEW, 0o666)
             _write_all(fd, memoryview(self._buffer)[:whole])
             if whole < size:
                 fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)
@@ -115,7 +118,7 @@ class DirectWriter:
             return
         data = array if array.flags.c_contiguous else np.ascontiguousarray(array)  # (never 0-d to 1-d)
         head = npy_header(data.dtype, data.shape)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NEW, 0o666)
         try:
             if data.nbytes < SMALL_FILE_BYTES:  # one write: header and data joined (a copy of a few KiB)
                 _write_all(fd, memoryview(head + data.tobytes()))
@@ -138,6 +141,11 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
         header = io.BytesIO()
         np.lib.format.write_array_header_2_0(header, fields)
     return header.getvalue()
+
+
+def _append(path: Path) -> io.TextIOWrapper:
+    """The manifest opened to append lines (UTF-8), never through a link planted at its name."""
+    return open(os.open(path, os.O_WRONLY | os.O_APPEND | _NEW), "a", encoding="utf-8")
 
 
 def _write_all(fd: int, data: memoryview) -> None:
@@ -202,7 +210,7 @@ class StatsSink:
         if not lines:
             return
         try:
-            with open(self.directory / MANIFEST, "a", encoding="utf-8") as manifest:
+            with _append(self.directory / MANIFEST) as manifest:
                 manifest.write("\n".join(lines) + "\n")
         except OSError as exc:
             self._error = AlignerError(f"writing dump {self.directory} failed: {exc}")
@@ -269,7 +277,7 @@ class BackgroundWriter:
         # every failure is kept for put()/close() to raise in the training thread; the queue is always drained
         manifest = None
         try:
-            manifest = open(self.directory / MANIFEST, "a", encoding="utf-8")
+            manifest = _append(self.directory / MANIFEST)
         except OSError as exc:
             self._error = exc
         tensor_dir = self.directory / TENSOR_DIR

@@ -565,6 +565,43 @@ def test_page_cache_writes_are_what_np_save_writes(tmp_path_factory, dtype, shap
     assert back.dtype == array.dtype and back.shape == array.shape and np.array_equal(back, array)
 
 
+@pytest.mark.parametrize("size", [16, 1 << 20])  # through the page cache; with O_DIRECT where the file system takes it
+def test_a_link_planted_at_a_tensor_files_name_is_never_written_through(tmp_path, size):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "a.npy.tmp").symlink_to(victim)
+    with pytest.raises(OSError):
+        writer.DirectWriter().write(tmp_path / "a.npy.tmp", np.zeros(size, np.float32))
+    assert victim.read_text() == "keep"
+
+
+def test_a_dump_whose_temporary_name_was_taken_by_a_link_fails_in_one_line(tmp_path):
+    """Someone who can write into the dump plants a link where the writer will put its next file: the dump refuses
+    to write through it (AlignerError at the exit) and the link's target is untouched."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    probe = np.arange(4.0)
+    with aligner.dump(torch.nn.Linear(2, 2), tmp_path / "d", step=0):
+        aligner.save("first", np.zeros(3))  # makes tensors/
+    (tmp_path / "d" / "tensors" / f".{writer.digest(probe)}.npy.tmp").symlink_to(victim)
+    with pytest.raises(AlignerError, match="writing dump .* failed: .*Too many levels of symbolic links"):
+        with aligner.dump(torch.nn.Linear(2, 2), tmp_path / "d", step=1):
+            aligner.save("probe", probe)
+    assert victim.read_text() == "keep"
+
+
+def test_a_stats_only_dump_never_appends_through_a_link_planted_at_its_manifest(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    net = torch.nn.Linear(2, 2)
+    with pytest.raises(AlignerError, match="writing dump .* failed: .*Too many levels of symbolic links"):
+        with aligner.dump(net, tmp_path / "d", stats_only=True):
+            net(torch.ones(1, 2)).sum().backward()
+            (tmp_path / "d" / MANIFEST).unlink()
+            (tmp_path / "d" / MANIFEST).symlink_to(victim)  # appended to at the exit
+    assert victim.read_text() == "keep"
+
+
 def test_only_files_of_min_bytes_or_more_are_written_direct(tmp_path):
     """A file under `min_bytes` of data is left to the caller (the page cache: an O_DIRECT write waits for the disk
     whatever its size); one of `min_bytes` is written direct, in np.save's bytes."""
