@@ -108,18 +108,18 @@ def claim(directory: str | os.PathLike, framework: str, version: str, stats_only
     multi-rank run's layout)."""
     path = Path(directory).resolve()
     known = _claimed.get(path)
-    if known is not None and not (path / MANIFEST).is_file():  # removed since: its lent writer's records went with it
-        try:
+    if known is not None and known.writer is not None and not (path / MANIFEST).is_file():
+        try:  # removed since, its lent writer still writing: those records went with the directory
             known.finish()
         except AlignerError:  # nothing left to report them into
             pass
     with _lock:
-        return _claim(directory, framework, version, stats_only, overwrite, seed, ranks)
+        return _claim(path, directory, framework, version, stats_only, overwrite, seed, ranks)
 
 
-def _claim(directory: str | os.PathLike, framework: str, version: str, stats_only: bool, overwrite: bool,
-           seed: dict[str, Any] | None, ranks: dict[str, Any] | None) -> DumpDir:
-    path = Path(directory).resolve()
+def _claim(path: Path, directory: str | os.PathLike, framework: str, version: str, stats_only: bool,
+           overwrite: bool, seed: dict[str, Any] | None, ranks: dict[str, Any] | None) -> DumpDir:
+    """`claim` under the lock; `path` is `directory` resolved (`directory` as the user gave it, for messages)."""
     known = _claimed.get(path)
     if known is not None and not (path / MANIFEST).is_file():  # removed since (e.g. shutil.rmtree): start afresh
         del _claimed[path]

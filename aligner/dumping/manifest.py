@@ -224,13 +224,19 @@ def write_header(path: str | os.PathLike, framework: str, framework_version: str
     os.close(create_manifest(path, framework, framework_version, mode, seed, ranks))
 
 
-def iter_manifest(directory: str | os.PathLike, *, settle: bool = True
-                  ) -> Iterator[tuple[int, Record | dict[str, Any] | ValueError]]:
-    """Yield (line number, header dict | Record | ValueError) per line; a bad line yields its error, never raises.
-    `settle`: first wait for the dumps this process still writes (wait=False), so the manifest is read complete."""
+def open_manifest(directory: str | os.PathLike, *, settle: bool = True) -> BinaryIO:
+    """A dump's manifest opened to read (binary; a FIFO or device refused before it is opened). `settle`: first wait
+    for the dumps this process still writes (wait=False, `aligner.dumping.pending`), so it is read complete."""
     if settle:
         pending.settle()
-    with open_input(Path(directory) / MANIFEST) as fh:  # a FIFO or device refused before it is opened
+    return open_input(Path(directory) / MANIFEST)
+
+
+def iter_manifest(directory: str | os.PathLike, *, settle: bool = True
+                  ) -> Iterator[tuple[int, Record | dict[str, Any] | ValueError]]:
+    """Yield (line number, header dict | Record | ValueError) per line; a bad line yields its error, never raises
+    (`settle`: as `open_manifest`)."""
+    with open_manifest(directory, settle=settle) as fh:
         for lineno, line in enumerate(fh, 1):
             if line.strip():
                 yield lineno, decode_line(lineno, line)
@@ -376,8 +382,7 @@ def read_manifest(directory: str | os.PathLike) -> tuple[dict[str, Any] | None, 
     shapes: dict[tuple[int, ...], list[int]] = {}
     limit = max_records()
 
-    pending.settle()
-    with open_input(Path(directory) / MANIFEST) as fh:  # a FIFO or device refused before it is opened
+    with open_manifest(directory) as fh:
         first = fh.readline()
         entry = decode_line(1, first) if first.strip() else None
         if isinstance(entry, NestingError):

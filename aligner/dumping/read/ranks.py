@@ -9,10 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from aligner.core.errors import AlignerError
-from aligner.core.files import open_input
 from aligner.core.nesting import json_loads
-from aligner.dumping import pending
-from aligner.dumping.manifest import MANIFEST, RANK_DIR, TENSOR_DIR
+from aligner.dumping.manifest import MANIFEST, RANK_DIR, TENSOR_DIR, open_manifest
 
 
 def holds_ranks(path: str | os.PathLike) -> bool:
@@ -35,9 +33,8 @@ class RankDump:
 
 def read_header(folder: Path) -> dict[str, Any]:
     """The first manifest line of a rank folder as a dict ({} when there is none: compare reports the folder)."""
-    pending.settle()
     try:
-        with open_input(folder / MANIFEST) as fh:  # a FIFO or device refused (AlignerError), never waited on
+        with open_manifest(folder) as fh:  # a FIFO or device refused (AlignerError), never waited on
             header = json_loads(fh.readline())
     except (OSError, ValueError, AlignerError):  # ValueError: not UTF-8, not JSON, nested too deep
         return {}
@@ -48,7 +45,6 @@ def read_ranks(path: str | os.PathLike) -> RankDump:
     """The rank folders of `path`, each header's rank checked against its folder name and every header's world size
     against the others'; AlignerError (one line) for a folder that is a link or a file, a dump that is also a
     single-process dump, or headers that disagree (mixed world sizes)."""
-    pending.settle()
     root = Path(path)
     if not root.is_dir():
         raise AlignerError(f"{root}: no such directory")
@@ -93,11 +89,10 @@ def read_ranks(path: str | os.PathLike) -> RankDump:
 def folder_size(folder: Path) -> tuple[int, int]:
     """(manifest lines, bytes of tensor files) of one rank folder, from the directory listing (nothing parsed); (0, 0)
     for a folder that cannot be listed (reading the rank says why)."""
-    pending.settle()
     if (folder / TENSOR_DIR).is_symlink():  # never list a directory outside the dump
         return 0, 0
     try:
-        with open_input(folder / MANIFEST) as fh:
+        with open_manifest(folder) as fh:
             lines = fh.read().count(b"\n")
         with os.scandir(folder / TENSOR_DIR) as entries:
             size = sum(e.stat(follow_symlinks=False).st_size for e in entries if e.is_file(follow_symlinks=False))

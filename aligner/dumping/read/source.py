@@ -22,7 +22,7 @@ from aligner.core.dtypes import canonical, to_numpy, to_storable
 from aligner.core.errors import AlignerError
 from aligner.core.files import open_fd
 from aligner.core.frameworks import Framework
-from aligner.dumping import manifest, pending
+from aligner.dumping import manifest
 from aligner.dumping.manifest import Io, Kind
 from aligner.dumping.read import foreign
 from aligner.dumping.read.foreign.layout import inside
@@ -306,7 +306,6 @@ def _foreign(dump: ForeignDump) -> Source:
 def read_source(path: str | Path, *, trust_pickle: bool = False) -> Source:
     """Read a dump directory (if it has a manifest), another tool's dump (msprobe, MindSpore's native dump; its
     PyTorch `.pt` tensors only with `trust_pickle`) or a plain directory of .npy files; refuse one with no records."""
-    pending.settle()  # a dump this process still writes (wait=False) is read once it is complete
     root = Path(path)
     if not root.exists():
         raise AlignerError(f"{root}: no such directory")

@@ -40,9 +40,8 @@ from types import TracebackType
 from typing import BinaryIO, Iterator, cast
 
 from aligner.core.errors import AlignerError
-from aligner.core.files import open_input
 from aligner.core.nesting import NestingError
-from aligner.dumping import manifest, pending
+from aligner.dumping import manifest
 from aligner.dumping.manifest import Kind, Record
 from aligner.dumping.read.foreign.layout import inside
 from aligner.dumping.read.source import Item, Source, link, read_source
@@ -110,7 +109,6 @@ def open_stream(path: str | os.PathLike, *, trust_pickle: bool = False) -> Strea
     """The dump at `path` as a `Stream` (a directory with a manifest; anything else read_source reads, whole);
     AlignerError (one line) where read_source raises one before its first record: no such directory, a manifest
     that is a link out, a FIFO or not readable, a header nested too deep or of an unknown version."""
-    pending.settle()  # a dump this process still writes (wait=False) is read once it is complete
     root = Path(path)
     if not root.exists():
         raise AlignerError(f"{root}: no such directory")
@@ -123,7 +121,7 @@ def open_stream(path: str | os.PathLike, *, trust_pickle: bool = False) -> Strea
     if why is not None:
         raise AlignerError(f"{root}: {why}")
     try:
-        fh = open_input(root / manifest.MANIFEST)  # a FIFO or device refused before it is opened
+        fh = manifest.open_manifest(root)
     except OSError as exc:
         raise AlignerError(f"{root}: cannot read {manifest.MANIFEST}: {exc}") from exc
     try:
