@@ -16,10 +16,10 @@ hook, a hook on each parameter; torch: a hook on each leaf's output tensor; Mind
 `aligner.dumping.mindspore_hooks`, on a session that records nothing: `ms_floor`) doing nothing, interleaved with
 the other modes; the stats-only dump with MindSpore's statistics taken at once (`session.DEFER` off: each hook waits
 for its op), as it was before; and the cost of writing a full dump's bytes per step to the same disk the way the
-dump writes them (`DirectWriter`: O_DIRECT for files of `DIRECT_MIN_BYTES` or more, np.save through the page cache
-below). It prints stats-only / floor, at once / floor, and full / (floor + disk); then, in blocks of OVERLAP_BLOCK steps
-of one mode, each block timed until its last file is written, the floor, the full dump and the full dump with
-`wait=False` (a step's files written while the next step runs). For MindSpore it also times
+dump writes them (`DirectWriter.write`: O_DIRECT for files of `DIRECT_MIN_BYTES` or more, the page cache below). It
+prints stats-only / floor, at once / floor, and full / (floor + disk); then, in blocks of OVERLAP_BLOCK steps of one
+mode, each block timed until its last file is written, the floor, the full dump and the full dump with `wait=False`
+(a step's files written while the next step runs). For MindSpore it also times
 `mirror` (the floor before: the dump's tensor hooks re-written here) and `cell_hooks` (the floor before that: a cell
 backward hook on each leaf), against the floor and against no dump; with
 --variants, also each other way around its hook machinery tried (MS_VARIANTS: forward hooks only, tensor hooks on a
@@ -451,11 +451,10 @@ def floor(args: argparse.Namespace) -> None:
         print(floor_row(name, med, best, disk))
         if "overlap" in med:
             print(f"{'':10} in blocks of {OVERLAP_BLOCK} steps of a mode, each timed to its last file: floor "
-                  f"{med['block_floor'] * 1e3:.1f} ({best['block_floor'] * 1e3:.1f}) ms; full "
-                  f"{med['block_full'] * 1e3:.1f} ({best['block_full'] * 1e3:.1f}) ms, "
+                  f"{cell_of(med, best, 'block_floor')} ms; full {cell_of(med, best, 'block_full')} ms, "
                   f"{ratio_of(med, best, 'block_full', 'block_floor', disk)} (floor + disk); full with wait=False "
-                  f"(files written while the next step runs) {med['overlap'] * 1e3:.1f} ({best['overlap'] * 1e3:.1f})"
-                  f" ms, {ratio_of(med, best, 'overlap', 'block_floor', disk)}")
+                  f"(files written while the next step runs) {cell_of(med, best, 'overlap')} ms, "
+                  f"{ratio_of(med, best, 'overlap', 'block_floor', disk)}")
         print(f"{'':10} CPU seconds of the stepping thread a step, median: "
               + ", ".join(f"{m} {statistics.median(v):.2f}" for m, v in cpu.items()))
         if args.memory:
@@ -573,6 +572,11 @@ def check(args: argparse.Namespace) -> None:
     sys.exit(1 if bad else 0)
 
 
+def cell_of(med: dict[str, float], best: dict[str, float], m: str) -> str:
+    """Mode `m`'s milliseconds a step, "median (best)"; "-" for a mode left out."""
+    return f"{med[m] * 1e3:.1f} ({best[m] * 1e3:.1f})" if m in med else "-"
+
+
 def ratio_of(med: dict[str, float], best: dict[str, float], a: str, b: str, extra: float = 0.0) -> str:
     """Mode `a` against mode `b` (plus `extra` seconds): "median (best)" ratios, "-" for a mode left out."""
     if a not in med:
@@ -583,7 +587,7 @@ def ratio_of(med: dict[str, float], best: dict[str, float], a: str, b: str, extr
 def floor_row(name: str, med: dict[str, float], best: dict[str, float], disk: float) -> str:
     """One framework's line of the --floor table: milliseconds and ratios, median (best)."""
     def cell(m: str) -> str:
-        return f"{med[m] * 1e3:.1f} ({best[m] * 1e3:.1f})" if m in med else "-"
+        return cell_of(med, best, m)
 
     def ratio(a: str, b: str, extra: float = 0.0) -> str:
         return ratio_of(med, best, a, b, extra)
