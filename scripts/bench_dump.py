@@ -61,8 +61,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for tests.support
 
 import aligner
+from aligner.dumping import fstats
 from aligner.dumping import session as dump_session
 from aligner.dumping.writer import DirectWriter
+from aligner.metrics import triton_stats
 from tests.support.twin_models import make_twins, torch_model
 
 MODES = ("none", "full", "stats", "no_inputs", "stats_host")
@@ -367,11 +369,18 @@ def main() -> None:
                         help="with --floor: then the peak resident memory of a process running each mode alone")
     parser.add_argument("--peak-of", help=argparse.SUPPRESS)  # the process --memory runs for one mode
     parser.add_argument("--device", default="cpu", help="where the torch side runs (cuda: torch only, see above)")
+    parser.add_argument("--stats-kernel", choices=("all", "large", "off"), default="all",
+                        help="on a GPU, which tensors' statistics the Triton kernel reduces: all, those above "
+                             "fstats.STAGE_MAX (the others copied and reduced together), or none (torch's reductions)")
     parser.add_argument("--check", action="store_true",
                         help="dump one step queued and at once, and compare the records")
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
+    if args.stats_kernel == "off":
+        triton_stats.DEVICES = frozenset()
+    elif args.stats_kernel == "large":
+        fstats.KERNEL_ABOVE = fstats.STAGE_MAX
     if DEVICE != "cpu":
         args.frameworks = "torch"
     if args.check:
@@ -449,6 +458,8 @@ def floor(args: argparse.Namespace) -> None:
         both = t | f
         med, best = {m: statistics.median(v) for m, v in both.items()}, {m: min(v) for m, v in both.items()}
         print(floor_row(name, med, best, disk))
+        if DEVICE != "cpu":
+            print(f"{'':10} statistics queued by the {kernel_state()}")
         if "overlap" in med:
             print(f"{'':10} in blocks of {OVERLAP_BLOCK} steps of a mode, each timed to its last file: floor "
                   f"{cell_of(med, best, 'block_floor')} ms; full {cell_of(med, best, 'block_full')} ms, "
@@ -519,7 +530,14 @@ def set_up(args: argparse.Namespace) -> None:
         ms.set_context(mode=ms.PYNATIVE_MODE)
     if DEVICE != "cpu":
         print(f"torch {torch.__version__} on {torch.accelerator.current_accelerator()}: "
-              f"{torch.cuda.get_device_name() if torch.cuda.is_available() else DEVICE}")
+              f"{torch.cuda.get_device_name() if torch.cuda.is_available() else DEVICE}; statistics kernel: "
+              f"{args.stats_kernel}")
+
+
+def kernel_state() -> str:
+    """Whether the Triton statistics kernel ran (after a dump), or why not."""
+    why = triton_stats.why_not()
+    return "Triton kernel" if why is None and triton_stats.DEVICES else f"torch reductions ({why or 'turned off'})"
 
 
 def check(args: argparse.Namespace) -> None:
@@ -568,6 +586,7 @@ def check(args: argparse.Namespace) -> None:
             print(f"check {'stats-only' if stats_only else 'full'}: {len(queued)} records queued, {len(now)} at "
                   f"once; worst relative difference of mean/L2 {worst:.2e}")
             bad += len(queued) != len(now)
+    print(f"check: queued statistics by the {kernel_state()}")
     print("check: records agree" if not bad else f"check: {bad} differences")
     sys.exit(1 if bad else 0)
 

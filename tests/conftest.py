@@ -9,6 +9,11 @@ from hypothesis import HealthCheck, settings
 
 from tests.support.cli import run_align
 
+# Triton's interpreter runs the GPU statistics kernel on CPU tensors (tests/metrics/test_triton_stats.py). It must be
+# on before `triton.language` is first imported (its jitted helpers are defined then), so for the whole test process;
+# nothing else here runs Triton (this suite runs on machines without a GPU).
+os.environ["TRITON_INTERPRET"] = "1"
+
 # Fuzz budgets: `make test` runs the bounded one; `pytest --fuzz-long` (or ALIGNER_FUZZ=long) the long one. Fuzz tests
 # take their example count from the active profile (`@settings()` without max_examples).
 settings.register_profile("bounded", max_examples=60, deadline=None,

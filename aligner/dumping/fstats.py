@@ -18,6 +18,7 @@ import numpy as np
 
 from aligner.core.dtypes import to_numpy, torch_to_numpy
 from aligner.core.errors import AlignerError
+from aligner.metrics import triton_stats
 from aligner.metrics.stats import (
     NEAR_ONE,
     NEAR_ZERO,
@@ -76,16 +77,19 @@ def fast_stats_of(tensor: Any) -> Stats:
 
 
 def _assemble(floating: bool, numel: int, head: list[float], counts: list[float]) -> Stats:
-    """The statistics from the transferred vector: [min, max, sum, sum of squares] over the finite elements and the
-    counts [nan, inf, zeros, |v| <= NEAR_ZERO, |v| >= NEAR_ONE, |v| < TINY]."""
+    """The statistics from the transferred vector: [min, max, sum, sum of squares] over the finite elements (the
+    kernel's, `triton_stats`, then their sum scaled down, for a mean whose sum overflows float64) and the counts [nan,
+    inf, zeros, |v| <= NEAR_ZERO, |v| >= NEAR_ONE, |v| < TINY]."""
     nan, inf, zeros, near_zero, near_one, below = (int(c) for c in counts)
     finite = numel - nan - inf
     rest = fractions(numel, zeros, near_zero, near_one, below)
     if not finite:
         return Stats(min=None, max=None, mean=None, l2=None if floating else 0.0, nan=nan, inf=inf, **rest)
-    low, high, total, squares = head
-    return Stats(min=float(low), max=float(high), mean=float(total) / finite, l2=float(np.sqrt(squares)), nan=nan,
-                 inf=inf, **rest)
+    low, high, total, squares = head[:4]
+    mean = float(total) / finite
+    if not np.isfinite(total) and len(head) > 4:
+        mean = float(head[4]) / finite * 2.0 ** triton_stats.SCALE_BITS
+    return Stats(min=float(low), max=float(high), mean=mean, l2=float(np.sqrt(squares)), nan=nan, inf=inf, **rest)
 
 
 def torch_stats(tensor: Any) -> Stats:
@@ -150,32 +154,41 @@ def read_queued(queued: list[QueuedStats]) -> list[Stats]:
 # A StatsStage buffer holds STAGE_ELEMENTS (16 MiB as float32, ~130 MiB more while it is read) and takes tensors of
 # at most STAGE_MAX elements: segment_reduce is parallel over many short segments, not along a long one (staging
 # resnet18's large activations, 2**23 elements a buffer, made 20 flushes a step wait ~5 ms each on an H200), so a
-# bigger tensor is reduced alone (torch_stats_queued). docs/scale.md has the device figures.
+# bigger tensor is reduced alone (torch_stats_queued). Where Triton runs (`triton_stats.usable`) every floating tensor
+# goes through its one-pass kernel instead, its rows in a table of TABLE_ROWS (1.25 MiB; a full table is followed by
+# another, so the kernel path never waits). docs/scale.md has the device figures.
 STAGE_ELEMENTS = 1 << 22
 STAGE_MAX = 1 << 18
+TABLE_ROWS = 1 << 14
+KERNEL_ABOVE = 0  # tensors of more elements than this take the kernel, the others the copy (bench_dump tries both)
+KERNEL = "kernel"  # the second half of a kernel table's key (the first is the device)
 
 
 @dataclasses.dataclass(frozen=True)
 class Staged:
-    """A tensor's place in a StatsStage: which buffer (device and width), which segment."""
+    """A tensor's place in a StatsStage: which buffer (device and width, or device and KERNEL), which segment."""
 
     key: tuple[Any, Any]
     index: int
 
 
 class StatsStage:
-    """The statistics of many small accelerator tensors at once: each is copied into a flat device buffer by one
-    queued kernel (`add`; 16-bit floats widen to float32, float64 stays), and `read` reduces every segment together
-    (segment_reduce: ~20 kernels and one transfer per buffer, where `torch_stats_queued` launches ~20 per tensor)."""
+    """The statistics of many accelerator tensors read back at once. With Triton (`triton_stats`), each floating
+    tensor is reduced by one kernel launch into rows of a device table. Otherwise a small one is copied into a flat
+    device buffer by one queued kernel (16-bit floats widen to float32, float64 stays), and `read` reduces every
+    segment together (segment_reduce: ~20 kernels per buffer, where `torch_stats_queued` launches ~20 per tensor).
+    Either way one transfer per buffer or table."""
 
     def __init__(self) -> None:
         self._buffers: dict[tuple[Any, Any], Any] = {}
         self._lengths: dict[tuple[Any, Any], list[int]] = {}
         self._used: dict[tuple[Any, Any], int] = {}
+        self._tables: dict[Any, list[tuple[Any, int]]] = {}  # by device: (table, rows used), the last one filling
+        self._starts: dict[tuple[Any, Any], list[int]] = {}  # by kernel key: each tensor's first row, all tables'
 
     @staticmethod
     def _key(tensor: Any) -> tuple[Any, Any] | None:
-        """The buffer a torch tensor is staged in (device, width); None for one that is not staged."""
+        """The copy buffer a torch tensor is staged in (device, width); None for one that is not copied."""
         import torch
 
         if not tensor.is_floating_point() or not 0 < tensor.numel() <= STAGE_MAX:
@@ -183,16 +196,45 @@ class StatsStage:
         return tensor.device, torch.float64 if tensor.dtype == torch.float64 else torch.float32
 
     def full(self, tensor: Any) -> bool:
-        """Whether `tensor` would be staged but its buffer has no room left for it: read the stage first."""
+        """Whether `tensor` would be copied but its buffer has no room left for it: read the stage first."""
+        if _by_kernel(tensor):
+            return False
         key = self._key(tensor)
         return key is not None and self._used.get(key, 0) + tensor.numel() > STAGE_ELEMENTS
 
     def add(self, tensor: Any) -> Staged | None:
-        """Queue the copy of a floating torch tensor of at most STAGE_MAX elements (`full` said there is room);
-        None for a tensor that is not staged."""
+        """Queue a floating torch tensor's reduction (Triton) or copy (at most STAGE_MAX elements, and `full` said
+        there is room); None for a tensor that is not staged. A kernel that fails is not used again in this
+        process (`triton_stats.failed`) and this tensor takes the other way."""
+        if _by_kernel(tensor):
+            try:
+                return self._reduce(tensor)  # the kernel reads its address: no detached view needed
+            except Exception as exc:  # Triton's first compile (a missing C compiler, say): torch's reductions
+                triton_stats.failed(exc)
+        return self._copy(tensor.detach())
+
+    def _reduce(self, t: Any) -> Staged:
+        """Launch the kernel over `t` into the next free rows of its device's table (a new table when they run
+        out)."""
         import torch
 
-        t = tensor.detach()
+        rows = triton_stats.programs(t.numel())[0]
+        tables = self._tables.setdefault(t.device, [])
+        if not tables or tables[-1][1] + rows > TABLE_ROWS:
+            tables.append((torch.empty((TABLE_ROWS, triton_stats.COLUMNS), dtype=torch.float64, device=t.device), 0))
+        table, used = tables[-1]
+        triton_stats.launch(t, table, used, triton_stats.thresholds(t.device, t.dtype == torch.float64))
+        tables[-1] = (table, used + rows)
+        key = (t.device, KERNEL)
+        starts = self._starts.setdefault(key, [])
+        starts.append(sum(n for _, n in tables) - rows)
+        lengths = self._lengths.setdefault(key, [])
+        lengths.append(t.numel())
+        return Staged(key, len(lengths) - 1)
+
+    def _copy(self, t: Any) -> Staged | None:
+        import torch
+
         key = self._key(t)
         if key is None:
             return None
@@ -207,13 +249,22 @@ class StatsStage:
         return Staged(key, len(lengths) - 1)
 
     def read(self) -> dict[tuple[Any, Any], list[Stats]]:
-        """Every staged tensor's statistics, by buffer and segment (one transfer per buffer); the stage is empty
-        after, its buffers given back."""
-        out = {key: self._read(key) for key in self._lengths}
+        """Every staged tensor's statistics, by buffer or table and segment (one transfer each); the stage is empty
+        after, its buffers and tables given back."""
+        out = {key: self._read_table(key) if key[1] == KERNEL else self._read(key) for key in self._lengths}
         self._lengths.clear()
         self._used.clear()
         self._buffers.clear()  # back to the framework's allocator: a closed dump holds no device memory
+        self._tables.clear()
+        self._starts.clear()
         return out
+
+    def _read_table(self, key: tuple[Any, Any]) -> list[Stats]:
+        import torch
+
+        rows = torch.cat([table[:used] for table, used in self._tables[key[0]]]).cpu().numpy()
+        head, counts = triton_stats.combine(rows, np.asarray(self._starts[key]))
+        return [_assemble(True, n, h, c) for n, h, c in zip(self._lengths[key], head.tolist(), counts.tolist())]
 
     def _read(self, key: tuple[Any, Any]) -> list[Stats]:
         import torch
@@ -238,6 +289,11 @@ class StatsStage:
                              seg(x64, "sum"), seg(x64 * x64, "sum"), *counts], dim=1)
         rows = table.cpu().tolist()
         return [_assemble(True, n, row[:4], row[4:]) for n, row in zip(lengths, rows)]
+
+
+def _by_kernel(tensor: Any) -> bool:
+    """Whether a tensor's statistics are queued by the Triton kernel (`triton_stats.usable`, above KERNEL_ABOVE)."""
+    return triton_stats.usable(tensor) and tensor.numel() > KERNEL_ABOVE
 
 
 def mindspore_stats(tensor: Any) -> Stats:

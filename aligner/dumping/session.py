@@ -50,10 +50,11 @@ FRAMEWORK_STATS = True
 DEFER = True
 DEFER_BYTES = 256 << 20
 # A torch tensor on an accelerator (these device types) has its statistics queued the same way, for the same reason:
-# reading them waits for the device. Its reductions are queued on the device at once, behind the op that wrote it and
-# ahead of any later in-place op, and read back at the flush: one wait and one small transfer per flush instead of one
-# per record. A full dump copies each tensor to the host at once: copies queued into pinned memory measured no faster
-# on a GPU (the disk bounds a full dump) and slower on small tensors (docs/scale.md).
+# reading them waits for the device. Its reductions are queued on the device at once (one Triton kernel launch where
+# Triton runs: fstats.StatsStage), behind the op that wrote it and ahead of any later in-place op, and read back at the
+# flush: one wait and one small transfer per flush instead of one per record. A full dump copies each tensor to the
+# host at once: copies queued into pinned memory measured no faster on a GPU (the disk bounds a full dump) and slower
+# on small tensors (docs/scale.md).
 QUEUE_DEVICES = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "mtia", "privateuseone"})
 DEFER_RECORDS = 1 << 16  # records waiting at most (each queued statistic holds an 80-byte device vector)
 
@@ -250,9 +251,9 @@ class Session:
         return seq
 
     def _queue(self, tensor: Any) -> Staged | QueuedStats | Stats:
-        """An accelerator torch tensor's statistics queued on its device (see QUEUE_DEVICES), the lock held: a small
-        tensor through the session's stage (one kernel), a larger one on its own; an empty tensor's at once. A stage
-        with no room left is read first (a flush)."""
+        """An accelerator torch tensor's statistics queued on its device (see QUEUE_DEVICES), the lock held: through
+        the session's stage (a float tensor by the Triton kernel where it runs; else a small one copied, one kernel), or
+        reduced on its own; an empty tensor's at once. A copy stage with no room left is read first (a flush)."""
         if self._stats_stage.full(tensor):
             self._flush()
         return self._stats_stage.add(tensor) or torch_stats_queued(tensor)

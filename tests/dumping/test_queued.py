@@ -16,6 +16,7 @@ import aligner
 from aligner.dumping import fstats, session
 from aligner.dumping.fstats import QueuedStats, StatsStage, read_queued, torch_stats_queued
 from aligner.dumping.manifest import Record, iter_manifest
+from aligner.metrics import triton_stats
 from aligner.metrics.stats import Stats, tensor_stats
 from tests.support.twin_models import example_input, make_twins
 
@@ -93,6 +94,21 @@ def test_queued_statistics_are_those_read_at_once(tmp_path: Path, monkeypatch: p
     assert len(queued) == len(at_once) > 30
     assert_same_records(at_once, queued)
     assert sum(r["stats"] is not None for r in queued) > 30
+
+
+@pytest.mark.parametrize("kind", ["cnn", "block"])
+def test_kernel_statistics_are_those_read_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """Through the Triton kernel (by its interpreter here, tests/metrics/test_triton_stats.py): the same records as the
+    statistics read at once, the parameters updated in place after their hooks included, with and without a flush
+    between records."""
+    monkeypatch.setattr(triton_stats, "DEVICES", frozenset({"cpu"}))
+    monkeypatch.setattr(triton_stats, "_failed", [])
+    monkeypatch.setattr(session, "DEFER_RECORDS", 7)
+    at_once = dump(tmp_path, "now", kind, False, monkeypatch, stats_only=True, params=True)
+    queued = dump(tmp_path, "queued", kind, True, monkeypatch, stats_only=True, params=True)
+    assert triton_stats.why_not() is None
+    assert len(queued) == len(at_once) > 30
+    assert_same_records(at_once, queued)
 
 
 CASES = {
