@@ -166,10 +166,12 @@ KERNEL = "kernel"  # the second half of a kernel table's key (the first is the d
 
 @dataclasses.dataclass(frozen=True)
 class Staged:
-    """A tensor's place in a StatsStage: which buffer (device and width, or device and KERNEL), which segment."""
+    """A tensor's place in a StatsStage: which buffer (device and width, or device and KERNEL), which segment, and the
+    device bytes of kernel table rows it holds until the stage is read (0 in a copy buffer, which has a fixed size)."""
 
     key: tuple[Any, Any]
     index: int
+    table_bytes: int = 0
 
 
 class StatsStage:
@@ -230,7 +232,7 @@ class StatsStage:
         starts.append(sum(n for _, n in tables) - rows)
         lengths = self._lengths.setdefault(key, [])
         lengths.append(t.numel())
-        return Staged(key, len(lengths) - 1)
+        return Staged(key, len(lengths) - 1, rows * triton_stats.COLUMNS * 8)
 
     def _copy(self, t: Any) -> Staged | None:
         import torch

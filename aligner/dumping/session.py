@@ -56,7 +56,7 @@ DEFER_BYTES = 256 << 20
 # host at once: copies queued into pinned memory measured no faster on a GPU (the disk bounds a full dump) and slower
 # on small tensors (docs/scale.md).
 QUEUE_DEVICES = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "mtia", "privateuseone"})
-DEFER_RECORDS = 1 << 16  # records waiting at most (each queued statistic holds an 80-byte device vector)
+DEFER_RECORDS = 1 << 16  # records waiting at most (a queued statistic holds an 80-byte device vector, kernel rows 88 B)
 
 
 # How many recent outputs a session holds to link inputs that view their memory (see Session._views): a chain's
@@ -519,8 +519,11 @@ def _on_queue_device(tensor: Any) -> bool:
 
 
 def _held_bytes(held: Any) -> int:
-    """The host memory a waiting record holds: a MindSpore tensor's bytes (queued statistics: none)."""
-    return 0 if isinstance(held, Staged | QueuedStats) else int(held.nbytes)
+    """The memory a waiting record holds: a MindSpore tensor's bytes, a kernel's table rows on the device (up to 22 KiB
+    a tensor: DEFER_BYTES bounds them too); a queued vector or a copy buffer's segment: none counted."""
+    if isinstance(held, Staged):
+        return held.table_bytes
+    return 0 if isinstance(held, QueuedStats) else int(held.nbytes)
 
 
 def _shape(tensor: Any) -> list[int]:

@@ -96,14 +96,18 @@ def test_queued_statistics_are_those_read_at_once(tmp_path: Path, monkeypatch: p
     assert sum(r["stats"] is not None for r in queued) > 30
 
 
-@pytest.mark.parametrize("kind", ["cnn", "block"])
-def test_kernel_statistics_are_those_read_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+@pytest.mark.parametrize("kind, records, table_bytes", [("cnn", 7, 1 << 28), ("block", 7, 1 << 28),
+                                                        ("cnn", 1 << 16, 300)],
+                         ids=["cnn-every-7-records", "block-every-7-records", "cnn-every-300-table-bytes"])
+def test_kernel_statistics_are_those_read_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str,
+                                                  records: int, table_bytes: int) -> None:
     """Through the Triton kernel (by its interpreter here, tests/metrics/test_triton_stats.py): the same records as the
-    statistics read at once, the parameters updated in place after their hooks included, with and without a flush
-    between records."""
+    statistics read at once, the parameters updated in place after their hooks included, whether the flush comes after
+    so many records or once the kernel's table rows reach DEFER_BYTES (88 bytes a row: every 4 small tensors)."""
     monkeypatch.setattr(triton_stats, "DEVICES", frozenset({"cpu"}))
     monkeypatch.setattr(triton_stats, "_failed", [])
-    monkeypatch.setattr(session, "DEFER_RECORDS", 7)
+    monkeypatch.setattr(session, "DEFER_RECORDS", records)
+    monkeypatch.setattr(session, "DEFER_BYTES", table_bytes)
     at_once = dump(tmp_path, "now", kind, False, monkeypatch, stats_only=True, params=True)
     queued = dump(tmp_path, "queued", kind, True, monkeypatch, stats_only=True, params=True)
     assert triton_stats.why_not() is None

@@ -112,6 +112,8 @@ def test_tensors_across_full_tables_keep_their_rows(interpreted: None, monkeypat
     monkeypatch.setattr(fstats, "TABLE_ROWS", 5)  # a 3-program tensor leaves 2 rows: the next one starts a table
     rng = np.random.default_rng(5)
     arrays = [rng.standard_normal(n).astype(np.float32) * (i + 1) for i, n in enumerate([3000, 10, 5000, 1, 2500])]
+    staged = StatsStage().add(torch.from_numpy(arrays[2]))
+    assert staged is not None and staged.table_bytes == 5 * triton_stats.COLUMNS * 8  # what DEFER_BYTES counts
     for got, array in zip(kernel_stats(*map(torch.from_numpy, arrays)), arrays):
         assert_matches(got, array)
 
