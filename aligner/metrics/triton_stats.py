@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import sys
 from typing import Any
 
 import numpy as np
@@ -36,10 +37,12 @@ _failed: list[str] = []  # why the kernel is not used in this process (its first
 
 
 def usable(tensor: Any) -> bool:
-    """Whether a strided torch tensor can go through the kernel: a float of FLOATS on a device
-    of DEVICES, with Triton importable and not failed before in this process."""
-    return (not _failed and tensor.device.type in DEVICES and str(tensor.dtype)[6:] in FLOATS
-            and _triton_installed())
+    """Whether a strided torch tensor can go through the kernel: a plain tensor or Parameter (a subclass, a DTensor
+    say, may have no data of its own to read), a float of FLOATS on a device of DEVICES, with Triton importable and
+    not failed before in this process."""
+    torch = sys.modules["torch"]  # loaded: `tensor` is one of its tensors
+    return (not _failed and type(tensor) in (torch.Tensor, torch.nn.Parameter) and tensor.device.type in DEVICES
+            and str(tensor.dtype)[6:] in FLOATS and _triton_installed())
 
 
 def failed(exc: Exception) -> None:
@@ -89,6 +92,8 @@ def launch(tensor: Any, table: Any, row: int, limits: Any) -> int:
         if tensor.device.index != torch.cuda.current_device():  # Triton launches on the current device's stream
             with torch.cuda.device(tensor.device):
                 return launch(tensor, table, row, limits)
+    if tensor.is_neg():  # a negated view (the imaginary part of a conjugate): its memory holds -values
+        tensor = tensor.resolve_neg()
     flat = tensor if _dense(tensor) else tensor.contiguous()
     numel = flat.numel()
     count, iters = programs(numel)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from aligner.dumping.fstats import mindspore_stats, stats_of, torch_stats
+from aligner.dumping.fstats import fast_stats_of, mindspore_stats, stats_of, torch_stats
 from aligner.dumping.tensors import to_host
 from aligner.metrics.stats import STAT_KEYS, TINY, Stats, tensor_stats
 
@@ -73,6 +73,19 @@ def test_non_contiguous_and_requires_grad_tensors():
     view = base.t()[1:]
     agree(torch_stats(view), tensor_stats(view.detach().numpy()))
     agree(stats_of(view), tensor_stats(view.detach().numpy()))
+
+
+def test_a_negated_view_is_recorded_by_its_values():
+    """torch's neg bit (the imaginary part of a conjugate; `_neg_view`): the memory holds -v, and numpy() refuses such
+    a tensor. Every statistics path reads the values; before, the dump's one-pass path skipped the record."""
+    values = np.linspace(0.5, 3, 50, dtype=np.float32)
+    negated = -values
+    for view in (torch._neg_view(torch.from_numpy(values)),
+                 torch.complex(torch.zeros(50), torch.from_numpy(values)).conj().imag):
+        assert view.is_neg()
+        for stats in (fast_stats_of, stats_of, torch_stats):
+            agree(stats(view), tensor_stats(negated))
+        assert np.array_equal(to_host(view), negated)
 
 
 def test_new_keys_mean_what_they_say():

@@ -133,8 +133,24 @@ def test_a_failing_kernel_is_dropped_for_torch_reductions(interpreted: None, mon
     assert_matches(read[staged[1].key][staged[1].index].to_dict(), (small * 2).numpy())
 
 
+def test_a_negated_view_is_read_as_its_values(interpreted: None) -> None:
+    """A float view whose memory holds the negated values (torch's neg bit): the imaginary part of a conjugate (one
+    element, so contiguous: read in place), and a contiguous negated view of many."""
+    z = torch.complex(torch.linspace(-1, 2, 50), torch.linspace(-3, 1, 50))
+    views = [z[1:2].conj().imag, torch._neg_view(torch.linspace(0.5, 3, 5000))]
+    assert all(v.is_neg() and v.is_contiguous() for v in views)
+    for view, got in zip(views, kernel_stats(*views)):
+        assert_matches(got, view.resolve_neg().numpy())
+
+
+class Tagged(torch.Tensor):
+    """A tensor subclass (as DTensor or a quantised wrapper are): its data may not be its own memory."""
+
+
 def test_not_used_off_its_devices_or_for_integers(interpreted: None, monkeypatch: pytest.MonkeyPatch) -> None:
     assert triton_stats.usable(torch.ones(3))
+    assert triton_stats.usable(torch.nn.Parameter(torch.ones(3)))
+    assert not triton_stats.usable(torch.ones(3).as_subclass(Tagged))
     assert not triton_stats.usable(torch.ones(3, dtype=torch.int64))
     assert StatsStage().add(torch.ones(0)) is None  # nothing to reduce: its statistics are made at once
     monkeypatch.setattr(triton_stats, "DEVICES", frozenset({"cuda"}))
