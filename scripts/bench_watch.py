@@ -2,6 +2,7 @@
 the weight-gradient rules only.
 
     .venv/bin/python scripts/bench_watch.py [--steps 40] [--batch 32] [--model cnn|block] [--every 1] [--sync]
+    python scripts/bench_watch.py --device cuda --model resnet18 --batch 8   # torch on a GPU: statistics queued there
 
 Each mode trains its own copy of the same model (identical weights, the same input) so the three loops can run
 interleaved step by step: machine load hits every mode alike. A watched step is the user's step plus `w.step()` (the
@@ -23,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for tests.support
 
+import bench_dump
 from bench_dump import make_model, ms_step, torch_step
 
 from aligner.pipelines.check import RuleConfig
@@ -95,7 +97,11 @@ def main() -> None:
     parser.add_argument("--frameworks", default="torch,mindspore")
     parser.add_argument("--sync", action="store_true", help="end every timed step (all modes) by waiting for "
                         "MindSpore's queued ops: otherwise an unwatched step's pending work is timed in the next mode")
+    parser.add_argument("--device", default="cpu", help="where the torch side runs (cuda: torch only; its statistics "
+                        "are queued by the GPU kernel where Triton runs, see bench_dump.py)")
     args = parser.parse_args()
+    if args.device != "cpu":
+        bench_dump.DEVICE, args.frameworks = args.device, "torch"
     import logging
 
     import mindspore as ms
@@ -107,7 +113,7 @@ def main() -> None:
     shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, 224, 224)}[args.model]
     x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
     print(f"{args.model}, batch {args.batch}, every {args.every}, median of {args.steps} interleaved steps, "
-          f"torch threads {args.threads}{', synchronised' if args.sync else ''}")
+          f"torch threads {args.threads}{', synchronised' if args.sync else ''}, torch on {args.device}")
     print(f"{'framework':<10} {'no watch':>10} {'all rules':>20} {'grad rules':>20} {'grads handed over':>20}")
     shares = []
     for name in args.frameworks.split(","):
@@ -120,6 +126,8 @@ def main() -> None:
     # with grads handed over no hook runs inside the framework's step: w.step() is all aligner adds to it
     print("w.step() alone, median (1 + its share of the unwatched step):")
     print("\n".join(shares))
+    if args.device != "cpu":
+        print(f"statistics on the device: {bench_dump.kernel_state()}")
 
 
 if __name__ == "__main__":

@@ -199,7 +199,7 @@ class StatsStage:
 
     def full(self, tensor: Any) -> bool:
         """Whether `tensor` would be copied but its buffer has no room left for it: read the stage first."""
-        if _by_kernel(tensor):
+        if by_kernel(tensor):
             return False
         key = self._key(tensor)
         return key is not None and self._used.get(key, 0) + tensor.numel() > STAGE_ELEMENTS
@@ -208,12 +208,18 @@ class StatsStage:
         """Queue a floating torch tensor's reduction (Triton) or copy (at most STAGE_MAX elements, and `full` said
         there is room); None for a tensor that is not staged. A kernel that fails is not used again in this
         process (`triton_stats.failed`) and this tensor takes the other way."""
-        if _by_kernel(tensor):
-            try:
-                return self._reduce(tensor)  # the kernel reads its address: no detached view needed
-            except Exception as exc:  # Triton's first compile (a missing C compiler, say): torch's reductions
-                triton_stats.failed(exc)
-        return self._copy(tensor.detach())
+        return self.reduce(tensor) or self._copy(tensor.detach())
+
+    def reduce(self, tensor: Any) -> Staged | None:
+        """Queue the kernel over a torch tensor it takes (`by_kernel`); None for any other tensor, or when the kernel
+        fails (it is not used again in this process: `triton_stats.failed`)."""
+        if not by_kernel(tensor):
+            return None
+        try:
+            return self._reduce(tensor)  # the kernel reads its address: no detached view needed
+        except Exception as exc:  # Triton's first compile (a missing C compiler, say): torch's reductions
+            triton_stats.failed(exc)
+            return None
 
     def _reduce(self, t: Any) -> Staged:
         """Launch the kernel over `t` into the next free rows of its device's table (a new table when they run
@@ -293,8 +299,9 @@ class StatsStage:
         return [_assemble(True, n, row[:4], row[4:]) for n, row in zip(lengths, rows)]
 
 
-def _by_kernel(tensor: Any) -> bool:
-    """Whether a tensor's statistics are queued by the Triton kernel (`triton_stats.usable`, above KERNEL_ABOVE)."""
+def by_kernel(tensor: Any) -> bool:
+    """Whether a torch tensor's statistics are queued by the Triton kernel (`triton_stats.usable`, above
+    KERNEL_ABOVE)."""
     return triton_stats.usable(tensor) and tensor.numel() > KERNEL_ABOVE
 
 

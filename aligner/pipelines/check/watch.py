@@ -10,8 +10,10 @@ outputs, module gradients, parameter gradients, parameter values at the step's s
 `aligner.save` probes ("loss", ...). Hooks only keep float32/float64 CPU tensors (a copy of a torch forward output or
 probe, which a later in-place op could change; gradients and MindSpore tensors by reference); `step()` computes their
 statistics in one batch (segment reductions over one concatenation; one wait for MindSpore's queued ops instead of one
-per tensor), the rules' extrema only for module gradients and for forward outputs no activation rule judges. Other
-tensors (accelerators, 16-bit floats) get theirs at once where they live. `step()` then runs the rules over the last
+per tensor), the rules' extrema only for module gradients and for forward outputs no activation rule judges. A float
+tensor on a GPU is reduced there by one queued kernel launch (`fstats.StatsStage.reduce`, where Triton runs) and read
+back in `step()`; other tensors (16-bit floats on the CPU, accelerators without Triton) get theirs at once where they
+live. `step()` then runs the rules over the last
 few steps' records and, at the first step where a rule fires at a place, logs the finding (logger "aligner") or, with
 on_finding="raise", raises `WatchError` carrying it (error severity; warnings are logged).
 Steps that are not watched (`every`) run with no hook installed at all.
@@ -32,7 +34,8 @@ from aligner.core.errors import AlignerError
 from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
 from aligner.core.words import Words, words
-from aligner.dumping.fstats import stats_of, torch_watch_stats
+from aligner.dumping import session as dump_session
+from aligner.dumping.fstats import Staged, StatsStage, stats_of, torch_watch_stats
 from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session, activate
@@ -118,6 +121,8 @@ class _Deferred(Session):
         self.counted = counted  # forward outputs of these module types get every statistic; others their extrema
         self.pending: list[tuple[Record, Any]] = []
         self._ms_cpu: bool | None = None
+        self._stage = StatsStage()  # accelerator tensors' statistics, queued by the GPU kernel (fstats)
+        self._staged_bytes = 0
 
     def emit(self, module: str, type_: str, kind: Kind, io: Io, index: int, tensor: Any, *,
              call: int | None = None, parent: str | None = None, source: str | None = None,
@@ -134,6 +139,9 @@ class _Deferred(Session):
         # in the step's batch (per-tensor op dispatch outweighs their few elements)
         if self._torch_cpu(tensor, dtype) and tensor.numel() >= SMALL:
             held, stats = None, torch_watch_stats(tensor, full=not self._light_kind(kind, type_))
+        elif (staged := self._stage.reduce(tensor)) is not None:  # on a GPU: queued there, read back at `flush`
+            held, stats = staged, None
+            self._staged_bytes += staged.table_bytes
         else:
             held = self._hold(tensor, kind, dtype)
             stats = None if held is not None else stats_of(tensor)
@@ -144,7 +152,20 @@ class _Deferred(Session):
                             shape=shape_of(tensor), step=self.step, stats=stats, call=call, parent=parent,
                             source=source, arg=arg)
             self.pending.append((record, held))
+            if self._staged_bytes >= dump_session.DEFER_BYTES:  # the kernel rows bounded as a dump bounds them
+                self._read_stage()
         return seq
+
+    def _read_stage(self) -> None:
+        """The statistics of the records queued on accelerators (one transfer per device), into their records."""
+        self._staged_bytes = 0
+        if not any(isinstance(held, Staged) for _, held in self.pending):
+            return
+        read = self._stage.read()
+        for i, (record, held) in enumerate(self.pending):
+            if isinstance(held, Staged):
+                record.stats = read[held.key][held.index]
+                self.pending[i] = (record, None)
 
     @staticmethod
     def _torch_cpu(tensor: Any, dtype: Any) -> bool:
@@ -175,6 +196,7 @@ class _Deferred(Session):
 
     def flush(self) -> None:
         """Compute the statistics of every kept tensor in one batch and hand the records to the sink, in order."""
+        self._read_stage()
         pending, self.pending = self.pending, []
         for record, tensor in pending:  # a large one: its own few passes beat copying it into the batch
             if tensor is not None and math.prod(record.shape) >= SMALL:

@@ -140,36 +140,42 @@ def test_step_outside_the_context_is_one_line():
     assert "\n" not in str(info.value)
 
 
+def faulty_net(frozen: bool):
+    """A torch MLP with a saturated sigmoid, a dead ReLU and (`frozen`) a layer left out of the optimizer, and its step
+    function (forward, the loss saved as a probe, backward, SGD) over four fixed batches."""
+    import aligner
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32),
+                                torch.nn.Sigmoid(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    with torch.no_grad():
+        model[2].weight.mul_(500.0)      # saturated sigmoid
+        model[4].bias.fill_(-5.0)        # dead ReLU
+    params = [p for n, p in model.named_parameters() if not (frozen and n.startswith("6."))]
+    opt = torch.optim.SGD(params, lr=0.5)   # 6.* left out of the optimizer: frozen weights
+    rng = np.random.default_rng(3)
+    batches = [(torch.from_numpy(rng.standard_normal((16, 8)).astype(np.float32)),
+                torch.from_numpy(rng.standard_normal((16, 4)).astype(np.float32))) for _ in range(4)]
+
+    def step(i: int) -> None:
+        opt.zero_grad()
+        loss = ((model(batches[i][0]) - batches[i][1]) ** 2).mean()
+        aligner.save("loss", loss.detach())
+        loss.backward()
+        opt.step()
+    return model, step
+
+
+
 def test_watch_finds_what_align_check_finds_in_a_dump_of_the_same_steps(tmp_path):
     """The same training run watched and dumped (stats only, parameter values): the same findings, rule, layer and
     step (the watch's batched statistics and `align check`'s per-record ones feed the same rules)."""
     import aligner
     from aligner.pipelines.check import check
 
-    def net_and_step(frozen: bool):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32),
-                                    torch.nn.Sigmoid(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
-                                    torch.nn.Linear(32, 4))
-        with torch.no_grad():
-            model[2].weight.mul_(500.0)      # saturated sigmoid
-            model[4].bias.fill_(-5.0)        # dead ReLU
-        params = [p for n, p in model.named_parameters() if not (frozen and n.startswith("6."))]
-        opt = torch.optim.SGD(params, lr=0.5)   # 6.* left out of the optimizer: frozen weights
-        rng = np.random.default_rng(3)
-        batches = [(torch.from_numpy(rng.standard_normal((16, 8)).astype(np.float32)),
-                    torch.from_numpy(rng.standard_normal((16, 4)).astype(np.float32))) for _ in range(4)]
-
-        def step(i: int) -> None:
-            opt.zero_grad()
-            loss = ((model(batches[i][0]) - batches[i][1]) ** 2).mean()
-            aligner.save("loss", loss.detach())
-            loss.backward()
-            opt.step()
-        return model, step
-
-    watched, step_w = net_and_step(True)
-    dumped, step_d = net_and_step(True)
+    watched, step_w = faulty_net(True)
+    dumped, step_d = faulty_net(True)
     with watch(watched) as w:
         for i in range(4):
             step_w(i)
@@ -182,6 +188,44 @@ def test_watch_finds_what_align_check_finds_in_a_dump_of_the_same_steps(tmp_path
     found = {(f.rule, f.where, f.step) for f in report.evaluation.findings if f.severity != Severity.INFO}
     assert {"frozen-weights", "dead-relu", "saturated-activations"} <= {rule for rule, _, _ in seen}, seen
     assert seen == found
+
+
+@pytest.mark.parametrize("table_bytes", [1 << 28, 200], ids=["read-at-step", "read-every-2-records"])
+def test_statistics_queued_by_the_gpu_kernel_are_those_computed_on_the_host(monkeypatch, table_bytes):
+    """On a GPU the watch queues each tensor's statistics by the Triton kernel (fstats.StatsStage.reduce) and reads
+    them in `step()`, or earlier once its table rows reach DEFER_BYTES. Forced here onto CPU tensors (Triton's
+    interpreter, tests/metrics/test_triton_stats.py): the same records and findings as the host's batches."""
+    from aligner.dumping import session
+    from aligner.metrics import triton_stats
+
+    def run(kernel: bool) -> tuple[list, list]:
+        model, step = faulty_net(True)  # findings to agree on
+        with monkeypatch.context() as m:
+            m.setattr(triton_stats, "DEVICES", frozenset({"cpu"} if kernel else ()))
+            m.setattr(triton_stats, "_failed", [])
+            m.setattr(session, "DEFER_BYTES", table_bytes)
+            launches = []
+            m.setattr(triton_stats, "launch", lambda *a, f=triton_stats.launch: launches.append(1) or f(*a))
+            with watch(model) as w:
+                for i in range(4):
+                    step(i)
+                    w.step()
+            assert triton_stats.why_not() is None and bool(launches) == kernel
+        records = [(r.step, r.module, r.kind, r.io, r.index, r.stats and r.stats.to_dict()) for r in w._sink.records]
+        return records, sorted((f.rule, f.where, f.step) for f in w.findings)
+
+    (host, found_host), (queued, found_queued) = run(False), run(True)
+    assert found_queued == found_host and any(rule == "saturated-activations" for rule, _, _ in found_host)
+    assert len(queued) == len(host) > 20
+    for a, b in zip(queued, host):
+        assert a[:5] == b[:5]
+        sa, sb = a[5], b[5]
+        for key in set(sa or {}) | set(sb or {}):  # the kernel's records carry every statistic; extrema agree
+            va, vb = (sa or {}).get(key), (sb or {}).get(key)
+            if vb is not None and key in ("min", "max", "nan", "inf"):
+                assert va == vb, (a[:5], key)
+            elif vb is not None and key in ("mean", "l2"):
+                assert va == pytest.approx(vb, rel=1e-9), (a[:5], key)
 
 
 def _sqrt_loop(framework: str):
