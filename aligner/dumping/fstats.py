@@ -187,6 +187,7 @@ class StatsStage:
         self._used: dict[tuple[Any, Any], int] = {}
         self._tables: dict[Any, list[tuple[Any, int]]] = {}  # by device: (table, rows used), the last one filling
         self._starts: dict[tuple[Any, Any], list[int]] = {}  # by kernel key: each tensor's first row, all tables'
+        self._rows: dict[Any, int] = {}  # by device: the rows its tables hold so far (the next tensor's first row)
 
     @staticmethod
     def _key(tensor: Any) -> tuple[Any, Any] | None:
@@ -234,8 +235,8 @@ class StatsStage:
         triton_stats.launch(t, table, used, triton_stats.thresholds(t.device, t.dtype == torch.float64))
         tables[-1] = (table, used + rows)
         key = (t.device, KERNEL)
-        starts = self._starts.setdefault(key, [])
-        starts.append(sum(n for _, n in tables) - rows)
+        self._starts.setdefault(key, []).append(self._rows.get(t.device, 0))
+        self._rows[t.device] = self._rows.get(t.device, 0) + rows
         lengths = self._lengths.setdefault(key, [])
         lengths.append(t.numel())
         return Staged(key, len(lengths) - 1, rows * triton_stats.COLUMNS * 8)
@@ -265,6 +266,7 @@ class StatsStage:
         self._buffers.clear()  # back to the framework's allocator: a closed dump holds no device memory
         self._tables.clear()
         self._starts.clear()
+        self._rows.clear()
         return out
 
     def _read_table(self, key: tuple[Any, Any]) -> list[Stats]:
