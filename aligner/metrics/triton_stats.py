@@ -37,12 +37,13 @@ _failed: list[str] = []  # why the kernel is not used in this process (its first
 
 
 def usable(tensor: Any) -> bool:
-    """Whether a torch tensor can go through the kernel: a strided plain tensor or Parameter (a subclass, a DTensor
-    say, may have no data of its own to read), a float of FLOATS on a device of DEVICES, with Triton importable and
-    not failed before in this process."""
-    torch = sys.modules["torch"]  # loaded: `tensor` is one of its tensors
-    return (not _failed and type(tensor) in (torch.Tensor, torch.nn.Parameter) and tensor.device.type in DEVICES
-            and tensor.layout == torch.strided and str(tensor.dtype)[6:] in FLOATS and _triton_installed())
+    """Whether a tensor (any framework's) can go through the kernel: a strided plain torch tensor or Parameter (a
+    subclass, a DTensor say, may have no data of its own to read), a float of FLOATS on a device of DEVICES, with
+    Triton importable and not failed before in this process."""
+    torch = sys.modules.get("torch")  # None in a MindSpore-only process: no torch tensor to take
+    return (torch is not None and not _failed and type(tensor) in (torch.Tensor, torch.nn.Parameter)
+            and tensor.device.type in DEVICES and tensor.layout == torch.strided
+            and str(tensor.dtype)[6:] in FLOATS and _triton_installed())
 
 
 def failed(exc: Exception) -> None:

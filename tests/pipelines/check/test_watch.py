@@ -228,6 +228,47 @@ def test_statistics_queued_by_the_gpu_kernel_are_those_computed_on_the_host(monk
                 assert va == pytest.approx(vb, rel=1e-9), (a[:5], key)
 
 
+MINDSPORE_ONLY = """
+import sys
+import numpy as np
+import mindspore as ms
+import aligner
+ms.set_context(mode=ms.PYNATIVE_MODE)
+net = ms.nn.SequentialCell([ms.nn.Dense(4, 8), ms.nn.ReLU(), ms.nn.Dense(8, 2)])
+opt = ms.nn.SGD(net.trainable_params(), learning_rate=0.1)
+x = ms.Tensor(np.ones((3, 4), np.float32))
+grad_fn = ms.value_and_grad(lambda a: net(a).sum(), None, opt.parameters)
+with aligner.watch(net) as w:
+    for _ in range(2):
+        _, grads = grad_fn(x)
+        opt(grads)
+        w.step()
+with aligner.dump(net, sys.argv[1], stats_only=True, params=True):
+    grad_fn(x)
+records = w._sink.records
+print(len(records), sum(r.stats is None or r.skipped is not None for r in records), "torch" in sys.modules)
+"""
+
+
+def test_a_mindspore_only_process_never_needs_torch(tmp_path):
+    """A MindSpore user who never imports torch: the watch and a dump run (the GPU kernel's checks once read
+    sys.modules["torch"] and broke the watch's first step), every record has its statistics, and aligner imported no
+    torch of its own."""
+    import subprocess
+    import sys
+
+    from aligner.dumping.manifest import read_manifest
+
+    done = subprocess.run([sys.executable, "-c", MINDSPORE_ONLY, str(tmp_path / "d")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    count, missing, torch_loaded = done.stdout.split()[-3:]
+    assert int(count) > 10 and missing == "0" and torch_loaded == "False"
+    _, dumped, problems = read_manifest(tmp_path / "d")
+    assert not problems and all(r.skipped is None for r in dumped)
+    assert sum(r.stats is not None for r in dumped) > 10
+
+
 def _sqrt_loop(framework: str):
     """fc -> sqrt(v - v.detach()) -> fc, stepped forward and backward WITHOUT an update (the weights stay finite, so
     every step repeats): the forward is finite (all zeros), but d sqrt(u)/du at u = 0 is infinite, so the backward
