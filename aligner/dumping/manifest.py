@@ -120,7 +120,7 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     merely passed through.
     """
 
-    seq: int
+    seq: Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]  # readers keep seqs in int64 arrays
     module: str
     type: str = ""
     kind: Kind
