@@ -55,7 +55,7 @@ def check(device: torch.device, sizes: tuple[int, ...]) -> int:
     tensors += [base.contiguous(memory_format=torch.channels_last), base[:, ::2], base.permute(0, 2, 3, 1),
                 flat[1:], flat[3:-5], flat.half()[1:], flat[16:]]
     stage = StatsStage()
-    staged = [stage.add(t) for t in tensors]
+    staged = [stage.reduce(t) for t in tensors]
     read = stage.read()
     bad = 0
     for s, t in zip(staged, tensors):
@@ -78,29 +78,27 @@ def per_record(device: torch.device, numel: int, way: str) -> float:
     """Host microseconds to queue one record's statistics by `way` (best of 3 batches of RECORDS; the read after
     them not counted)."""
     x = torch.randn(numel, device=device)
-    saved = triton_stats.DEVICES
-    triton_stats.DEVICES = saved if way == "kernel" else frozenset()
     best = float("inf")
-    try:
-        for _ in range(3):
-            sync(device)
-            stage = StatsStage()
-            start = time.perf_counter()
-            if way == "torch":
-                queued = [torch_stats_queued(x) for _ in range(RECORDS)]
-                took = time.perf_counter() - start
-                read_queued([q for q in queued if isinstance(q, QueuedStats)])
-            else:
-                for _ in range(RECORDS):
+    for _ in range(3):
+        sync(device)
+        stage = StatsStage()
+        start = time.perf_counter()
+        if way == "torch":
+            queued = [torch_stats_queued(x) for _ in range(RECORDS)]
+            took = time.perf_counter() - start
+            read_queued([q for q in queued if isinstance(q, QueuedStats)])
+        else:
+            for _ in range(RECORDS):
+                if way == "kernel":
+                    stage.reduce(x)
+                else:  # the copy stage, read when full as the session does
                     if stage.full(x):
-                        stage.read()  # a flush, as the session does (not counted below for the kernel: it never is)
+                        stage.read()
                     stage.add(x)
-                took = time.perf_counter() - start
-                stage.read()
-            sync(device)
-            best = min(best, took / RECORDS * 1e6)
-    finally:
-        triton_stats.DEVICES = saved
+            took = time.perf_counter() - start
+            stage.read()
+        sync(device)
+        best = min(best, took / RECORDS * 1e6)
     return best
 
 
@@ -128,7 +126,7 @@ def main() -> None:
         triton_stats.DEVICES = frozenset({"cpu"})
     start = time.perf_counter()
     stage = StatsStage()
-    stage.add(torch.ones(10, device=device))
+    stage.reduce(torch.ones(10, device=device))
     stage.read()
     print(f"torch {torch.__version__} on {device}; first kernel use (a compile, or Triton's cache): "
           f"{time.perf_counter() - start:.2f} s; not used because: {triton_stats.why_not()}")

@@ -176,10 +176,10 @@ class Staged:
 
 class StatsStage:
     """The statistics of many accelerator tensors read back at once. With Triton (`triton_stats`), each floating
-    tensor is reduced by one kernel launch into rows of a device table. Otherwise a small one is copied into a flat
-    device buffer by one queued kernel (16-bit floats widen to float32, float64 stays), and `read` reduces every
-    segment together (segment_reduce: ~20 kernels per buffer, where `torch_stats_queued` launches ~20 per tensor).
-    Either way one transfer per buffer or table."""
+    tensor is reduced by one kernel launch into rows of a device table (`reduce`). Otherwise a small one is copied
+    into a flat device buffer by one queued kernel (`add`; 16-bit floats widen to float32, float64 stays), and `read`
+    reduces every segment together (segment_reduce: ~20 kernels per buffer, where `torch_stats_queued` launches ~20
+    per tensor). Either way one transfer per buffer or table."""
 
     def __init__(self) -> None:
         self._buffers: dict[tuple[Any, Any], Any] = {}
@@ -199,17 +199,9 @@ class StatsStage:
         return tensor.device, torch.float64 if tensor.dtype == torch.float64 else torch.float32
 
     def full(self, tensor: Any) -> bool:
-        """Whether `tensor` would be copied but its buffer has no room left for it: read the stage first."""
-        if by_kernel(tensor):
-            return False
+        """Whether `tensor` would be copied (`add`) but its buffer has no room left for it: read the stage first."""
         key = self._key(tensor)
         return key is not None and self._used.get(key, 0) + tensor.numel() > STAGE_ELEMENTS
-
-    def add(self, tensor: Any) -> Staged | None:
-        """Queue a floating torch tensor's reduction (Triton) or copy (at most STAGE_MAX elements, and `full` said
-        there is room); None for a tensor that is not staged. A kernel that fails is not used again in this
-        process (`triton_stats.failed`) and this tensor takes the other way."""
-        return self.reduce(tensor) or self._copy(tensor.detach())
 
     def reduce(self, tensor: Any) -> Staged | None:
         """Queue the kernel over a torch tensor it takes (`by_kernel`); None for any other tensor, or when the kernel
@@ -241,9 +233,12 @@ class StatsStage:
         lengths.append(t.numel())
         return Staged(key, len(lengths) - 1, rows * triton_stats.COLUMNS * 8)
 
-    def _copy(self, t: Any) -> Staged | None:
+    def add(self, tensor: Any) -> Staged | None:
+        """Queue the copy of a floating torch tensor of at most STAGE_MAX elements (`full` said there is room): the way
+        where the kernel does not run (`reduce` gave None); None for a tensor that is not copied."""
         import torch
 
+        t = tensor.detach()
         key = self._key(t)
         if key is None:
             return None

@@ -254,9 +254,13 @@ class Session:
         """An accelerator torch tensor's statistics queued on its device (see QUEUE_DEVICES), the lock held: through
         the session's stage (a float tensor by the Triton kernel where it runs; else a small one copied, one kernel), or
         reduced on its own; an empty tensor's at once. A copy stage with no room left is read first (a flush)."""
-        if self._stats_stage.full(tensor):
-            self._flush()
-        return self._stats_stage.add(tensor) or torch_stats_queued(tensor)
+        stage = self._stats_stage
+        staged = stage.reduce(tensor)
+        if staged is None:
+            if stage.full(tensor):
+                self._flush()
+            staged = stage.add(tensor)
+        return staged or torch_stats_queued(tensor)
 
     def failed(self, module: str, type_: str, kind: Kind, io: Io, exc: Exception, *, call: int | None = None,
                parent: str | None = None) -> None:

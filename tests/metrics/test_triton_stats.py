@@ -48,7 +48,7 @@ def as_tensor(array: np.ndarray) -> torch.Tensor:
 def kernel_stats(*tensors: torch.Tensor) -> list[dict]:
     """Each tensor's statistics through a StatsStage by the kernel alone (the test fails if any took another way)."""
     stage = StatsStage()
-    staged = [stage.add(t) for t in tensors]
+    staged = [stage.reduce(t) for t in tensors]
     assert all(s is not None and s.key[1] == fstats.KERNEL for s in staged), triton_stats.why_not()
     read = stage.read()
     return [read[s.key][s.index].to_dict() for s in staged if s is not None]
@@ -112,7 +112,7 @@ def test_tensors_across_full_tables_keep_their_rows(interpreted: None, monkeypat
     monkeypatch.setattr(fstats, "TABLE_ROWS", 5)  # a 3-program tensor leaves 2 rows: the next one starts a table
     rng = np.random.default_rng(5)
     arrays = [rng.standard_normal(n).astype(np.float32) * (i + 1) for i, n in enumerate([3000, 10, 5000, 1, 2500])]
-    staged = StatsStage().add(torch.from_numpy(arrays[2]))
+    staged = StatsStage().reduce(torch.from_numpy(arrays[2]))
     assert staged is not None and staged.table_bytes == 5 * triton_stats.COLUMNS * 8  # what DEFER_BYTES counts
     for got, array in zip(kernel_stats(*map(torch.from_numpy, arrays)), arrays):
         assert_matches(got, array)
@@ -125,7 +125,7 @@ def test_a_failing_kernel_is_dropped_for_torch_reductions(interpreted: None, mon
     monkeypatch.setattr(triton_stats, "BLOCK", 1000)  # tl.arange needs a power of two
     stage = StatsStage()
     small = torch.linspace(-1, 1, 9)
-    staged = [stage.add(small), stage.add(small * 2)]
+    staged = [stage.reduce(t) or stage.add(t) for t in (small, small * 2)]  # the session's order
     assert all(s is not None and s.key[1] != fstats.KERNEL for s in staged)
     why = triton_stats.why_not()
     assert why is not None and "power of 2" in why, why
@@ -153,5 +153,6 @@ def test_not_used_off_its_devices_or_for_integers(interpreted: None, monkeypatch
     assert not triton_stats.usable(torch.ones(3).as_subclass(Tagged))
     assert not triton_stats.usable(torch.ones(3, dtype=torch.int64))
     assert StatsStage().add(torch.ones(0)) is None  # nothing to reduce: its statistics are made at once
+    assert StatsStage().reduce(torch.ones(0)) is None
     monkeypatch.setattr(triton_stats, "DEVICES", frozenset({"cuda"}))
     assert not triton_stats.usable(torch.ones(3))

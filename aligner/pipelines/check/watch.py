@@ -35,7 +35,7 @@ from aligner.core.findings import Finding, Severity
 from aligner.core.frameworks import Framework
 from aligner.core.words import Words, words
 from aligner.dumping import session as dump_session
-from aligner.dumping.fstats import Staged, StatsStage, stats_of, torch_watch_stats
+from aligner.dumping.fstats import Staged, StatsStage, by_kernel, stats_of, torch_watch_stats
 from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.options import Options
 from aligner.dumping.session import Session, activate
@@ -137,15 +137,21 @@ class _Deferred(Session):
         stats: Stats | None
         # a large CPU torch tensor: at once, in the fewest passes, no copy (torch_watch_stats); small ones are cheaper
         # in the step's batch (per-tensor op dispatch outweighs their few elements)
+        kernel = False
         if self._torch_cpu(tensor, dtype) and tensor.numel() >= SMALL:
             held, stats = None, torch_watch_stats(tensor, full=not self._light_kind(kind, type_))
-        elif (staged := self._stage.reduce(tensor)) is not None:  # on a GPU: queued there, read back at `flush`
-            held, stats = staged, None
-            self._staged_bytes += staged.table_bytes
+        elif kernel := by_kernel(tensor):  # on a GPU: queued there below, under the lock (the stage is shared)
+            held, stats = None, None
         else:
             held = self._hold(tensor, kind, dtype)
             stats = None if held is not None else stats_of(tensor)
         with self._lock:
+            if kernel:  # read back at `flush`; a kernel that fails leaves the tensor to be reduced at once
+                held = self._stage.reduce(tensor)
+                if held is None:
+                    stats = stats_of(tensor)
+                else:
+                    self._staged_bytes += held.table_bytes
             seq = self.seq
             self.seq += 1
             record = Record(seq=seq, module=module, type=type_, kind=kind, io=io, index=index, dtype=canonical(dtype),
