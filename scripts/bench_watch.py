@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, fo
 import bench_dump
 from bench_dump import make_model, ms_step, torch_step
 
+from aligner.metrics import triton_stats
 from aligner.pipelines.check import RuleConfig
 from aligner.pipelines.check.watch import watch
 
@@ -99,17 +100,23 @@ def main() -> None:
                         "MindSpore's queued ops: otherwise an unwatched step's pending work is timed in the next mode")
     parser.add_argument("--device", default="cpu", help="where the torch side runs (cuda: torch only; its statistics "
                         "are queued by the GPU kernel where Triton runs, see bench_dump.py)")
+    parser.add_argument("--stats-kernel", choices=("on", "off"), default="on",
+                        help="off: a GPU tensor's statistics by torch's reductions, the baseline for the kernel")
     args = parser.parse_args()
+    if args.stats_kernel == "off":
+        triton_stats.DEVICES = frozenset()
     if args.device != "cpu":
         bench_dump.DEVICE, args.frameworks = args.device, "torch"
     import logging
 
-    import mindspore as ms
     import torch
 
     logging.getLogger("aligner").setLevel(logging.CRITICAL)  # the benchmark times the check, not the log lines
     torch.set_num_threads(args.threads)
-    ms.set_context(mode=ms.PYNATIVE_MODE)
+    if "mindspore" in args.frameworks:  # a GPU machine may have torch alone
+        import mindspore as ms
+
+        ms.set_context(mode=ms.PYNATIVE_MODE)
     shape = {"cnn": (3, 16, 16), "block": (4, 16), "resnet18": (3, 224, 224)}[args.model]
     x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
     print(f"{args.model}, batch {args.batch}, every {args.every}, median of {args.steps} interleaved steps, "
