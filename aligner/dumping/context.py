@@ -75,12 +75,18 @@ class DumpContext:
         """Wait for the sink to hold everything the session handed it; raise its write error."""
         sink.close()
 
+    def _waits_for(self, sink: Any) -> bool:
+        """Whether `sink` is done with every array it was handed before this context returns (then the session may
+        lend it the framework's memory at the last flush, not a copy)."""
+        return False
+
     def __enter__(self) -> "DumpContext":
         opened = self._open()
         if opened is None:
             return self
         sink, first_seq = opened
-        self.session = session = Session(sink, self.step, first_seq, self.framework == Framework.MINDSPORE)
+        mindspore = self.framework == Framework.MINDSPORE
+        self.session = session = Session(sink, self.step, first_seq, mindspore, mindspore and self._waits_for(sink))
         try:
             if self.framework is not None:
                 _install(self.framework, self.model, self.session, self.opts, self._handles)
@@ -158,6 +164,10 @@ class _DirectoryDump(DumpContext):
                 self._reduced.emit(self.session)
         finally:
             super().__exit__(exc_type, exc, tb)
+
+    def _waits_for(self, sink: Any) -> bool:
+        """A full dump's writer with wait=True: closed (every file written) before the context returns."""
+        return self.wait and isinstance(sink, BackgroundWriter)
 
     def _finish(self, sink: Any) -> None:
         """wait=False: a full dump's writer goes on writing while the next step runs (aligner.dumping.pending)."""

@@ -57,7 +57,7 @@ def stats_of(tensor: Any) -> Stats:
     ms = sys.modules.get("mindspore")
     if ms is not None and isinstance(tensor, ms.Tensor):
         if _ms_on_cpu(tensor):
-            return tensor_stats(_ms_view(tensor))
+            return tensor_stats(ms_view(tensor))
         return mindspore_stats(tensor)
     raise AlignerError(f"aligner statistics need a torch or MindSpore tensor or a numpy array, "
                        f"got {type(tensor).__name__}")
@@ -73,7 +73,7 @@ def fast_stats_of(tensor: Any) -> Stats:
         if tensor.dtype in (torch.float32, torch.float64):  # a negated view's values resolved (its memory holds -v)
             return fast_stats(torch_to_numpy(tensor.detach().resolve_neg()))
         return stats_of(tensor)
-    return fast_stats(tensor if isinstance(tensor, np.ndarray) else _ms_view(tensor))
+    return fast_stats(tensor if isinstance(tensor, np.ndarray) else ms_view(tensor))
 
 
 def _assemble(floating: bool, numel: int, head: list[float], counts: list[float]) -> Stats:
@@ -362,7 +362,7 @@ def ms_deferrable(tensor: Any, dtype: str) -> Any:
     return ms.ops.deepcopy(tensor) if isinstance(tensor, ms.Parameter) else tensor
 
 
-def _ms_view(tensor: Any) -> np.ndarray:
+def ms_view(tensor: Any) -> np.ndarray:
     """A MindSpore CPU tensor as numpy without a copy (asnumpy shares its memory); bfloat16 as ml_dtypes'."""
     array = tensor.asnumpy()
     return array.view(np.uint16).view(to_numpy("bfloat16")) if array.dtype.name == "bfloat16" else array

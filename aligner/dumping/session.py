@@ -19,6 +19,7 @@ from aligner.dumping.fstats import (
     fast_stats_of,
     ms_cpu_target,
     ms_deferrable,
+    ms_view,
     on_host,
     read_queued,
     stats_of,
@@ -107,9 +108,14 @@ class Session:
     # MindSpore tensor's address waits for the op that writes it)
     link_views = True
 
-    def __init__(self, sink: Sink, step: int, first_seq: int = 0, mindspore: bool = False) -> None:
-        """`mindspore`: the hooks are MindSpore's (on a CPU target, what they record waits for a flush: DEFER)."""
+    def __init__(self, sink: Sink, step: int, first_seq: int = 0, mindspore: bool = False,
+                 lends_views: bool = False) -> None:
+        """`mindspore`: the hooks are MindSpore's (on a CPU target, what they record waits for a flush: DEFER).
+        `lends_views`: the sink is done with every array before the context returns (a full dump's writer, waited
+        for), so the flush at close hands it MindSpore's memory itself, not a copy (nothing runs until then that could
+        change it); a flush during the step still copies."""
         self.sink = sink
+        self.lends_views = lends_views
         self.host_arrays = sink.host_arrays or not FRAMEWORK_STATS
         # records waiting for their data (see DEFER), in order, with the tensor each copies or reduces (None: none)
         self._pending: list[_Waiting] = []
@@ -298,6 +304,7 @@ class Session:
         order (the lock held)."""
         pending, self._pending, self._pending_bytes = self._pending, [], 0
         queued = self._read_queued(pending)
+        host = ms_view if self.lends_views and not self.open else to_host  # the context's last flush: no copy
         for item in pending:
             record, array, held = item.record, item.array, item.held
             if item.grad and self._linked_grad(record, held):
@@ -311,7 +318,7 @@ class Session:
             elif held is not None:
                 try:
                     if self.host_arrays and not item.stats_only:
-                        array = to_host(held)
+                        array = host(held)
                     else:
                         record.stats = fast_stats_of(held)
                 except Exception as exc:  # whatever the tensor is, the dump goes on

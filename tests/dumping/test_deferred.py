@@ -71,3 +71,33 @@ def test_a_parameter_is_recorded_before_the_optimizer_changes_it(tmp_path: Path)
     for name, value in before.items():
         assert not np.array_equal(value, after[name])  # the optimizer did change it
         assert params[name] == pytest.approx(tensor_stats(value).to_dict(), rel=1e-6, abs=1e-12)
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_a_waited_dump_lends_the_writer_mindspore_memory_at_its_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      wait: bool) -> None:
+    """The flush at a waited context's exit hands the writer each tensor's memory (no copy: the writer is done before
+    the context returns); unwaited, or flushed during the step (DEFER_BYTES reached), it hands copies."""
+    from aligner.dumping import writer
+
+    handed: list[np.ndarray] = []
+    put = writer.BackgroundWriter.put
+
+    def spy(self: writer.BackgroundWriter, record: Record, array: np.ndarray | None) -> None:
+        if array is not None:
+            handed.append(array)
+        put(self, record, array)
+    monkeypatch.setattr(writer.BackgroundWriter, "put", spy)
+    _, model = make_twins("cnn")
+    with aligner.dump(model, tmp_path / "exit", wait=wait):
+        train_step(model, example_input("cnn"))
+    aligner.wait_dumps()
+    assert len(handed) > 20
+    assert all(a.flags.owndata for a in handed) != wait  # lent: none owns its memory; copies: all do
+    assert all(not a.flags.owndata for a in handed) == wait
+    handed.clear()
+    monkeypatch.setattr(session, "DEFER_BYTES", 1)  # a flush after every record, inside the step
+    with aligner.dump(model, tmp_path / "step", wait=wait):
+        train_step(model, example_input("cnn"))
+    aligner.wait_dumps()
+    assert len(handed) > 20 and all(a.flags.owndata for a in handed[:-1])

@@ -263,3 +263,68 @@ def test_two_readers_both_wait_for_the_writer(tmp_path, held_writes):
     for reader in readers:
         reader.join(30)
     assert counts == [17, 17]
+
+
+def test_a_mindspore_tensor_changed_in_place_after_an_unwaited_exit_is_recorded_as_it_was(tmp_path, monkeypatch):
+    """wait=False: the files are written after the context returns, so the flush hands the writer copies; a waited
+    context lends it MindSpore's own memory instead (nothing runs before its files are written), which here would
+    record the zeros written in place after the exit."""
+    write = writer.DirectWriter.write
+
+    def slow(self, path, array):
+        time.sleep(0.02)
+        write(self, path, array)
+    monkeypatch.setattr(writer.DirectWriter, "write", slow)
+    _, mnet = make_twins("cnn")
+    with aligner.dump(mnet, tmp_path / "d", wait=False, backward=False):
+        out = mnet(ms.Tensor(example_input("cnn")))
+    expected = out.asnumpy().copy()
+    out[:] = 0  # in place, while the writer is still writing
+    assert not out.asnumpy().any() and expected.any()
+    outputs = [rec for _, rec in iter_manifest(tmp_path / "d")
+               if getattr(rec, "kind", None) == "forward" and rec.io == "output" and rec.file is not None]
+    last = np.load(tmp_path / "d" / outputs[-1].file)  # the last leaf's output: the model's own
+    assert np.array_equal(last, expected)
+
+
+def _writer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "aligner-dump-writer"]
+
+
+def test_one_writer_thread_serves_step_after_step_and_two_dumps_at_once(tmp_path):
+    """A full dump's writer runs on a kept daemon thread (starting one cost ~0.25 ms a step): waited steps reuse it,
+    and two dumps open at once each get their own, so neither waits for the other's close."""
+    _torch_steps(tmp_path / "warm", True, steps=1)
+    before = _writer_threads()
+    _torch_steps(tmp_path / "a", True, steps=4)
+    assert _writer_threads() == before and len(before) >= 1
+    torch.manual_seed(0)
+    m1, m2 = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    with aligner.dump(m1, tmp_path / "b1"), aligner.dump(m2, tmp_path / "b2"):
+        (m1(torch.ones(2, 4)) + m2(torch.ones(2, 4))).sum().backward()
+    assert len(read_source(tmp_path / "b1").items) == len(read_source(tmp_path / "b2").items) > 3
+    assert len(_writer_threads()) <= max(len(before), 2)
+
+
+def test_a_forked_child_closes_a_writer_it_inherited_without_waiting(tmp_path):
+    """The writer thread is not in a forked child (a DataLoader worker forked inside a dump context): closing the
+    inherited writer there returns instead of waiting for a thread that does not exist."""
+    import os
+
+    (tmp_path / MANIFEST).touch()
+    w = writer.BackgroundWriter(tmp_path, set())
+    pid = os.fork()
+    if pid == 0:  # the child: close must return
+        try:
+            w.close()
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    w.close()
+    assert done[0] == pid, "the child's close waited for a writer thread that is not in it"
+    assert os.waitstatus_to_exitcode(done[1]) == 0
