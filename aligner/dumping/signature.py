@@ -46,8 +46,22 @@ def describe(args: tuple, kwargs: dict) -> tuple[dict[str, Any], list[str]]:
 
 def scalar(value: Any) -> Any:
     """A non-tensor value as JSON (tagged where JSON has no word for it)."""
+    kind = type(value)
+    if kind in _EXACT:  # the common case first (a call record per module call): no isinstance chain
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if kind is tuple or kind is list:
+        items = []
+        for v in value:
+            if type(v) not in _EXACT and is_tensor(v):
+                return _opaque(value)
+            items.append(scalar(v))
+        return items if kind is list else {"tuple": items}
     if value is None or isinstance(value, (bool, str)):
         return value
+    if isinstance(value, np.bool_):
+        return bool(value)
     if isinstance(value, enum.Enum):
         return scalar(value.value)
     if isinstance(value, (int, np.integer)):
@@ -64,6 +78,9 @@ def scalar(value: Any) -> Any:
         except AlignerError:
             pass
     return _opaque(value)
+
+
+_EXACT = frozenset({type(None), bool, int, str})  # written as they are (not their subclasses: an IntEnum, np.str_)
 
 
 def _is_dtype(value: Any) -> bool:
