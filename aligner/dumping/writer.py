@@ -245,7 +245,8 @@ class _Threads:
 
     @classmethod
     def forget(cls) -> None:
-        cls._idle = []
+        """In a forked child: no thread of the parent's is there, and the lock may have been held at the fork."""
+        cls._lock, cls._idle = threading.Lock(), []
 
 
 os.register_at_fork(after_in_child=_Threads.forget)

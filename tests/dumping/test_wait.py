@@ -307,16 +307,20 @@ def test_one_writer_thread_serves_step_after_step_and_two_dumps_at_once(tmp_path
 
 
 def test_a_forked_child_closes_a_writer_it_inherited_without_waiting(tmp_path):
-    """The writer thread is not in a forked child (a DataLoader worker forked inside a dump context): closing the
-    inherited writer there returns instead of waiting for a thread that does not exist."""
+    """The writer threads are not in a forked child (a DataLoader worker forked inside a dump context): closing the
+    inherited writer there returns instead of waiting for a thread that does not exist, and a new writer there gets
+    a thread of its own, not one of the parent's idle ones."""
     import os
 
     (tmp_path / MANIFEST).touch()
     w = writer.BackgroundWriter(tmp_path, set())
+    writer.BackgroundWriter(tmp_path, set()).close()  # its thread waits, idle, for the next writer
+    time.sleep(0.2)  # (it turns idle just after the close returns)
     pid = os.fork()
-    if pid == 0:  # the child: close must return
+    if pid == 0:  # the child: both closes must return
         try:
             w.close()
+            writer.BackgroundWriter(tmp_path, set()).close()
         finally:
             os._exit(0)
     deadline = time.monotonic() + 30
