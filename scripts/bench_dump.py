@@ -377,10 +377,7 @@ def main() -> None:
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
-    if args.stats_kernel == "off":
-        triton_stats.DEVICES = frozenset()
-    elif args.stats_kernel == "large":
-        fstats.KERNEL_ABOVE = fstats.STAGE_MAX
+    use_stats_kernel(args.stats_kernel)
     if DEVICE != "cpu":
         args.frameworks = "torch"
     if args.check:
@@ -532,6 +529,15 @@ def set_up(args: argparse.Namespace) -> None:
         print(f"torch {torch.__version__} on {torch.accelerator.current_accelerator()}: "
               f"{torch.cuda.get_device_name() if torch.cuda.is_available() else DEVICE}; statistics kernel: "
               f"{args.stats_kernel}")
+
+
+def use_stats_kernel(which: str) -> None:
+    """Which GPU tensors' statistics the Triton kernel reduces in this process: "all" (as a dump does), "large" (those
+    above fstats.STAGE_MAX; the others copied and reduced together) or "off" (torch's reductions): the baselines."""
+    if which == "off":
+        triton_stats.DEVICES = frozenset()
+    elif which == "large":
+        fstats.KERNEL_ABOVE = fstats.STAGE_MAX
 
 
 def kernel_state() -> str:

@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, fo
 import bench_dump
 from bench_dump import make_model, ms_step, torch_step
 
-from aligner.metrics import triton_stats
 from aligner.pipelines.check import RuleConfig
 from aligner.pipelines.check.watch import watch
 
@@ -103,8 +102,7 @@ def main() -> None:
     parser.add_argument("--stats-kernel", choices=("on", "off"), default="on",
                         help="off: a GPU tensor's statistics by torch's reductions, the baseline for the kernel")
     args = parser.parse_args()
-    if args.stats_kernel == "off":
-        triton_stats.DEVICES = frozenset()
+    bench_dump.use_stats_kernel("all" if args.stats_kernel == "on" else "off")
     if args.device != "cpu":
         bench_dump.DEVICE, args.frameworks = args.device, "torch"
     import logging
