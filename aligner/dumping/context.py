@@ -33,8 +33,12 @@ __all__ = ["dump", "save", "DumpContext", "MemoryCapture"]
 def _install(framework: str, model: Any, session: Session, opts: Options, handles: list[Any]) -> None:
     """Register the hooks into `handles` as they are made, so a failure part-way removes the ones already there."""
     if framework == Framework.MINDSPORE:
+        from aligner.dumping import inplace_mindspore
         from aligner.dumping import mindspore_hooks as hooks
         from aligner.dumping import ops_mindspore as op_hooks
+
+        if session.by_identity:  # reads deferred: a write in place first makes the session read what it holds
+            handles.append(inplace_mindspore.install(session))
     else:
         from aligner.dumping import ops_torch as op_hooks  # type: ignore[no-redef]
         from aligner.dumping import torch_hooks as hooks  # type: ignore[no-redef]
@@ -118,7 +122,8 @@ class DumpContext:
             self._closed(session)
 
     def _remove_hooks(self) -> None:
-        for handle in self._handles:
+        """Remove the hooks and patches, the last made first (patches of the same attribute put back in order)."""
+        for handle in reversed(self._handles):
             handle.remove()
         self._handles = []
 

@@ -40,7 +40,7 @@ SKIPPED = frozenset({"asnumpy", "numpy", "item", "tolist", "dim", "ndimension", 
                      "contiguous", "stride", "storage_offset", "untyped_storage", "element_size"})
 # Primitives of the framework's hook plumbing (a Cell's backward hooks, which a model may register): not its ops.
 HOOK_PRIMITIVES = frozenset({"CellBackwardHook"})
-_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
+FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
 _MISSING = object()
 _busy = threading.local()  # .on: a recorded op is running on this thread (its inner ops are part of it)
 
@@ -57,7 +57,7 @@ def _primitive_classes(cls: type) -> Iterator[type]:
             todo.extend(c.__subclasses__())
 
 
-class _Patches:
+class Patches:
     """Attributes replaced on modules and classes, put back (or removed) in reverse order by `remove`."""
 
     def __init__(self) -> None:
@@ -92,10 +92,10 @@ def _wrap(recorder: OpRecorder, fn: Callable[..., Any], label: str | None, modif
     return op
 
 
-def _patch(patches: _Patches, recorder: OpRecorder) -> None:
+def _patch(patches: Patches, recorder: OpRecorder) -> None:
     for prefix, module in NAMESPACES:
         for name, value in list(vars(module).items()):
-            if not name.startswith("_") and isinstance(value, _FUNCTIONS):
+            if not name.startswith("_") and isinstance(value, FUNCTIONS):
                 patches.set(module, name, _wrap(recorder, value, f"{prefix}.{name}", False))
     tensor = mindspore.Tensor
     for name in dir(tensor):
@@ -104,7 +104,7 @@ def _patch(patches: _Patches, recorder: OpRecorder) -> None:
         value = inspect.getattr_static(tensor, name)
         if isinstance(value, property) and name in COMPUTING_PROPERTIES and value.fget is not None:
             patches.set(tensor, name, property(_wrap(recorder, value.fget, f"Tensor.{name}", False)))
-        elif isinstance(value, _FUNCTIONS):
+        elif isinstance(value, FUNCTIONS):
             patches.set(tensor, name, _wrap(recorder, value, f"Tensor.{name}", inplace(name)))
     for cls in _primitive_classes(mindspore.ops.Primitive):
         if "__call__" in vars(cls) and cls.__name__ not in HOOK_PRIMITIVES:
@@ -116,7 +116,7 @@ def install(model: mindspore.nn.Cell, session: Session, opts: Options) -> list[A
     check_pynative()
     check_eager(model)
     check_scope(opts.scope, (path for path, _ in model.cells_and_names()), type(model).__name__)
-    patches = _Patches()
+    patches = Patches()
     collecting = gc.isenabled()
     gc.disable()  # building ~3400 wrappers would trigger collections over MindSpore's objects: 4x the patching time
     try:

@@ -128,6 +128,8 @@ class Session:
         self.by_identity = self._defer_ms
         if self.by_identity:
             self.link_views = False
+        # writes in place seen so far (`writing_in_place`): what links by identity go by, as torch's go by `_version`
+        self._writes = 0
         self.step = step
         self.seq = first_seq
         self.open = True  # False once the context has exited: late gradient hooks are ignored
@@ -429,15 +431,28 @@ class Session:
         return held[1]
 
     def _version(self, tensor: Any) -> int | None:
-        """How often `tensor` was changed in place (torch); 0 when links go by identity alone (a MindSpore tensor's
-        version waits for its op; its ops return new tensors); None when nothing counts the changes (a tensor made
-        under torch.inference_mode, which an in-place ReLU may change unseen): such a tensor is never linked."""
+        """How often `tensor` was changed in place (torch); when links go by identity alone (reading a MindSpore
+        tensor's version waits for its op, and it counts no `__setitem__`), how many writes in place the session has
+        seen (`writing_in_place`: any of them may have reached any tensor); None when nothing counts the changes (a
+        tensor made under torch.inference_mode, which an in-place ReLU may change unseen): such a tensor is never
+        linked."""
         if self.by_identity:
-            return 0
+            return self._writes
         try:
             return getattr(tensor, "_version", 0)
         except RuntimeError:  # "Inference tensors do not track version counter"
             return None
+
+    def writing_in_place(self) -> None:
+        """A MindSpore op is about to write a tensor in place (`aligner.dumping.inplace_mindspore`): read every tensor
+        held for a deferred record now, as its hook saw it, and link nothing seen so far by identity (the write may
+        reach any of them through a view)."""
+        with self._lock:
+            if not self.open:
+                return
+            self._writes += 1
+            if self._pending_bytes:
+                self._flush()
 
     def same_tensors(self, before: Any, after: Any) -> None:
         """`after` holds the numbers of the tensors of `before`, in order, as new objects (the copies of its inputs

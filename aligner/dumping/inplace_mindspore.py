@@ -1,0 +1,100 @@
+"""MindSpore writes in place while a dump defers its reads (`session.DEFER`: a CPU target).
+
+A deferred record holds its tensor and reads it at the flush. A write in place before then (`h[0] = 0` in a parent's
+construct after a child returned `h`, `x.masked_fill_(...)`, `ops.assign`) would make the record show numbers its
+module never returned, so that a compare blames the child for its parent's write; and a later input linked to the
+record by identity would claim the old numbers. MindSpore's `_version` counts none of `__setitem__`, `assign` or
+`set_data` (and reading it waits for the op). So while such a dump is open, every Python entry point that writes a
+tensor in place first tells the session (`Session.writing_in_place`), which reads every tensor it holds then (a
+flush, behind the ops already issued and ahead of the write) and links nothing it has seen by identity from then on
+(the write may reach any of them through a view). The entry points: Tensor methods ending in `_` and the in-place
+operators, `set_data`/`assign_value`, the functions of `mindspore.ops`/`mint` that write (`assign`, `scatter_update`,
+`inplace_add`, `zero_`, ...) or are called with `inplace=True`, and the Assign/Scatter/Inplace primitives a cell may
+hold. A model with none of them pays for the patching alone. Writes the dump cannot see (a custom kernel writing its
+input) are not caught; Parameters, which BatchNorm and optimizers change in place, are copied when recorded.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from typing import Any, Callable
+
+import mindspore
+
+from aligner.dumping.ops_mindspore import FUNCTIONS, NAMESPACES, Patches
+from aligner.dumping.scope import inplace
+from aligner.dumping.session import Session
+
+# Tensor methods that write their tensor without the trailing underscore; and `_` names that write nothing. Of the
+# in-place operators only `__setitem__` writes: MindSpore's `x += y` returns a new tensor (tests/dumping check it).
+_TENSOR_WRITES = frozenset({"set_data", "assign_value", "__setitem__"})
+_NOT_WRITES = frozenset({"requires_grad_", "is_", "shape_", "print_"})
+# functions of mindspore.ops / mint that write their first argument (besides names ending in `_`)
+_FUNCTION_WRITES = re.compile(r"(assign(_add|_sub)?|inplace_\w+|scatter_(nd_)?(update|add|sub|mul|div|max|min)"
+                              r"|scatter_non_aliasing_add)")
+# the primitives of mindspore.ops whose instances write an input (a cell may hold `ops.Assign()`; the optimizers'
+# Apply* change Parameters, which are copied anyway)
+_PRIMITIVE_WRITES = re.compile(r"(Assign|Inplace|Scatter|IndexAdd)\w*")
+_ALWAYS, _KEYWORD = "always", "inplace=True"
+
+
+@functools.cache
+def _entry_points() -> tuple[tuple[Any, str, str], ...]:
+    """(owner, name, when) of every entry point that writes in place, found once per process. A writing primitive
+    class gets a `__call__` of its own (patching `Primitive.__call__` instead costs ~0.8 ms a context: setting it
+    touches each of its ~1900 subclasses)."""
+    found: list[tuple[Any, str, str]] = []
+    tensor = mindspore.Tensor
+    for name in dir(tensor):
+        if (name in _TENSOR_WRITES or (inplace(name) and not name.startswith("__"))) and name not in _NOT_WRITES:
+            if isinstance(inspect.getattr_static(tensor, name), FUNCTIONS):
+                found.append((tensor, name, _ALWAYS))
+    for _, module in NAMESPACES:
+        for name, value in vars(module).items():
+            if name.startswith("_") or not isinstance(value, FUNCTIONS):
+                continue
+            if (name.endswith("_") and name not in _NOT_WRITES) or _FUNCTION_WRITES.fullmatch(name):
+                found.append((module, name, _ALWAYS))
+            elif "inplace" in _parameters(value):
+                found.append((module, name, _KEYWORD))
+    found.extend((cls, "__call__", _ALWAYS) for name, cls in vars(mindspore.ops).items()
+                 if isinstance(cls, type) and issubclass(cls, mindspore.ops.Primitive)
+                 and _PRIMITIVE_WRITES.fullmatch(name))
+    return tuple(found)
+
+
+def _parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # a builtin without a signature
+        return ()
+
+
+def _guard(session: Session, fn: Callable[..., Any], when: str) -> Callable[..., Any]:
+    """`fn`, telling `session` before it writes."""
+    if when == _ALWAYS:
+        def writes(*args: Any, **kwargs: Any) -> Any:
+            session.writing_in_place()
+            return fn(*args, **kwargs)
+    else:
+        def writes(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("inplace") is True:
+                session.writing_in_place()
+            return fn(*args, **kwargs)
+    return writes
+
+
+def install(session: Session) -> Patches:
+    """Guard every entry point for `session`; the handle's `remove` puts them back."""
+    # what each entry point is now (another patch of the user's included), all read before any is replaced: a class
+    # inheriting a guarded `__call__` gets the original
+    now = [(owner, name, getattr(owner, name), when) for owner, name, when in _entry_points()]
+    patches = Patches()
+    try:
+        for owner, name, original, when in now:
+            patches.set(owner, name, _guard(session, original, when))
+    except BaseException:
+        patches.remove()
+        raise
+    return patches
