@@ -134,6 +134,22 @@ def cnn_avgpool_count_include_pad(pair) -> Restore:
     return set_attr(pair.ms_model, "max_pool", nn.AvgPool2d(3, 2, pad_mode="pad", padding=1, count_include_pad=False))
 
 
+def cnn_inplace_mask(pair) -> Restore:
+    """layer1.0's own construct zeroes the first 8 channels of bn3's output in place before the residual add."""
+    block = pair.ms_model.layer1[0]
+
+    def construct(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        out[:, :8] = 0.0  # BUG: a write in place into the child's output
+        if self.down_sample is not None:
+            identity = self.down_sample(x)
+        return self.relu(out + identity)
+    return set_construct(block, construct)
+
+
 def vit_glue_scale(pair) -> Restore:
     """blocks.0's own construct scales the attention branch by 0.5 before the residual add (between the attn and
     norm2 child calls)."""
@@ -141,6 +157,20 @@ def vit_glue_scale(pair) -> Restore:
 
     def construct(self, x):
         x = x + 0.5 * self.drop_path1(self.ls1(self.attn(self.norm1(x))))
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x
+    return set_construct(block, construct)
+
+
+def vit_inplace_mask(pair) -> Restore:
+    """blocks.0's own construct zeroes the class token's attention update in place (`a[:, 0] = 0` on the tensor
+    its attn child returned, before the residual add)."""
+    block = pair.ms_model.blocks[0]
+
+    def construct(self, x):
+        a = self.attn(self.norm1(x))
+        a[:, 0] = 0.0  # BUG: a write in place into the child's output
+        x = x + self.drop_path1(self.ls1(a))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x
     return set_construct(block, construct)
@@ -558,9 +588,13 @@ CATALOGUE: list[Bug] = [
     Bug("cnn-avgpool-count-include-pad", "cnn", "count_include_pad", "maxpool", cnn_avgpool_count_include_pad,
         "VARIANT: stem pool -> AvgPool2d(3, 2, padding=1) on both sides; MS count_include_pad=False",
         variant=cnn_avgpool_variant),
+    Bug("cnn-inplace-mask", "cnn", "mask", "layer1.0", cnn_inplace_mask,
+        "layer1.0.construct: out[:, :8] = 0 in place on bn3's output, before the residual add"),
     # vit: timm vs mindcv ViT
     Bug("vit-glue-scale", "vit", "glue code", "blocks.0", vit_glue_scale,
         "blocks.0.construct: x + 0.5 * attn-branch (extra scale between the attn and norm2 calls)"),
+    Bug("vit-inplace-mask", "vit", "mask", "blocks.0", vit_inplace_mask,
+        "blocks.0.construct: a[:, 0] = 0 in place on attn's output (the class token's update), before the residual"),
     Bug("vit-attn-scale", "vit", "attention scale", "blocks.0.attn", vit_attn_scale,
         "blocks.0.attn.scale = embed_dim**-0.5 instead of head_dim**-0.5"),
     Bug("vit-softmax-axis", "vit", "softmax axis", "blocks.0.attn", vit_softmax_axis,

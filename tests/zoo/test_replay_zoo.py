@@ -27,7 +27,8 @@ PARENT_CODE = {"vit-glue-scale", "vit-attn-scale", "vit-softmax-axis", "bert-mis
                "moe-expert-gate-up-swap", "moe-top1", "moe-no-renormalise", "moe-capacity-drop", "moe-missing-residual",
                "t5-bucket-unidirectional", "t5-num-buckets", "t5-max-distance", "t5-cross-attention-mask",
                "t5-encoder-ff-missing-residual", "t5-ops-log-bucket", "qwen2-gate-up-swap", "qwen2-causal-mask",
-               "swin-shift-direction", "swin-shift-size", "swin-mask-off", "swin-missing-mlp-residual"}
+               "swin-shift-direction", "swin-shift-size", "swin-mask-off", "swin-missing-mlp-residual",
+               "cnn-inplace-mask", "vit-inplace-mask"}
 
 
 @pytest.mark.parametrize("bug", [pytest.param(b, id=b.id) for b in loc.CATALOGUE])
