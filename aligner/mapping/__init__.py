@@ -11,17 +11,18 @@ from aligner.core import lazy
 
 if TYPE_CHECKING:
     from aligner.mapping.msprobe_maps import MsprobeMap, load_msprobe_maps
-    from aligner.mapping.ops import canonical_op
+    from aligner.mapping.ops import canonical_op, input_role
     from aligner.mapping.plan import FAILING, Entry, Plan, build_plan
     from aligner.mapping.usermap import UserMap, load_user_map
 
 _LAZY = {"FAILING": "aligner.mapping.plan", "Entry": "aligner.mapping.plan", "Plan": "aligner.mapping.plan",
          "build_plan": "aligner.mapping.plan", "UserMap": "aligner.mapping.usermap",
          "load_user_map": "aligner.mapping.usermap", "canonical_op": "aligner.mapping.ops",
+         "input_role": "aligner.mapping.ops",
          "MsprobeMap": "aligner.mapping.msprobe_maps", "load_msprobe_maps": "aligner.mapping.msprobe_maps"}
 
-__all__ = ["FAILING", "Entry", "MsprobeMap", "Plan", "UserMap", "build_plan", "canonical_op", "load_msprobe_maps",
-           "load_user_map"]
+__all__ = ["FAILING", "Entry", "MsprobeMap", "Plan", "UserMap", "build_plan", "canonical_op", "input_role",
+           "load_msprobe_maps", "load_user_map"]
 
 
 __getattr__ = lazy.attributes(__name__, _LAZY)

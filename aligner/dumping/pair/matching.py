@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import math
 import re
 from collections import defaultdict
@@ -289,6 +290,18 @@ def _score(x: Item, y: Item, name_x: str | None, name_y: str | None) -> float:
     return 1.0 + 3.0 * _content(rx, ry) + 1.0 * (layer_type(rx) == layer_type(ry) and bool(rx.type)) + 1.0 * path
 
 
+def by_role(gap: list[int], items: Sequence[Item]) -> list[int]:
+    """`gap` with each op call's inputs in its op's role order where the op table gives one (`pair/ops.py`
+    `input_rank`), so that two sides' inputs of an op that orders them differently align by role."""
+    rank = {i: r for i in gap if (r := op_records.input_rank(items[i].record)) is not None}
+    if not rank:
+        return gap
+    out: list[int] = []
+    for _, run in itertools.groupby(gap, key=lambda i: (items[i].record.call, i in rank) if i in rank else i):
+        out.extend(sorted(run, key=lambda i: rank.get(i, 0)))
+    return out
+
+
 def _align_gap(ga: list[int], gb: list[int], score: Callable[[int, int], float]) -> list[tuple[int, int]]:
     """The order-keeping pairing of two runs of leftovers with the highest total score (unpaired costs nothing);
     a long run is aligned within a band around its diagonal, so the work stays linear in the run's length."""
@@ -514,7 +527,7 @@ def pair_keyed(a: Keyed, b: Keyed, apart: Callable[[list[tuple[int, int]]], set[
                      i not in a.inner]
             gap_b = [j for j in range(b0 + 1, b1) if in_b[j] and j not in used_b and j not in b.fold and
                      j not in b.inner]
-            for ia, ib in _align_gap(gap_a, gap_b, score):
+            for ia, ib in _align_gap(by_role(gap_a, items_a), by_role(gap_b, items_b), score):
                 partner[ia] = ib
                 by_content.add(ia)
                 used_b.add(ib)

@@ -10,7 +10,7 @@ content/shape sequence alignment of `matching`, where agreeing content weighs mo
 from __future__ import annotations
 
 from aligner import mapping  # the op table, loaded when the first op record is looked up
-from aligner.dumping.manifest import Kind, Record
+from aligner.dumping.manifest import Io, Kind, Record
 
 
 def is_op(record: Record) -> bool:
@@ -21,3 +21,12 @@ def is_op(record: Record) -> bool:
 def op_type(record: Record) -> str:
     """The canonical op of an op record ("ops.BatchMatMul" and "Tensor.matmul" are both "matmul")."""
     return mapping.canonical_op(record.type)
+
+
+def input_rank(record: Record) -> int | None:
+    """Where an op record's input stands in its op's role order (mappings/ops_torch_mindspore.yaml `inputs`:
+    `ops.BatchNorm` takes scale and bias before the moving statistics, `F.batch_norm` after them); None for an output,
+    a module record or an op without roles."""
+    if record.kind != Kind.OP or record.io != Io.INPUT:
+        return None
+    return mapping.input_role(record.type, record.index, record.arg)

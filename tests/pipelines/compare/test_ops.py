@@ -140,6 +140,53 @@ def test_vit_scale_bug_is_named_at_the_scale(vit_pair, tmp_path: Path) -> None: 
     assert canonical_op(other.type) == canonical_op(ref.type)
 
 
+class _PtConvBn(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.conv(x)) * 2.0
+
+
+class _MsConvBn(ms.nn.Cell):
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.conv = ms.nn.Conv2d(3, 4, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.bn = ms.nn.BatchNorm2d(4)
+        self.factor = factor
+
+    def construct(self, x: ms.Tensor) -> ms.Tensor:
+        return self.bn(self.conv(x)) * self.factor
+
+
+def test_batch_norm_inputs_pair_by_role_across_frameworks(tmp_path: Path) -> None:
+    """MindSpore's BatchNorm primitive takes scale and bias before the moving statistics, F.batch_norm after them; at
+    their fresh values (1, 0, 0, 1) a pairing by position put 1 against 0 and named batch_norm as the first divergent
+    op of a parent whose own multiply is wrong. By role (the op table's `inputs`), the multiply is named."""
+    torch.manual_seed(0)
+    pt = _PtConvBn().eval()
+    x = np.random.default_rng(0).standard_normal((2, 3, 5, 5)).astype(np.float32)
+    for factor in (2.0, 3.0):  # clean, then the parent's bug
+        msn = _MsConvBn(factor)
+        msn.set_train(False)
+        msn.conv.weight.set_data(ms.Tensor(pt.conv.weight.detach().numpy()))
+        msn.conv.bias.set_data(ms.Tensor(pt.conv.bias.detach().numpy()))
+        root = tmp_path / str(factor)
+        with torch.no_grad():
+            dump_torch(pt, x, root / "pt")
+        dump_ms(msn, x, root / "ms")
+        result = aligner.compare(str(root / "ms"), str(root / "pt"))
+        bn_inputs = [(status, ref.index) for status, ref, other in op_rows(result)
+                     if ref is not None and ref.type == "F.batch_norm" and ref.io == "input"]
+        assert len(bn_inputs) == 5 and {s for s, _ in bn_inputs} == {RowStatus.OK}, bn_inputs
+        if factor == 2.0:
+            assert not [r for r in op_rows(result) if r[0] == RowStatus.DIVERGED]
+        else:
+            ref, other = first_diverged_op(result)
+            assert (canonical_op(ref.type), ref.io, canonical_op(other.type)) == ("mul", "output", "mul")
+
+
 # ------------------------------------------------------------------------------------------------ the op table
 
 def test_every_op_table_name_exists_in_the_installed_frameworks() -> None:
@@ -153,11 +200,49 @@ def test_every_op_table_name_exists_in_the_installed_frameworks() -> None:
              "mindspore": {"ops": ops, "ops.functional": ops_f, "mint": mint, "mint.nn.functional": mint_f,
                            "Tensor": ms.Tensor}}
     table = yaml.safe_load(resources.files("aligner.mappings").joinpath(OPS_FILE).read_text(encoding="utf-8"))
-    missing = [f"{fw} {name}" for sides in table["ops"].values() for fw, names in sides.items() for name in names
+    names = [(fw, name) for sides in table["ops"].values() for fw in roots for name in sides.get(fw) or ()]
+    missing = [f"{fw} {name}" for fw, name in names
                if not hasattr(roots[fw][name.rpartition(".")[0]], name.rpartition(".")[2])]
     assert not missing
-    assert len(load_op_table().merged) == sum(len(n) for s in table["ops"].values() for n in s.values()) - \
+    assert len(load_op_table().merged) == len(names) - \
         sum(len(set(s["pytorch"]) & set(s["mindspore"])) for s in table["ops"].values())
+
+
+def test_input_roles_are_the_arguments_each_name_computes_with() -> None:
+    """Each name, called with the role-ordered tensors positionally, computes what torch's F.batch_norm does with them
+    by keyword: a role list out of step with the function would pair a weight with a running mean. (batch_norm is the
+    only op with roles; another one needs its inputs built here.)"""
+    import inspect
+
+    import mindspore.mint.nn.functional as mint_f
+    from mindspore import mint, ops
+
+    table = load_op_table()
+    assert {table.merged[name] for name in table.roles} == {"batch_norm"}
+    rng = np.random.default_rng(0)
+    tensors = {"input": rng.standard_normal((2, 3, 4, 4)), "weight": rng.uniform(0.5, 2, 3),
+               "bias": rng.standard_normal(3), "running_mean": rng.standard_normal(3),
+               "running_var": rng.uniform(0.5, 2, 3)}
+    tensors = {k: v.astype(np.float32) for k, v in tensors.items()}
+    want = torch.nn.functional.batch_norm(**{k: torch.from_numpy(v) for k, v in tensors.items()}).numpy()
+    roots = {"torch": torch, "F": torch.nn.functional, "ops": ops, "mint": mint, "mint.nn.functional": mint_f}
+    for name, roles in table.roles.items():
+        owner, _, attr = name.rpartition(".")
+        fn = getattr(roots[owner], attr)
+        if owner in ("torch", "F"):
+            args = [torch.from_numpy(tensors[r]) for r in roles]
+            got = (fn(*args, False, 0.1, 1e-5, False) if owner == "torch" else fn(*args)).numpy()
+        else:
+            args = [ms.Tensor(tensors[r]) for r in roles]
+            try:
+                out = fn()(*args) if isinstance(fn, type) else fn(*args)
+                got = (out[0] if isinstance(out, tuple) else out).asnumpy()  # (a missing kernel raises here)
+            except RuntimeError as exc:  # no CPU kernel (mint's BatchNormExt): its parameter names, in order
+                assert "unregistered" in str(exc), exc
+                params = [p.replace("input_x", "input") for p in inspect.signature(fn).parameters]
+                assert params[:len(roles)] == list(roles), (name, params)
+                continue
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 def test_canonical_ops_join_both_spellings() -> None:
