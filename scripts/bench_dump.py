@@ -17,9 +17,10 @@ hook, a hook on each parameter; torch: a hook on each leaf's output tensor; Mind
 the other modes; the stats-only dump with MindSpore's statistics taken at once (`session.DEFER` off: each hook waits
 for its op), as it was before; and the cost of writing a full dump's bytes per step to the same disk the way the
 dump writes them (`DirectWriter.write`: O_DIRECT for files of `DIRECT_MIN_BYTES` or more, the page cache below). It
-prints stats-only / floor, at once / floor, and full / (floor + disk); then, in blocks of OVERLAP_BLOCK steps of one
-mode, each block timed until its last file is written, the floor, the full dump and the full dump with `wait=False`
-(a step's files written while the next step runs). For MindSpore it also times
+prints stats-only / floor, at once / floor, and full / (floor + disk), then the goals' ratios (medians and means)
+with 95% intervals over resampled steps (`interval`: a MindSpore step here swings 30-150 ms); then, in blocks of
+OVERLAP_BLOCK steps of one mode, each block timed until its last file is written, the floor, the full dump and the
+full dump with `wait=False` (a step's files written while the next step runs). For MindSpore it also times
 `mirror` (the floor before: the dump's tensor hooks re-written here) and `cell_hooks` (the floor before that: a cell
 backward hook on each leaf), against the floor and against no dump; with
 --variants, also each other way around its hook machinery tried (MS_VARIANTS: forward hooks only, tensor hooks on a
@@ -455,6 +456,10 @@ def floor(args: argparse.Namespace) -> None:
         both = t | f
         med, best = {m: statistics.median(v) for m, v in both.items()}, {m: min(v) for m, v in both.items()}
         print(floor_row(name, med, best, disk))
+        print(f"{'':10} the goals' ratios with 95% intervals (steps resampled; medians, then means): "
+              + "; ".join(f"{label} {interval(both, a, b, extra)}" for label, a, b, extra in (
+                  ("stats/floor", "stats", "floor", 0.0), ("full/(floor+disk)", "full", "full_floor", disk),
+                  ("blocks full/(floor+disk)", "block_full", "block_floor", disk)) if a in both and b in both))
         if DEVICE != "cpu":
             print(f"{'':10} statistics queued by the {kernel_state()}")
         if "overlap" in med:
@@ -600,6 +605,24 @@ def check(args: argparse.Namespace) -> None:
 def cell_of(med: dict[str, float], best: dict[str, float], m: str) -> str:
     """Mode `m`'s milliseconds a step, "median (best)"; "-" for a mode left out."""
     return f"{med[m] * 1e3:.1f} ({best[m] * 1e3:.1f})" if m in med else "-"
+
+
+def interval(times: dict[str, list[float]], a: str, b: str, extra: float, rounds: int = 2000) -> str:
+    """Mode `a`'s steps against mode `b`'s (plus `extra` seconds): the ratio of medians and the ratio of means, each
+    with the 2.5th-97.5th percentile of the same ratio over `rounds` resamples of each mode's steps. A MindSpore step
+    here swings 30-150 ms from one step to the next (its threads spin on 2 cores), so a ratio of two medians of 100
+    steps moves by several percent between runs; the interval says how far. The mean is what a training run's wall
+    time adds up to."""
+    rng = np.random.default_rng(0)
+    xa, xb = np.asarray(times[a]), np.asarray(times[b])
+    ia = rng.integers(0, len(xa), (rounds, len(xa)))
+    ib = rng.integers(0, len(xb), (rounds, len(xb)))
+    out = []
+    for stat in (np.median, np.mean):
+        resampled = stat(xa[ia], axis=1) / (stat(xb[ib], axis=1) + extra)
+        lo, hi = np.percentile(resampled, [2.5, 97.5])
+        out.append(f"{stat(xa) / (stat(xb) + extra):.2f}x [{lo:.2f}-{hi:.2f}]")
+    return ", ".join(out)
 
 
 def ratio_of(med: dict[str, float], best: dict[str, float], a: str, b: str, extra: float = 0.0) -> str:

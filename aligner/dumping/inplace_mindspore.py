@@ -7,14 +7,15 @@ record by identity would claim the old numbers. MindSpore's `_version` counts no
 `set_data` (and reading it waits for the op). So while such a dump is open, every Python entry point that writes a
 tensor in place first tells the session (`Session.writing_in_place`), which reads every tensor it holds then (a
 flush, behind the ops already issued and ahead of the write) and links nothing it has seen by identity from then on
-(the write may reach any of them through a view). The entry points: Tensor methods ending in `_` and the in-place
-operators, `set_data`/`assign_value`, the functions of `mindspore.ops`/`mint` that write (`assign`, `scatter_update`,
+(the write may reach any of them through a view). The entry points: Tensor methods ending in `_`, `__setitem__`
+and `assign_value`, the functions of `mindspore.ops`/`mint` that write (`assign`, `scatter_update`,
 `inplace_add`, `zero_`, ...) or are called with `inplace=True`, and the Assign/Scatter/Inplace primitives a cell may
 hold. A model with none of them pays for the patching alone. Writes the dump cannot see (a custom kernel writing its
 input) are not caught; Parameters, which BatchNorm and optimizers change in place, are copied when recorded.
 """
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import re
@@ -28,7 +29,7 @@ from aligner.dumping.session import Session
 
 # Tensor methods that write their tensor without the trailing underscore; and `_` names that write nothing. Of the
 # in-place operators only `__setitem__` writes: MindSpore's `x += y` returns a new tensor (tests/dumping check it).
-_TENSOR_WRITES = frozenset({"set_data", "assign_value", "__setitem__"})
+_TENSOR_WRITES = frozenset({"assign_value", "__setitem__"})
 _NOT_WRITES = frozenset({"requires_grad_", "is_", "shape_", "print_"})
 # functions of mindspore.ops / mint that write their first argument (besides names ending in `_`)
 _FUNCTION_WRITES = re.compile(r"(assign(_add|_sub)?|inplace_\w+|scatter_(nd_)?(update|add|sub|mul|div|max|min)"
@@ -36,29 +37,35 @@ _FUNCTION_WRITES = re.compile(r"(assign(_add|_sub)?|inplace_\w+|scatter_(nd_)?(u
 # the primitives of mindspore.ops whose instances write an input (a cell may hold `ops.Assign()`; the optimizers'
 # Apply* change Parameters, which are copied anyway)
 _PRIMITIVE_WRITES = re.compile(r"(Assign|Inplace|Scatter|IndexAdd)\w*")
-_ALWAYS, _KEYWORD = "always", "inplace=True"
+
+
+class _When(enum.Enum):
+    """When an entry point writes: on every call, or when called with inplace=True."""
+
+    ALWAYS = enum.auto()
+    KEYWORD = enum.auto()
 
 
 @functools.cache
-def _entry_points() -> tuple[tuple[Any, str, str], ...]:
+def _entry_points() -> tuple[tuple[Any, str, _When], ...]:
     """(owner, name, when) of every entry point that writes in place, found once per process. A writing primitive
     class gets a `__call__` of its own (patching `Primitive.__call__` instead costs ~0.8 ms a context: setting it
     touches each of its ~1900 subclasses)."""
-    found: list[tuple[Any, str, str]] = []
+    found: list[tuple[Any, str, _When]] = []
     tensor = mindspore.Tensor
     for name in dir(tensor):
         if (name in _TENSOR_WRITES or (inplace(name) and not name.startswith("__"))) and name not in _NOT_WRITES:
             if isinstance(inspect.getattr_static(tensor, name), FUNCTIONS):
-                found.append((tensor, name, _ALWAYS))
+                found.append((tensor, name, _When.ALWAYS))
     for _, module in NAMESPACES:
         for name, value in vars(module).items():
             if name.startswith("_") or not isinstance(value, FUNCTIONS):
                 continue
             if (name.endswith("_") and name not in _NOT_WRITES) or _FUNCTION_WRITES.fullmatch(name):
-                found.append((module, name, _ALWAYS))
+                found.append((module, name, _When.ALWAYS))
             elif "inplace" in _parameters(value):
-                found.append((module, name, _KEYWORD))
-    found.extend((cls, "__call__", _ALWAYS) for name, cls in vars(mindspore.ops).items()
+                found.append((module, name, _When.KEYWORD))
+    found.extend((cls, "__call__", _When.ALWAYS) for name, cls in vars(mindspore.ops).items()
                  if isinstance(cls, type) and issubclass(cls, mindspore.ops.Primitive)
                  and _PRIMITIVE_WRITES.fullmatch(name))
     return tuple(found)
@@ -71,9 +78,9 @@ def _parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
         return ()
 
 
-def _guard(session: Session, fn: Callable[..., Any], when: str) -> Callable[..., Any]:
+def _guard(session: Session, fn: Callable[..., Any], when: _When) -> Callable[..., Any]:
     """`fn`, telling `session` before it writes."""
-    if when == _ALWAYS:
+    if when == _When.ALWAYS:
         def writes(*args: Any, **kwargs: Any) -> Any:
             session.writing_in_place()
             return fn(*args, **kwargs)
