@@ -78,16 +78,16 @@ def _parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
         return ()
 
 
-def _guard(session: Session, fn: Callable[..., Any], when: _When) -> Callable[..., Any]:
-    """`fn`, telling `session` before it writes."""
+def _guard(session: Session, fn: Callable[..., Any], when: _When, at: int) -> Callable[..., Any]:
+    """`fn`, telling `session` before it writes its argument `at` (a primitive's first input is its argument 1)."""
     if when == _When.ALWAYS:
         def writes(*args: Any, **kwargs: Any) -> Any:
-            session.writing_in_place()
+            session.writing_in_place(args[at] if len(args) > at else None)
             return fn(*args, **kwargs)
     else:
         def writes(*args: Any, **kwargs: Any) -> Any:
             if kwargs.get("inplace") is True:
-                session.writing_in_place()
+                session.writing_in_place(args[at] if len(args) > at else None)
             return fn(*args, **kwargs)
     return writes
 
@@ -100,7 +100,8 @@ def install(session: Session) -> Patches:
     patches = Patches()
     try:
         for owner, name, original, when in now:
-            patches.set(owner, name, _guard(session, original, when))
+            patches.set(owner, name, _guard(session, original, when, 1 if isinstance(owner, type) and
+                                            issubclass(owner, mindspore.ops.Primitive) else 0))
     except BaseException:
         patches.remove()
         raise

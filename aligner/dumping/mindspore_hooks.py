@@ -110,6 +110,8 @@ class _CellHooks(CallHooks):
                 return False
             c.register_hook(functools.partial(self._input_grad, call, index, id(c)))
             call.copies.append((index, c))
+            if self.session.open:
+                self.session.handed_input(c, self.path, self.type, index)
             return True
 
         new_args, new_kwargs = self._swapped((args, kwargs), hooked)
@@ -177,7 +179,13 @@ class _CellHooks(CallHooks):
 
     def _input_grad(self, call: _Call, index: int, key: int, grad: ms.Tensor | None) -> None:
         """A copy's gradient: held while the same tensor, handed back, waits for its grad_output hook (registered
-        after this one, it runs after it unless an in-place op in the cell made the output a later node)."""
+        after this one, it runs after it unless an in-place op in the cell made the output a later node); a copy the
+        cell wrote into in place gets a record saying so instead (`Session.written_input`)."""
+        written = self.session.written_input(key) if self.session.open else None
+        if written is not None:
+            self.session.failed(self.path, self.type, Kind.BACKWARD, Io.GRAD_INPUT, written, index=index)
+            call.handed.pop(key, None)
+            return
         if key in call.handed:
             call.held[key] = (index, grad)
         else:

@@ -130,6 +130,11 @@ class Session:
             self.link_views = False
         # writes in place seen so far (`writing_in_place`): what links by identity go by, as torch's go by `_version`
         self._writes = 0
+        # id of a copy the MindSpore hooks hand a cell as an input (for its input gradient) -> (the copy, the cell's
+        # path and type, the input's index): a write into it in place is one the cell's caller does not see; the
+        # copies written so, with the sentence their gradient record is skipped with
+        self._handed: dict[int, tuple[weakref.ref, str, str, int]] = {}
+        self._written: dict[int, tuple[str, str, int, str]] = {}
         self.step = step
         self.seq = first_seq
         self.open = True  # False once the context has exited: late gradient hooks are ignored
@@ -156,22 +161,26 @@ class Session:
         statistics, and let go of every tensor held for links: the hooks left on the step's tensors refer back to
         this session, so what it holds would otherwise live as long as they do (a full dump of 30 steps grew by 70 MiB
         a step)."""
+        self._note_written()
         with self._lock:
             self.open = False
             self._flush()
             self._outputs.clear()
             self._scopes.clear()
+            self._handed.clear()
             self._views.clear()
             self._last_grad = None
 
     def next_step(self, step: int) -> None:
         """Go on recording `step` with the same hooks (aligner.watch): sequence numbers continue; probe counters and
         input links start afresh."""
+        self._note_written()
         with self._lock:
             self.step = step
             self._probes.clear()
             self._outputs.clear()
             self._scopes.clear()
+            self._handed.clear()
             self._views.clear()
             self._last_grad = None
 
@@ -270,13 +279,14 @@ class Session:
             staged = stage.add(tensor)
         return staged or torch_stats_queued(tensor)
 
-    def failed(self, module: str, type_: str, kind: Kind, io: Io, exc: Exception, *, call: int | None = None,
-               parent: str | None = None) -> None:
-        """Record that a hook of `module` met `exc` (what it would have recorded is skipped, with the reason) instead
-        of raising it into the user's forward or backward."""
+    def failed(self, module: str, type_: str, kind: Kind, io: Io, exc: Exception | str, *, call: int | None = None,
+               parent: str | None = None, index: int = 0) -> None:
+        """Record that a hook of `module` met `exc` (what it would have recorded is skipped, with the reason: the
+        exception, or a sentence) instead of raising it into the user's forward or backward."""
+        reason = exc if isinstance(exc, str) else failure(exc)
         with self._lock:
-            self._put(Record(seq=self.seq, module=module, type=type_, kind=kind, io=io, index=0, dtype="", shape=[],
-                             step=self.step, call=call, parent=parent, skipped=failure(exc)), None)
+            self._put(Record(seq=self.seq, module=module, type=type_, kind=kind, io=io, index=index, dtype="",
+                             shape=[], step=self.step, call=call, parent=parent, skipped=reason), None)
 
     def _put(self, record: Record, array: np.ndarray | None, held: Any = None, stats_only: bool = False,
              grad: bool = False) -> None:
@@ -443,16 +453,47 @@ class Session:
         except RuntimeError:  # "Inference tensors do not track version counter"
             return None
 
-    def writing_in_place(self) -> None:
-        """A MindSpore op is about to write a tensor in place (`aligner.dumping.inplace_mindspore`): read every tensor
+    def writing_in_place(self, target: Any = None) -> None:
+        """A MindSpore op is about to write `target` in place (`aligner.dumping.inplace_mindspore`): read every tensor
         held for a deferred record now, as its hook saw it, and link nothing seen so far by identity (the write may
-        reach any of them through a view)."""
+        reach any of them through a view). A write into the copy of an input the hooks handed a cell is noted: without
+        the dump the cell would write its caller's tensor (`handed_input`), and the copy's gradient record says so
+        in its place (`written_input`)."""
         with self._lock:
             if not self.open:
                 return
             self._writes += 1
             if self._pending_bytes:
                 self._flush()
+            handed = self._handed.get(id(target)) if target is not None else None
+            if handed is not None and handed[0]() is target:
+                self._written[id(target)] = (handed[1], handed[2], handed[3], (
+                    f"{handed[1]} wrote in place into its input {handed[3]}: under this dump it writes the copy the "
+                    "dump hands it for this gradient, so its caller does not see the write and what runs after may "
+                    "compute other numbers than without the dump; dump with backward=False to hand the cell its own "
+                    "input"))
+
+    def written_input(self, key: int) -> str | None:
+        """Why the gradient of the input copy `key` (`id` of a copy `handed_input` was told of) is not recorded: the
+        cell wrote into the copy in place (None: it did not)."""
+        with self._lock:
+            written = self._written.pop(key, None)
+        return None if written is None else written[3]
+
+    def _note_written(self) -> None:
+        """The notes of copies written in place whose gradient never came (no gradient reached the cell's input): at
+        the end of the step, in the place that gradient's record would have had."""
+        with self._lock:
+            written, self._written = list(self._written.values()), {}
+        for module, type_, index, reason in written:
+            self.failed(module, type_, Kind.BACKWARD, Io.GRAD_INPUT, reason, index=index)
+
+    def handed_input(self, copy: Any, module: str, type_: str, index: int) -> None:
+        """`copy` is what the MindSpore hooks hand `module` as its input `index` in place of the caller's tensor."""
+        try:
+            self._handed[id(copy)] = (weakref.ref(copy), module, type_, index)
+        except TypeError:  # not weakly referenceable: a write into it goes unremarked
+            pass
 
     def same_tensors(self, before: Any, after: Any) -> None:
         """`after` holds the numbers of the tensors of `before`, in order, as new objects (the copies of its inputs

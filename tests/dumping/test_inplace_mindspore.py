@@ -109,3 +109,42 @@ def test_the_guards_are_removed_at_exit(tmp_path: Path, ops_too: bool) -> None:
         assert all(vars(owner).get(name) is not was for (owner, name), was in zip(watched, before))  # guarded
         net(X)
     assert [vars(owner).get(name) for owner, name in watched] == before
+
+
+class ZeroesItsInput(nn.Cell):
+    def construct(self, x: Any) -> Any:
+        x[0] = 0.0
+        return x * 1.0
+
+
+class Caller(nn.Cell):
+    """Reads its tensor again after a child wrote into it in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.child, self.head = nn.Dense(4, 4), ZeroesItsInput(), nn.Dense(4, 2)
+
+    def construct(self, x: Any) -> Any:
+        h = self.fc(x)
+        self.child(h)
+        return self.head(h).sum()
+
+
+@pytest.mark.parametrize("backward", [True, False])
+def test_a_cell_writing_its_own_input_under_a_gradient_dump_is_noted(tmp_path: Path, backward: bool) -> None:
+    """To record a cell's input gradient the hooks hand it a copy of its input; a write into that copy never reaches
+    the caller, whose later read then differs from a run without the dump. The dump says so in the place of that
+    input's gradient record (naming the cell and the input, with what to run instead); with backward=False the cell
+    gets its own input and the numbers are those of a plain run."""
+    net = Caller()
+    loss_fn = ms.value_and_grad(net, None, net.trainable_params())
+    plain = float(loss_fn(X)[0].asnumpy())
+    with aligner.dump(net, tmp_path / "d", backward=backward):
+        dumped = float(loss_fn(X)[0].asnumpy())
+    lines = [json.loads(line) for line in (tmp_path / "d" / "manifest.jsonl").read_text().splitlines()[1:]]
+    noted = [(r["module"], r["kind"], r["io"], r["index"]) for r in lines if r.get("skipped")]
+    if backward:  # in the place of that input's gradient record
+        assert noted == [("child", "backward", "grad_input", 0)]
+        assert dumped != plain  # what the note warns of
+    else:
+        assert noted == [] and dumped == plain
