@@ -8,15 +8,15 @@ record by identity would claim the old numbers. MindSpore's `_version` counts no
 tensor in place first tells the session (`Session.writing_in_place`), which reads every tensor it holds then (a
 flush, behind the ops already issued and ahead of the write) and links nothing it has seen by identity from then on
 (the write may reach any of them through a view). The entry points: Tensor methods ending in `_`, `__setitem__`
-and `assign_value`, and `__call__` of the Assign/Scatter/Inplace/IndexAdd primitives of `mindspore.ops` (a cell may
-hold one; `ops.assign` reaches its Assign primitive). A model with none of them pays for the patching alone. Not
-caught: the functions of `mindspore.ops`/`mint` that write without passing through one of those primitives in
-Python (`mint.nn.functional.relu(x, inplace=True)`; see `_entry_points` for why they are not patched), and writes
-the dump cannot see (a custom kernel writing its input). Parameters, which BatchNorm and optimizers change in place,
-are copied when recorded.
+and `assign_value`, the functions of `mindspore.ops`/`mint` that write (`assign`, `scatter_update`,
+`inplace_add`, `zero_`, ...) or are called with `inplace=True`, and the Assign/Scatter/Inplace primitives a cell may
+hold. `@mindspore.jit` code calling them runs as before (`_guard`). A model with none of them pays for the patching
+alone. Writes the dump cannot see (a custom kernel writing its
+input) are not caught; Parameters, which BatchNorm and optimizers change in place, are copied when recorded.
 """
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import re
@@ -24,44 +24,76 @@ from typing import Any, Callable
 
 import mindspore
 
-from aligner.dumping.ops_mindspore import FUNCTIONS, Patches
+from aligner.dumping.ops_mindspore import FUNCTIONS, NAMESPACES, Patches
 from aligner.dumping.scope import inplace
 from aligner.dumping.session import Session
 
 # Tensor methods that write their tensor without the trailing underscore; and `_` names that write nothing. Of the
 # in-place operators only `__setitem__` writes: MindSpore's `x += y` returns a new tensor (tests/dumping check it).
 _TENSOR_WRITES = frozenset({"assign_value", "__setitem__"})
-_NOT_WRITES = frozenset({"requires_grad_"})
+_NOT_WRITES = frozenset({"requires_grad_", "is_", "shape_", "print_"})
+# functions of mindspore.ops / mint that write their first argument (besides names ending in `_`)
+_FUNCTION_WRITES = re.compile(r"(assign(_add|_sub)?|inplace_\w+|scatter_(nd_)?(update|add|sub|mul|div|max|min)"
+                              r"|scatter_non_aliasing_add)")
 # the primitives of mindspore.ops whose instances write an input (a cell may hold `ops.Assign()`; the optimizers'
 # Apply* change Parameters, which are copied anyway)
 _PRIMITIVE_WRITES = re.compile(r"(Assign|Inplace|Scatter|IndexAdd)\w*")
 
 
+class _When(enum.Enum):
+    """When an entry point writes: on every call, or when called with inplace=True."""
+
+    ALWAYS = enum.auto()
+    KEYWORD = enum.auto()
+
+
 @functools.cache
-def _entry_points() -> tuple[tuple[Any, str], ...]:
-    """(owner, name) of every entry point that writes in place, found once per process. A writing primitive class
-    gets a `__call__` of its own (patching `Primitive.__call__` instead costs ~0.8 ms a context: setting it touches
-    each of its ~1900 subclasses). The functions of `mindspore.ops`/`mint` are left alone: `@mindspore.jit` code
-    (nn.Adam's construct) is parsed by MindSpore's graph compiler, which fails on a Python wrapper it meets by name
-    (`F.assign`); in PyNative `ops.assign` reaches its Assign primitive, which is guarded, and a primitive instance
-    in jit code is a graph node, never its `__call__`."""
-    found: list[tuple[Any, str]] = []
+def _entry_points() -> tuple[tuple[Any, str, _When], ...]:
+    """(owner, name, when) of every entry point that writes in place, found once per process. A writing primitive
+    class gets a `__call__` of its own (patching `Primitive.__call__` instead costs ~0.8 ms a context: setting it
+    touches each of its ~1900 subclasses)."""
+    found: list[tuple[Any, str, _When]] = []
     tensor = mindspore.Tensor
     for name in dir(tensor):
         if (name in _TENSOR_WRITES or (inplace(name) and not name.startswith("__"))) and name not in _NOT_WRITES:
             if isinstance(inspect.getattr_static(tensor, name), FUNCTIONS):
-                found.append((tensor, name))
-    found.extend((cls, "__call__") for name, cls in vars(mindspore.ops).items()
+                found.append((tensor, name, _When.ALWAYS))
+    for _, module in NAMESPACES:
+        for name, value in vars(module).items():
+            if name.startswith("_") or not isinstance(value, FUNCTIONS):
+                continue
+            if (name.endswith("_") and name not in _NOT_WRITES) or _FUNCTION_WRITES.fullmatch(name):
+                found.append((module, name, _When.ALWAYS))
+            elif "inplace" in _parameters(value):
+                found.append((module, name, _When.KEYWORD))
+    found.extend((cls, "__call__", _When.ALWAYS) for name, cls in vars(mindspore.ops).items()
                  if isinstance(cls, type) and issubclass(cls, mindspore.ops.Primitive)
                  and _PRIMITIVE_WRITES.fullmatch(name))
     return tuple(found)
 
 
-def _guard(session: Session, fn: Callable[..., Any], at: int) -> Callable[..., Any]:
-    """`fn`, telling `session` before it writes its argument `at` (a primitive's first input is its argument 1)."""
-    def writes(*args: Any, **kwargs: Any) -> Any:
-        session.writing_in_place(args[at] if len(args) > at else None)
-        return fn(*args, **kwargs)
+def _parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # a builtin without a signature
+        return ()
+
+
+def _guard(session: Session, fn: Callable[..., Any], when: _When, at: int) -> Callable[..., Any]:
+    """`fn`, telling `session` before it writes its argument `at` (a primitive's first input is its argument 1). The
+    wrapper names `fn` as `__wrapped__`: MindSpore's graph compiler, parsing what `@mindspore.jit` code calls by name,
+    follows it to `fn` (without it, a guarded `F.assign` failed nn.Adam's jitted construct: the compiler parsed the
+    wrapper and met the session's lock)."""
+    if when == _When.ALWAYS:
+        def writes(*args: Any, **kwargs: Any) -> Any:
+            session.writing_in_place(args[at] if len(args) > at else None)
+            return fn(*args, **kwargs)
+    else:
+        def writes(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("inplace") is True:
+                session.writing_in_place(args[at] if len(args) > at else None)
+            return fn(*args, **kwargs)
+    writes.__wrapped__ = fn  # type: ignore[attr-defined]
     return writes
 
 
@@ -69,11 +101,12 @@ def install(session: Session) -> Patches:
     """Guard every entry point for `session`; the handle's `remove` puts them back."""
     # what each entry point is now (another patch of the user's included), all read before any is replaced: a class
     # inheriting a guarded `__call__` gets the original
-    now = [(owner, name, getattr(owner, name)) for owner, name in _entry_points()]
+    now = [(owner, name, getattr(owner, name), when) for owner, name, when in _entry_points()]
     patches = Patches()
     try:
-        for owner, name, original in now:
-            patches.set(owner, name, _guard(session, original, 1 if issubclass(owner, mindspore.ops.Primitive) else 0))
+        for owner, name, original, when in now:
+            patches.set(owner, name, _guard(session, original, when, 1 if isinstance(owner, type) and
+                                            issubclass(owner, mindspore.ops.Primitive) else 0))
     except BaseException:
         patches.remove()
         raise

@@ -152,35 +152,41 @@ def test_a_cell_writing_its_own_input_under_a_gradient_dump_is_noted(tmp_path: P
 
 def test_jit_code_runs_inside_a_guarded_dump(tmp_path: Path) -> None:
     """MindSpore's graph compiler parses what `@mindspore.jit` code calls by name: a guarded `F.assign` made it fail
-    on the wrapper (nn.Adam's construct assigns its beta powers), so no function of mindspore.ops is patched. Jit code
-    assigning a Parameter, writing an item, relu-ing with mint, and an Assign primitive in a jit construct all run
-    while a dump is open, with the numbers they give without one."""
+    on the wrapper (nn.Adam's construct assigns its beta powers) until the wrapper named the original as
+    `__wrapped__`. Jit code assigning a Parameter, writing an item, relu-ing with mint, and an Assign primitive in a
+    jit construct all run while a dump is open, with the numbers they give without one."""
     import mindspore.mint.nn.functional as mint_f
     import mindspore.ops.functional as F  # noqa: N812  (MindSpore's own spelling, which the optimizers use)
 
-    p = ms.Parameter(ms.Tensor(np.zeros(3, np.float32)), name="p")
-
-    @ms.jit
-    def jitted(v: Any, x: Any) -> Any:
-        F.assign(p, v)
-        x[0] = 5.0
-        return mint_f.relu(p * x - 1.0)
-
-    class Assigns(nn.Cell):
-        def __init__(self) -> None:
-            super().__init__()
-            self.q, self.assign = ms.Parameter(ms.Tensor(np.zeros(3, np.float32)), name="q"), ops.Assign()
+    def made() -> tuple[Callable[..., Any], nn.Cell]:
+        """A jit function and a jit cell of their own (each compiles on its first call: inside the dump below)."""
+        p = ms.Parameter(ms.Tensor(np.zeros(3, np.float32)), name="p")
 
         @ms.jit
-        def construct(self, v: Any) -> Any:
-            self.assign(self.q, v)
-            return self.q * 2.0
+        def jitted(v: Any, x: Any) -> Any:
+            F.assign(p, v)
+            x[0] = 5.0
+            return mint_f.relu(p * x - 1.0)
+
+        class Assigns(nn.Cell):
+            def __init__(self) -> None:
+                super().__init__()
+                self.q, self.assign = ms.Parameter(ms.Tensor(np.zeros(3, np.float32)), name="q"), ops.Assign()
+
+            @ms.jit
+            def construct(self, v: Any) -> Any:
+                self.assign(self.q, v)
+                return self.q * 2.0
+
+        return jitted, Assigns()
 
     v = ms.Tensor(np.arange(3, dtype=np.float32))
-    want = (jitted(v, ms.Tensor(np.ones(3, np.float32))).asnumpy(), Assigns()(v).asnumpy())
+    fn, cell = made()
+    want = (fn(v, ms.Tensor(np.ones(3, np.float32))).asnumpy(), cell(v).asnumpy())
     net = Parent(WRITES["setitem"])
     with aligner.dump(net, tmp_path / "d", backward=False):
         net(X)
-        got = (jitted(v, ms.Tensor(np.ones(3, np.float32))).asnumpy(), Assigns()(v).asnumpy())
+        fn, cell = made()
+        got = (fn(v, ms.Tensor(np.ones(3, np.float32))).asnumpy(), cell(v).asnumpy())
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
