@@ -169,8 +169,17 @@ class _Inert:
         pass
 
 
-class _StorageSizes(pickle.Unpickler):
+# Opcodes of pickle protocols 4 and 5 (torch writes its legacy headers with protocol 2): a frame or a bytes object of
+# a declared 8-byte length. The C unpickler met with one on a hostile 10-byte file printed "SystemError: deallocated
+# bytearray object has exported buffers" beside the one-line error; the pure-Python one is told to refuse them.
+_LATER_OPCODES = frozenset(op[0] for op in (pickle.FRAME, pickle.BINBYTES8, pickle.BINUNICODE8, pickle.BYTEARRAY8,
+                                            pickle.NEXT_BUFFER, pickle.READONLY_BUFFER))
+
+
+class _StorageSizes(pickle._Unpickler):  # the pure-Python unpickler, whose opcodes can be limited
     """Reads a pickle into `_Inert`s, keeping each storage's declared element count by its key (views share one)."""
+
+    dispatch = {op: load for op, load in pickle._Unpickler.dispatch.items() if op not in _LATER_OPCODES}
 
     def __init__(self, fh: BinaryIO) -> None:
         super().__init__(fh)

@@ -436,6 +436,20 @@ def test_a_legacy_torch_file_declaring_more_than_it_holds_is_refused_before_load
         load_tensor(item)
 
 
+@pytest.mark.parametrize("head", [b"\x96", b"\x80\x05\x95", b"\x80\x04\x8e", b"\x80\x04\x8d"],
+                         ids=["bytearray8", "frame", "binbytes8", "binunicode8"])
+def test_a_pickle_declaring_an_8_byte_length_is_one_error(tmp_path: Path, head: bytes) -> None:
+    """A .pth opening with a protocol 4/5 opcode that declares an 8-byte length (hypothesis found a 10-byte file
+    starting BYTEARRAY8): the legacy pre-check's C unpickler printed "SystemError: deallocated bytearray object has
+    exported buffers" beside the one-line error, in most runs. Several runs, each one line and exit 2."""
+    bad = tmp_path / "a.pth"
+    bad.write_bytes(head + b"O\x8e\x82\xb8\xd2\xb5\x99\x1f\x10")
+    other = tmp_path / "b.npy"
+    np.save(other, np.zeros(3, np.float32))
+    for _ in range(3):
+        assert_one_line_error(_align("diff", bad, other))
+
+
 # --- fuzz: every kind of substitute for every file kind ------------------------------------------------------------
 
 _SUBSTITUTES = ("fifo", "/dev/zero", "/dev/null", "loop", "directory")
