@@ -297,7 +297,8 @@ def by_role(gap: list[int], items: Sequence[Item]) -> list[int]:
     if not rank:
         return gap
     out: list[int] = []
-    for _, run in itertools.groupby(gap, key=lambda i: (items[i].record.call, i in rank) if i in rank else i):
+    # a run of ranked inputs of one call is sorted by rank; every other record is a run of its own, left in place
+    for _, run in itertools.groupby(gap, key=lambda i: ("call", items[i].record.call) if i in rank else ("own", i)):
         out.extend(sorted(run, key=lambda i: rank.get(i, 0)))
     return out
 
