@@ -100,3 +100,39 @@ def test_a_waited_dump_lends_the_writer_mindspore_memory_at_its_exit(tmp_path: P
         train_step(model, example_input("cnn"))
     aligner.wait_dumps()
     assert len(handed) > 20 and all(a.flags.owndata for a in handed[:-1])
+
+
+class _SharedNorm(ms.nn.Cell):
+    """One BatchNorm called twice in a forward: its second call rewrites the moving statistics its first call's
+    records hold until the flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = ms.nn.Conv2d(3, 4, 3, pad_mode="same")
+        self.bn = ms.nn.BatchNorm2d(4)
+
+    def construct(self, x: ms.Tensor) -> ms.Tensor:
+        y = self.bn(self.conv(x))
+        return self.bn(y * 3.0 + 1.0)
+
+
+@pytest.mark.parametrize("stats_only", [True, False], ids=["stats", "full"])
+def test_a_buffer_rewritten_later_in_the_step_is_recorded_as_its_call_left_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stats_only: bool) -> None:
+    """Each call's buffer records are the moving statistics as that call left them (the held copy is queued behind
+    the call's BatchNorm and ahead of the next one), the same as reading them at once."""
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    out = []
+    for defer in (False, True):
+        ms.set_seed(0)
+        model = _SharedNorm()
+        model.set_train(True)
+        monkeypatch.setattr(session, "DEFER", defer)
+        with aligner.dump(model, tmp_path / str(defer), stats_only=stats_only, backward=False):
+            model(ms.Tensor(x))
+        out.append([r for r in records(tmp_path / str(defer)) if r["kind"] == "buffer"])
+    at_once, deferred = out
+    assert len(at_once) == 4  # two calls, two statistics each
+    first, second = (r for r in at_once if r["io"] == "running_mean")
+    assert first["stats"] != second["stats"]  # the second call did rewrite them
+    assert deferred == at_once
