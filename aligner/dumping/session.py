@@ -297,7 +297,9 @@ class Session:
         if held is not None or self._pending:
             self._pending.append(_Waiting(record, array, held, stats_only, grad and held is not None))
             if held is not None:
-                self._pending_bytes += _held_bytes(held)  # from its shape: no wait
+                # `nbytes` waits for the op writing the tensor; computing it from the record instead only moved the
+                # wait to the next hook (docs/scale-mindspore.md)
+                self._pending_bytes += _held_bytes(held)
                 if self._pending_bytes >= DEFER_BYTES or len(self._pending) >= DEFER_RECORDS:
                     self._flush()
             return
