@@ -13,6 +13,10 @@ and `assign_value`, the functions of `mindspore.ops`/`mint` that write (`assign`
 hold. `@mindspore.jit` code calling them runs as before (`_guard`). A model with none of them pays for the patching
 alone. Writes the dump cannot see (a custom kernel writing its
 input) are not caught; Parameters, which BatchNorm and optimizers change in place, are copied when recorded.
+
+The guards are installed once for every such dump open in the process and removed when the last one leaves, so that
+contexts exited in any order (A enters, B enters, A exits) leave B guarded and, after both, every entry point as it
+was.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import enum
 import functools
 import inspect
 import re
+import threading
 from typing import Any, Callable
 
 import mindspore
@@ -79,35 +84,71 @@ def _parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
         return ()
 
 
-def _guard(session: Session, fn: Callable[..., Any], when: _When, at: int) -> Callable[..., Any]:
-    """`fn`, telling `session` before it writes its argument `at` (a primitive's first input is its argument 1). The
-    wrapper names `fn` as `__wrapped__`: MindSpore's graph compiler, parsing what `@mindspore.jit` code calls by name,
-    follows it to `fn` (without it, a guarded `F.assign` failed nn.Adam's jitted construct: the compiler parsed the
-    wrapper and met the session's lock)."""
+class _Open:
+    """The sessions the guards tell (every deferred MindSpore dump open in the process) and the guards' patches,
+    installed while there is one."""
+
+    lock = threading.Lock()
+    sessions: tuple[Session, ...] = ()  # replaced, never changed in place: a guard iterates it without the lock
+    patches: Patches | None = None
+
+
+def _guard(fn: Callable[..., Any], when: _When, at: int) -> Callable[..., Any]:
+    """`fn`, telling every open session before it writes its argument `at` (a primitive's first input is its argument
+    1). The wrapper names `fn` as `__wrapped__`: MindSpore's graph compiler, parsing what `@mindspore.jit` code calls
+    by name, follows it to `fn` (without it, a guarded `F.assign` failed nn.Adam's jitted construct: the compiler
+    parsed the wrapper and met the session's lock)."""
     if when == _When.ALWAYS:
         def writes(*args: Any, **kwargs: Any) -> Any:
-            session.writing_in_place(args[at] if len(args) > at else None)
+            for session in _Open.sessions:
+                session.writing_in_place(args[at] if len(args) > at else None)
             return fn(*args, **kwargs)
     else:
         def writes(*args: Any, **kwargs: Any) -> Any:
             if kwargs.get("inplace") is True:
-                session.writing_in_place(args[at] if len(args) > at else None)
+                for session in _Open.sessions:
+                    session.writing_in_place(args[at] if len(args) > at else None)
             return fn(*args, **kwargs)
     writes.__wrapped__ = fn  # type: ignore[attr-defined]
     return writes
 
 
-def install(session: Session) -> Patches:
-    """Guard every entry point for `session`; the handle's `remove` puts them back."""
+def _patched() -> Patches:
+    """Every entry point guarded; the handle's `remove` puts them back."""
     # what each entry point is now (another patch of the user's included), all read before any is replaced: a class
     # inheriting a guarded `__call__` gets the original
     now = [(owner, name, getattr(owner, name), when) for owner, name, when in _entry_points()]
     patches = Patches()
     try:
         for owner, name, original, when in now:
-            patches.set(owner, name, _guard(session, original, when, 1 if isinstance(owner, type) and
+            patches.set(owner, name, _guard(original, when, 1 if isinstance(owner, type) and
                                             issubclass(owner, mindspore.ops.Primitive) else 0))
     except BaseException:
         patches.remove()
         raise
     return patches
+
+
+class Guarded:
+    """One session's place among those the guards tell; `remove` takes it out (and the guards with the last)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        with _Open.lock:
+            if not _Open.sessions:
+                _Open.patches = _patched()
+            _Open.sessions += (session,)
+
+    def remove(self) -> None:
+        with _Open.lock:
+            if self.session not in _Open.sessions:
+                return
+            _Open.sessions = tuple(s for s in _Open.sessions if s is not self.session)
+            if not _Open.sessions and _Open.patches is not None:
+                _Open.patches.remove()
+                _Open.patches = None
+
+
+def install(session: Session) -> Guarded:
+    """Guard every entry point for `session` (with every other open session); the handle's `remove` ends it."""
+    return Guarded(session)

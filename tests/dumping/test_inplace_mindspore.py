@@ -190,3 +190,27 @@ def test_jit_code_runs_inside_a_guarded_dump(tmp_path: Path) -> None:
         got = (fn(v, ms.Tensor(np.ones(3, np.float32))).asnumpy(), cell(v).asnumpy())
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_contexts_exited_out_of_order_keep_the_open_one_guarded(tmp_path: Path) -> None:
+    """A enters, B enters, A exits: B is still guarded (its child's record is what the child returned, not the
+    parent's write after it), and once B exits every entry point is what it was."""
+    watched = [(ms.Tensor, "__setitem__"), (ms.Tensor, "copy_"), (ops.Assign, "__call__")]
+    before = [vars(owner).get(name) for owner, name in watched]
+    first, second = Parent(WRITES["setitem"]), Parent(WRITES["setitem"])
+    returned = second.fc(X).asnumpy()
+    a = aligner.dump(first, tmp_path / "a", backward=False)
+    b = aligner.dump(second, tmp_path / "b", backward=False)
+    a.__enter__()
+    b.__enter__()
+    first(X)
+    a.__exit__(None, None, None)
+    assert all(vars(owner).get(name) is not was for (owner, name), was in zip(watched, before))  # B still guarded
+    second(X)
+    b.__exit__(None, None, None)
+    assert [vars(owner).get(name) for owner, name in watched] == before
+    recs = records(tmp_path / "b")
+    np.testing.assert_array_equal(data(tmp_path / "b", recs, ("fc", "output")), returned)
+    recs_a = records(tmp_path / "a")
+    assert not np.array_equal(data(tmp_path / "a", recs_a, ("head", "input")),
+                              data(tmp_path / "a", recs_a, ("fc", "output")))  # A's write was seen too
