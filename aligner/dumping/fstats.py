@@ -368,9 +368,9 @@ def ms_deferrable(tensor: Any, dtype: str) -> Any:
 def _ms_copy() -> Any:
     """A byte-exact MindSpore copy queued behind the ops already issued: `Tensor.copy_` into `mint.empty_like`, both
     PyBoost ops, which return at once. `ops.deepcopy` (an op of the older launch path) waits for the ops queued before
-    it: 2.6-4 ms a call behind a few queued matmuls here, and at every BatchNorm buffer a dump records it split the
-    step's queue (4 such copies took 4-15 ms of a 60 ms twin-CNN step). The originals, unwrapped: an `ops=True` dump
-    wraps both functions to record them, and the in-place guard `copy_`."""
+    it (2.6-4 ms a call behind a few queued matmuls here); the twin CNN's four BatchNorm buffer copies a step cost 3.5
+    ms more with it than with these (paired over 600 steps; docs/scale-mindspore.md), as much as holding no copy. The
+    originals, unwrapped: an `ops=True` dump wraps both functions to record them, and the in-place guard `copy_`."""
     ms = sys.modules["mindspore"]
     empty_like, copy_ = inspect.unwrap(ms.mint.empty_like), inspect.unwrap(ms.Tensor.copy_)
     return lambda tensor: copy_(empty_like(tensor), tensor)

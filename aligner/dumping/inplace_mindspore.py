@@ -141,9 +141,10 @@ class Guarded:
 
     def remove(self) -> None:
         with _Open.lock:
-            if self.session not in _Open.sessions:
+            kept = tuple(s for s in _Open.sessions if s is not self.session)
+            if len(kept) == len(_Open.sessions):  # removed already
                 return
-            _Open.sessions = tuple(s for s in _Open.sessions if s is not self.session)
+            _Open.sessions = kept
             if not _Open.sessions and _Open.patches is not None:
                 _Open.patches.remove()
                 _Open.patches = None
