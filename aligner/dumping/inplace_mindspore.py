@@ -98,16 +98,18 @@ def _guard(fn: Callable[..., Any], when: _When, at: int) -> Callable[..., Any]:
     1). The wrapper names `fn` as `__wrapped__`: MindSpore's graph compiler, parsing what `@mindspore.jit` code calls
     by name, follows it to `fn` (without it, a guarded `F.assign` failed nn.Adam's jitted construct: the compiler
     parsed the wrapper and met the session's lock)."""
+    def tell(args: tuple) -> None:
+        for session in _Open.sessions:
+            session.writing_in_place(args[at] if len(args) > at else None)
+
     if when == _When.ALWAYS:
         def writes(*args: Any, **kwargs: Any) -> Any:
-            for session in _Open.sessions:
-                session.writing_in_place(args[at] if len(args) > at else None)
+            tell(args)
             return fn(*args, **kwargs)
     else:
         def writes(*args: Any, **kwargs: Any) -> Any:
             if kwargs.get("inplace") is True:
-                for session in _Open.sessions:
-                    session.writing_in_place(args[at] if len(args) > at else None)
+                tell(args)
             return fn(*args, **kwargs)
     writes.__wrapped__ = fn  # type: ignore[attr-defined]
     return writes
