@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 install: $(STAMP)
 	$(PY) -m compileall -q aligner
 
-$(STAMP): pyproject.toml setup.py aligner/metrics/_kernel.c requirements-zoo.txt
+$(STAMP): pyproject.toml setup.py aligner/metrics/_kernel.c aligner/metrics/xxhash.h requirements-zoo.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check "torch==2.13.0" -e ".[dev]"
 	$(PY) -c "import torch, mindspore, numpy, safetensors, click; assert numpy.__version__ < '2'"

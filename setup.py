@@ -34,5 +34,5 @@ setup(
     package_dir={"aligner.mappings": "mappings"},
     package_data={"aligner.mappings": ["*.yaml"]},
     ext_modules=[Extension("aligner.metrics._kernel", ["aligner/metrics/_kernel.c"], extra_compile_args=FLAGS,
-                           extra_link_args=["-pthread"])],
+                           extra_link_args=["-pthread"], depends=["aligner/metrics/xxhash.h"])],
 )

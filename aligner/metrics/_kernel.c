@@ -2,7 +2,8 @@
  * aligner.compare.metrics reports, instead of the ~15 numpy passes the same metrics cost otherwise.
  *
  * Called through ctypes (aligner/metrics/kernel.py), which releases the GIL for the call. Totals carry over
- * between calls, so a tensor can be fed in chunks. Elementwise arithmetic is done in the input type, as
+ * between calls, so a tensor can be fed in chunks. One array's statistics and content digest (`summary`, `digest`,
+ * at the end) are module functions instead, called once per dumped tensor. Elementwise arithmetic is done in the input type, as
  * torch.isclose does (|a - b| <= atol + rtol * |b| in float32 for float32 tensors); sums are kept in double.
  *
  * Each block of BLOCK elements is first folded by a branch-free loop over independent lanes, which the compiler
@@ -436,8 +437,96 @@ static void fold_parts(const void *x, size_t size, int64_t n, double nz, double 
 DEFINE_STATS(f32, float, fabsf, FLT_MAX)
 DEFINE_STATS(f64, double, fabs, DBL_MAX)
 
-/* An importable module, so that Python's import system finds this shared library wherever it was installed. */
+/* XXH3-128 (xxhash.h, vendored from xxHash 0.8.2, BSD-2-Clause), compiled into this module. */
+#define XXH_INLINE_ALL
+#include "xxhash.h"
+
+/* XXH3-128 of `head` then `data`, the canonical (big-endian) 16 bytes: the name of a dumped tensor's file. */
+static void content_digest(const Py_buffer *head, const Py_buffer *data, unsigned char out[16])
+{
+    XXH3_state_t state;
+    XXH3_128bits_reset(&state);
+    XXH3_128bits_update(&state, head->buf, (size_t)head->len);
+    XXH3_128bits_update(&state, data->buf, (size_t)data->len);
+    XXH128_canonical_t canonical;
+    XXH128_canonicalFromHash(&canonical, XXH3_128bits_digest(&state));
+    memcpy(out, canonical.digest, 16);
+}
+
+/* digest(head, data) -> 16 bytes: XXH3-128 of two C-contiguous buffers, without the GIL. */
+static PyObject *py_digest(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "digest(head, data) takes 2 arguments");
+        return NULL;
+    }
+    Py_buffer head, data;
+    if (PyObject_GetBuffer(args[0], &head, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &data, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&head);
+        return NULL;
+    }
+    unsigned char out[16];
+    Py_BEGIN_ALLOW_THREADS
+    content_digest(&head, &data, out);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&head);
+    return PyBytes_FromStringAndSize((const char *)out, 16);
+}
+
+/* summary(array, near_zero, near_one, tiny, threads, head) -> (lo, hi, sum, squares, nan, inf, zeros, near_zero,
+ * near_one, tiny, digest): the statistics of a C-contiguous float32/float64 buffer in one pass on up to `threads`
+ * threads and, where `head` is bytes (not None), `digest(head, array)` of the same memory while it is in cache; one
+ * call without the GIL, where ctypes and a second hashing call cost ~10 us a tensor (most of a small one's). */
+static PyObject *py_summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "summary(array, near_zero, near_one, tiny, threads, head) takes 6 arguments");
+        return NULL;
+    }
+    double nz = PyFloat_AsDouble(args[1]), no = PyFloat_AsDouble(args[2]), tiny = PyFloat_AsDouble(args[3]);
+    long threads = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer view, head = {0};
+    int hashed = args[5] != Py_None;
+    if (hashed && PyObject_GetBuffer(args[5], &head, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        if (hashed) PyBuffer_Release(&head);
+        return NULL;
+    }
+    const char *format = view.format ? view.format : "B";
+    int f32 = view.itemsize == 4 && strcmp(format, "f") == 0, f64 = view.itemsize == 8 && strcmp(format, "d") == 0;
+    if (!f32 && !f64) {
+        PyBuffer_Release(&view);
+        if (hashed) PyBuffer_Release(&head);
+        PyErr_Format(PyExc_ValueError, "summary needs native float32 or float64, got format '%s'", format);
+        return NULL;
+    }
+    Stats s = {INFINITY, -INFINITY, 0, 0, 0, 0, 0, 0, 0, 0};
+    unsigned char out[16];
+    int64_t n = view.len / view.itemsize;
+    Py_BEGIN_ALLOW_THREADS
+    if (f32) aligner_stats_f32(view.buf, n, nz, no, tiny, (int)threads, &s);
+    else aligner_stats_f64(view.buf, n, nz, no, tiny, (int)threads, &s);
+    if (hashed) content_digest(&head, &view, out);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (hashed) PyBuffer_Release(&head);
+    return Py_BuildValue("(ddddLLLLLLN)", s.lo, s.hi, s.sum, s.squares, (long long)s.nan, (long long)s.inf,
+                         (long long)s.zeros, (long long)s.near_zero, (long long)s.near_one, (long long)s.tiny,
+                         hashed ? PyBytes_FromStringAndSize((const char *)out, 16) : Py_NewRef(Py_None));
+}
+
+static PyMethodDef kernel_methods[] = {
+    {"digest", (PyCFunction)(void (*)(void))py_digest, METH_FASTCALL, "XXH3-128 of two buffers (16 bytes)."},
+    {"summary", (PyCFunction)(void (*)(void))py_summary, METH_FASTCALL,
+     "One array's statistics (and digest) in one pass."},
+    {NULL, NULL, 0, NULL}};
+
+/* Importable, so that Python's import system finds this shared library wherever it was installed (ctypes binds the
+ * metric kernels by name); `summary` and `digest` are called directly, being called once per dumped tensor. */
 static struct PyModuleDef kernel_module = {PyModuleDef_HEAD_INIT, "_kernel",
-                                           "Fused metric and statistics kernels, called through ctypes.", -1, NULL};
+                                           "Fused metric and statistics kernels.", -1, kernel_methods};
 
 PyMODINIT_FUNC PyInit__kernel(void) { return PyModule_Create(&kernel_module); }

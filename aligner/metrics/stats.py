@@ -215,11 +215,28 @@ def fast_stats(array: np.ndarray, threads: int = 1) -> Stats:
     a = np.asarray(array)
     if a.dtype not in KERNEL_DTYPES or not a.size:
         return tensor_stats(a)
+    return _kernel_stats(a, threads, None)[0]
+
+
+def fast_stats_digest(array: np.ndarray, head: bytes) -> tuple[Stats, bytes] | None:
+    """`fast_stats` and `kernel.digest(head, array)` in one pass over a float32/float64 array's memory (a full dump's
+    statistics and file name: one call instead of two for each tensor); None for another dtype or no elements."""
+    a = np.asarray(array)
+    if a.dtype not in KERNEL_DTYPES or not a.size:
+        return None
+    stats, raw = _kernel_stats(a, 1, head)
+    assert raw is not None  # asked for: the kernel returns it
+    return stats, raw
+
+
+def _kernel_stats(a: np.ndarray, threads: int, head: bytes | None) -> tuple[Stats, bytes | None]:
+    """The fused kernel's statistics of a non-empty float32/float64 array, and its digest where `head` is given."""
     n = int(a.size)
-    t = summarize(np.ascontiguousarray(a).reshape(-1), NEAR_ZERO, NEAR_ONE, TINY, max(1, min(threads, n // PART)))
+    t = summarize(np.ascontiguousarray(a).reshape(-1), NEAR_ZERO, NEAR_ONE, TINY, max(1, min(threads, n // PART)),
+                  head)
     finite = n - t.nan - t.inf
     counts = fractions(n, t.zeros, t.near_zero, t.near_one, t.tiny)
     if not finite:
-        return Stats(min=None, max=None, mean=None, l2=None, nan=t.nan, inf=t.inf, **counts)
+        return Stats(min=None, max=None, mean=None, l2=None, nan=t.nan, inf=t.inf, **counts), t.digest
     mean = t.sum / finite if math.isfinite(t.sum) else unscaled_mean(a[np.isfinite(a)].astype(np.float64))
-    return Stats(min=t.lo, max=t.hi, mean=mean, l2=math.sqrt(t.squares), nan=t.nan, inf=t.inf, **counts)
+    return Stats(min=t.lo, max=t.hi, mean=mean, l2=math.sqrt(t.squares), nan=t.nan, inf=t.inf, **counts), t.digest

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,7 +12,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aligner.core.dtypes import to_numpy, to_storable
 from aligner.dumping.fstats import fast_stats_of, torch_watch_stats
+from aligner.dumping.writer import digest, stats_and_name
+from aligner.metrics import _kernel  # type: ignore[attr-defined]  # compiled: mypy sees no module
+from aligner.metrics.kernel import digest as kernel_digest
 from aligner.metrics.kernel import summarize
 from aligner.metrics.stats import NEAR_ONE, NEAR_ZERO, PART, TINY, Stats, fast_stats, tensor_stats
 
@@ -113,3 +118,46 @@ def test_a_mean_whose_float64_sum_overflows_is_the_finite_mean(values: list) -> 
     for stats in (tensor_stats(a), fast_stats(a)):
         assert isinstance(stats.mean, float) and math.isfinite(stats.mean)
         assert abs(stats.mean - want) <= 1e-15 * abs(want)
+
+
+# XXH3-128 (seed 0) of head + data, from the `xxhash` package: the empty input's is the value xxHash publishes
+XXH3_VECTORS = [(b"", b"", "99aa06d3014798d86001c324468d497f"),
+                (b"<f4(2, 3)", b"", "ab34e57374761ff7da26842514f32c39"),
+                (b"abc", bytes(range(256)) * 5, "0b3077f77dbf4ac29b9f6cff0bb46677")]
+
+
+@pytest.mark.parametrize("head, data, want", XXH3_VECTORS)
+def test_the_compiled_digest_is_xxh3_128(head: bytes, data: bytes, want: str) -> None:
+    """Tensor files keep their names across versions (a dump appended to later links to the files already there)."""
+    assert kernel_digest(head, np.frombuffer(data, np.uint8)).hex() == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), shape=st.lists(st.integers(0, 40), min_size=0, max_size=3),
+       dtype=st.sampled_from([np.float32, np.float64, np.float16, np.int64, np.bool_, "bfloat16"]),
+       transpose=st.booleans())
+def test_one_call_gives_the_statistics_and_name_two_calls_give(data: st.DataObject, shape: list[int], dtype: Any,
+                                                                  transpose: bool) -> None:
+    """The writer's one pass (`stats_and_name`) against `fast_stats` and `digest` of what is stored, on every layout a
+    hook hands it (transposed views included) and with special values."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    a = (rng.standard_normal(shape) * 3).astype(to_numpy(dtype) if dtype == "bfloat16" else dtype)
+    if a.size and a.dtype.kind == "f":
+        flat = a.reshape(-1)
+        for i in data.draw(st.lists(st.integers(0, a.size - 1), max_size=4)):
+            flat[i] = data.draw(st.sampled_from([np.nan, np.inf, -np.inf, 0.0]))
+    if transpose:
+        a = a.T
+    stats, name = stats_and_name(a)
+    assert name == f"{digest(to_storable(a))}.npy"
+    want = fast_stats(a)
+    assert stats.to_dict() == want.to_dict()
+
+
+def test_the_summary_refuses_what_it_cannot_read_as_floats() -> None:
+    with pytest.raises(ValueError, match="float32 or float64"):
+        _kernel.summary(np.arange(4, dtype=np.int32), NEAR_ZERO, NEAR_ONE, TINY, 1, None)
+    with pytest.raises(ValueError, match="float32 or float64"):
+        _kernel.summary(np.arange(4, dtype=">f4"), NEAR_ZERO, NEAR_ONE, TINY, 1, b"")
+    with pytest.raises(ValueError, match="C-contiguous"):
+        summarize(np.ones((3, 4), np.float32).T, NEAR_ZERO, NEAR_ONE, TINY)
