@@ -165,7 +165,7 @@ def noop_hooks(model: Any) -> list[Any]:
     return handles
 
 
-class _NoSink:
+class _NoSink(dump_session.Sink):
     """A sink that is handed nothing (the floor's session records nothing)."""
 
     host_arrays = False

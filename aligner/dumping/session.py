@@ -19,7 +19,7 @@ from aligner.dumping.fstats import (
     fast_stats_of,
     ms_cpu_target,
     ms_deferrable,
-    ms_view,
+    ms_views,
     on_host,
     read_queued,
     stats_of,
@@ -74,6 +74,12 @@ class Sink(Protocol):
     host_arrays: bool
 
     def put(self, record: Record, array: np.ndarray | None) -> None: ...
+
+    def put_many(self, items: list[tuple[Record, np.ndarray | None]]) -> None:
+        """`put` each of `items` in order; a sink that takes them at once overrides this (BackgroundWriter: its
+        thread wakes once for a MindSpore step's records, which all arrive at the context's exit)."""
+        for record, array in items:
+            self.put(record, array)
 
     def close(self) -> None: ...
 
@@ -313,12 +319,24 @@ class Session:
         except Exception:  # a write error of the sink's: Sink.close raises it
             pass
 
+    def _hand_all(self, items: list[tuple[Record, np.ndarray | None]]) -> None:
+        """`_hand` each of a flush's records, in one hand-over (`Sink.put_many`)."""
+        for record, _ in items:
+            if record.skipped is not None:
+                self.skipped[record.skipped] += 1
+        try:
+            self.sink.put_many(items)
+        except Exception:  # a write error of the sink's: Sink.close raises it
+            pass
+
     def _flush(self) -> None:
         """Copy or reduce every held tensor (one wait for MindSpore's queued ops) and hand the waiting records over in
         order (the lock held)."""
         pending, self._pending, self._pending_bytes = self._pending, [], 0
         queued = self._read_queued(pending)
-        host = ms_view if self.lends_views and not self.open else to_host  # the context's last flush: no copy
+        # the context's last flush: views, no copy
+        host = ms_views() if self.lends_views and not self.open and pending else to_host
+        handed: list[tuple[Record, np.ndarray | None]] = []
         for item in pending:
             record, array, held = item.record, item.array, item.held
             if item.grad and self._linked_grad(record, held):
@@ -337,7 +355,8 @@ class Session:
                         record.stats = fast_stats_of(held)
                 except Exception as exc:  # whatever the tensor is, the dump goes on
                     record.skipped = unstorable(held, exc)
-            self._hand(record, array)
+            handed.append((record, array))
+        self._hand_all(handed)
 
     def _read_queued(self, pending: list[_Waiting]) -> dict[int, Stats | str]:
         """The statistics queued on accelerators for `pending`, by id of what is held (one transfer per stage buffer

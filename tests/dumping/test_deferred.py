@@ -81,13 +81,12 @@ def test_a_waited_dump_lends_the_writer_mindspore_memory_at_its_exit(tmp_path: P
     from aligner.dumping import writer
 
     handed: list[np.ndarray] = []
-    put = writer.BackgroundWriter.put
+    put_many = writer.BackgroundWriter.put_many
 
-    def spy(self: writer.BackgroundWriter, record: Record, array: np.ndarray | None) -> None:
-        if array is not None:
-            handed.append(array)
-        put(self, record, array)
-    monkeypatch.setattr(writer.BackgroundWriter, "put", spy)
+    def spy(self: writer.BackgroundWriter, items: list[tuple[Record, np.ndarray | None]]) -> None:
+        handed.extend(array for _, array in items if array is not None)
+        put_many(self, items)
+    monkeypatch.setattr(writer.BackgroundWriter, "put_many", spy)
     _, model = make_twins("cnn")
     with aligner.dump(model, tmp_path / "exit", wait=wait):
         train_step(model, example_input("cnn"))

@@ -94,3 +94,52 @@ def test_new_keys_mean_what_they_say():
     assert s.zeros == 2 / 8 and s.near_zero == 4 / 8 and s.near_one == 2 / 8
     assert s.tiny == 1 / 6  # of the 6 nonzero elements (NaN is nonzero), one is below float16's smallest normal
     assert tensor_stats(np.zeros(5, np.float32)).tiny == 0.0
+
+
+def _ms_kinds() -> dict[str, ms.Tensor]:
+    """MindSpore tensors of every layout and origin a deferred record holds at the flush."""
+    from mindspore import mint
+
+    x = _rng.standard_normal((6, 5)).astype(np.float32)
+    base = mint.add(ms.Tensor(x), 1.0)
+    kinds = {"fresh": ms.Tensor(x), "computed": base, "parameter": ms.Parameter(ms.Tensor(x), name="w"),
+             "slice": base[2:], "row": base[3], "transposed": base.transpose(1, 0), "scalar": base.sum(),
+             "empty": ms.Tensor(np.zeros((0, 3), np.float32)), "bfloat16": base.astype(ms.bfloat16)}
+    for dtype in (ms.float16, ms.float64, ms.int32, ms.int64, ms.uint8, ms.bool_, ms.int8):
+        kinds[str(dtype)] = (base * 3).astype(dtype)
+    return kinds
+
+
+@pytest.mark.parametrize("kind", list(_ms_kinds()))
+def test_a_mindspore_view_reads_what_asnumpy_reads(kind: str) -> None:
+    """`ms_view` wraps a contiguous tensor's memory from its data pointer (asnumpy for the rest): the same values,
+    dtype and shape as asnumpy, for every dtype and layout (a slice's pointer starts at its offset)."""
+    from aligner.core.dtypes import to_numpy
+    from aligner.dumping.fstats import ms_views
+
+    tensor = _ms_kinds()[kind]
+    want = tensor.asnumpy()
+    if tensor.dtype == ms.bfloat16:
+        want = want.view(np.uint16).view(to_numpy("bfloat16"))
+    got = ms_views()(tensor)
+    assert (got.dtype, got.shape) == (want.dtype, want.shape)
+    assert np.array_equal(got.reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8))
+
+
+def test_a_mindspore_view_keeps_its_tensor_alive() -> None:
+    """The view is the only reference left to a computed tensor: its memory must not go back to MindSpore's pool
+    (later tensors of the same size would overwrite it)."""
+    import gc
+
+    from mindspore import mint
+
+    from aligner.dumping.fstats import ms_views
+
+    x = ms.Tensor(_rng.standard_normal((64, 64)).astype(np.float32))
+    view = ms_views()(mint.mul(x, 2.0))
+    assert view.flags.owndata is False
+    want = x.asnumpy() * 2
+    gc.collect()
+    others = [mint.mul(x, -7.0) for _ in range(20)]  # same size: the pool would hand them a freed block
+    assert others[-1].asnumpy()[0, 0] == pytest.approx(x.asnumpy()[0, 0] * -7)
+    assert np.array_equal(view, want)

@@ -17,7 +17,7 @@ import torch
 import aligner
 from aligner.core.errors import AlignerError
 from aligner.dumping import directory, writer
-from aligner.dumping.manifest import MANIFEST, iter_manifest
+from aligner.dumping.manifest import MANIFEST, Io, Kind, Record, iter_manifest
 from aligner.dumping.read.source import load_tensor, read_source
 from tests.support.twin_models import example_input, make_twins
 
@@ -332,3 +332,28 @@ def test_a_forked_child_closes_a_writer_it_inherited_without_waiting(tmp_path):
     w.close()
     assert done[0] == pid, "the child's close waited for a writer thread that is not in it"
     assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+def _record(seq: int) -> Record:
+    return Record(seq=seq, module="m", type="T", kind=Kind.FORWARD, io=Io.OUTPUT, index=0, dtype="float32",
+                  shape=[seq + 1], step=0)
+
+
+@pytest.mark.parametrize("cap", ["records", "bytes"])
+def test_the_writer_queue_holds_at_most_its_caps_and_a_batch_over_them_passes_alone(tmp_path, held_writes, cap):
+    """A flush hands its records as one batch (put_many): the writer still holds at most `max_records` records and
+    `max_bytes` of host copies queued; a batch over a cap waits until nothing is queued, then goes alone."""
+    (tmp_path / MANIFEST).write_text("")
+    caps = {"max_records": 3, "max_bytes": 1 << 20} if cap == "records" else {"max_records": 100, "max_bytes": 8}
+    w = writer.BackgroundWriter(tmp_path, set(), **caps)
+    w.put_many([(_record(i), np.full(i + 1, i, np.float32)) for i in range(3)])  # over the bytes cap: alone
+    blocked = threading.Thread(target=w.put, args=(_record(3), np.full(4, 3, np.float32)))
+    blocked.start()
+    blocked.join(0.5)
+    assert blocked.is_alive()  # the first batch is still being written (held in its first file)
+    held_writes.set()
+    blocked.join(30)
+    assert not blocked.is_alive()
+    w.close()
+    seqs = [e.seq for _, e in iter_manifest(tmp_path, settle=False) if not isinstance(e, (dict, ValueError))]
+    assert seqs == [0, 1, 2, 3]

@@ -38,7 +38,7 @@ from aligner.dumping import session as dump_session
 from aligner.dumping.fstats import Staged, StatsStage, by_kernel, stats_of, torch_watch_stats
 from aligner.dumping.manifest import Io, Kind, Record
 from aligner.dumping.options import Options
-from aligner.dumping.session import Session, activate
+from aligner.dumping.session import Session, Sink, activate
 from aligner.dumping.tensors import model_framework, shape_of
 from aligner.metrics.stats import SMALL, Stats, batch_extrema, batch_stats, watch_stats
 from aligner.pipelines.check.config import RuleConfig
@@ -90,7 +90,7 @@ def describe(finding: Finding) -> Words:
                  message=finding.message, fix=finding.fix)
 
 
-class _Records:
+class _Records(Sink):
     """The in-memory sink of a watch: records with their statistics, never tensors."""
 
     host_arrays = False
