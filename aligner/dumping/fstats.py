@@ -378,11 +378,15 @@ def _ms_copy() -> Any:
 
 
 def ms_views() -> Callable[[Any], np.ndarray]:
-    """`ms_view`, once every MindSpore op queued so far has run (one wait for them all): a view reads the memory as it
-    is, without the wait `asnumpy` makes."""
+    """`ms_view`, once every MindSpore op queued so far has run (one wait for them all: a view reads the memory as it
+    is, without the wait `asnumpy` makes); where that wait raises (a queued op failed), `asnumpy`, which raises it
+    again for each record (the flush records it as skipped)."""
     from mindspore.graph.api import _pynative_executor
 
-    _pynative_executor.sync()
+    try:
+        _pynative_executor.sync()
+    except Exception:
+        return _ms_asnumpy
     return ms_view
 
 
@@ -393,11 +397,16 @@ def ms_view(tensor: Any) -> np.ndarray:
     Python, and the writer waited on that."""
     dtype = _ms_numpy(tensor.dtype)
     if dtype is None or not tensor.is_contiguous() or not tensor.size:
-        array = tensor.asnumpy()
-        return array.view(np.uint16).view(to_numpy("bfloat16")) if array.dtype.name == "bfloat16" else array
+        return _ms_asnumpy(tensor)
     memory = (ctypes.c_char * (tensor.size * dtype.itemsize)).from_address(tensor._data_ptr())
     memory.tensor = tensor  # alive as long as the array is
     return np.frombuffer(memory, dtype).reshape(tensor.shape)
+
+
+def _ms_asnumpy(tensor: Any) -> np.ndarray:
+    """`asnumpy` (shares a CPU tensor's memory; waits for the op writing it), bfloat16 as ml_dtypes'."""
+    array = tensor.asnumpy()
+    return array.view(np.uint16).view(to_numpy("bfloat16")) if array.dtype.name == "bfloat16" else array
 
 
 @functools.cache
