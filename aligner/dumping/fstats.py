@@ -19,8 +19,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from aligner.core.dtypes import NUMPY, canonical, to_numpy, torch_to_numpy
+from aligner.core.dtypes import NUMPY, canonical, torch_to_numpy
 from aligner.core.errors import AlignerError
+from aligner.dumping.tensors import ms_numpy
 from aligner.metrics import triton_stats
 from aligner.metrics.stats import (
     NEAR_ONE,
@@ -386,7 +387,7 @@ def ms_views() -> Callable[[Any], np.ndarray]:
     try:
         _pynative_executor.sync()
     except Exception:
-        return _ms_asnumpy
+        return ms_numpy
     return ms_view
 
 
@@ -397,16 +398,10 @@ def ms_view(tensor: Any) -> np.ndarray:
     Python, and the writer waited on that."""
     dtype = _ms_numpy(tensor.dtype)
     if dtype is None or not tensor.is_contiguous() or not tensor.size:
-        return _ms_asnumpy(tensor)
+        return ms_numpy(tensor)
     memory = (ctypes.c_char * (tensor.size * dtype.itemsize)).from_address(tensor._data_ptr())
     memory.tensor = tensor  # alive as long as the array is
     return np.frombuffer(memory, dtype).reshape(tensor.shape)
-
-
-def _ms_asnumpy(tensor: Any) -> np.ndarray:
-    """`asnumpy` (shares a CPU tensor's memory; waits for the op writing it), bfloat16 as ml_dtypes'."""
-    array = tensor.asnumpy()
-    return array.view(np.uint16).view(to_numpy("bfloat16")) if array.dtype.name == "bfloat16" else array
 
 
 @functools.cache

@@ -150,13 +150,8 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
         # msgspec (~1 us a line against json's ~8, a call record's ~25) where it writes what json would: it writes a
         # non-finite float as null (json: Infinity, NaN, which the reader takes back) and refuses a lone surrogate
         # (json escapes it)
-        if self.args is None and self.attrs is None:
-            if stats is None or _finite(stats):
-                try:
-                    return _ENCODER.encode(data).decode()
-                except UnicodeEncodeError:
-                    pass
-        elif stats is None and _all_finite(self.args) and _all_finite(self.attrs):  # a call record's values
+        if (stats is None or _finite(stats)) and (self.args is None or _all_finite(self.args)) \
+                and (self.attrs is None or _all_finite(self.attrs)):  # a call record's values: any float
             try:
                 return _ENCODER.encode(data).decode()
             except (UnicodeEncodeError, TypeError, ValueError, OverflowError):  # json's line, or json's error

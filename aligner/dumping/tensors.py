@@ -95,10 +95,15 @@ def to_host(tensor: Any) -> np.ndarray:
         return torch_to_numpy(tensor.detach().to("cpu", copy=True))
     ms = sys.modules.get("mindspore")
     if ms is not None and isinstance(tensor, ms.Tensor):
-        array = np.array(tensor.asnumpy(), copy=True)  # asnumpy shares the tensor's memory on CPU
-        # MindSpore registers its own numpy bfloat16 type: reinterpret the bits as ml_dtypes' (one bfloat16 for all)
-        return array.view(np.uint16).view(to_numpy("bfloat16")) if array.dtype.name == "bfloat16" else array
+        return np.array(ms_numpy(tensor), copy=True)  # asnumpy shares the tensor's memory on CPU
     raise AlignerError(f"aligner.save needs a torch or MindSpore tensor or a numpy array, got {type(tensor).__name__}")
+
+
+def ms_numpy(tensor: Any) -> np.ndarray:
+    """A MindSpore tensor's `asnumpy` (on CPU, its memory; it waits for the op writing it), bfloat16 as ml_dtypes'."""
+    array = tensor.asnumpy()
+    # MindSpore registers its own numpy bfloat16 type: reinterpret the bits as ml_dtypes' (one bfloat16 for all)
+    return array.view(np.uint16).view(to_numpy("bfloat16")) if array.dtype.name == "bfloat16" else array
 
 
 def dtype_name(tensor: Any) -> str:

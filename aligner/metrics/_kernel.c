@@ -3,8 +3,9 @@
  *
  * Called through ctypes (aligner/metrics/kernel.py), which releases the GIL for the call. Totals carry over
  * between calls, so a tensor can be fed in chunks. One array's statistics and content digest (`summary`, `digest`,
- * at the end) are module functions instead, called once per dumped tensor. Elementwise arithmetic is done in the input type, as
- * torch.isclose does (|a - b| <= atol + rtol * |b| in float32 for float32 tensors); sums are kept in double.
+ * at the end) are module functions instead, called once per dumped tensor. Elementwise arithmetic is done in the
+ * input type, as torch.isclose does (|a - b| <= atol + rtol * |b| in float32 for float32 tensors); sums are kept in
+ * double.
  *
  * Each block of BLOCK elements is first folded by a branch-free loop over independent lanes, which the compiler
  * vectorizes. If its sums come out non-finite (a NaN or Inf in the block, or a difference that overflows), the
