@@ -110,16 +110,20 @@ class DumpContext:
             return
         session, self.session = self.session, None
         self._remove_hooks()
-        session.close()
-        self.skipped.update(session.skipped)
-        activate(self._previous)
+        interrupted = True  # the flush stopped (a Ctrl-C): the sink is closed and the directory let go all the same
         try:
-            self._finish(session.sink)
-        except AlignerError:
-            if exc is None:  # never hide the user's own exception behind a write error
-                raise
+            session.close()
+            interrupted = False
         finally:
-            self._closed(session)
+            self.skipped.update(session.skipped)
+            activate(self._previous)
+            try:
+                self._finish(session.sink)
+            except AlignerError:
+                if exc is None and not interrupted:  # never hide the user's own exception behind a write error
+                    raise
+            finally:
+                self._closed(session)
 
     def _remove_hooks(self) -> None:
         """Remove the hooks and patches, the last made first (patches of the same attribute put back in order)."""

@@ -114,6 +114,26 @@ def test_a_record_line_reads_back_as_the_record_whatever_its_values(module: str,
     assert json.loads(line, parse_constant=str) == json.loads(_json_line(rec), parse_constant=str)
 
 
+_TEXT = st.one_of(st.none(), st.text(st.characters(blacklist_categories=("Cs",)), max_size=4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(module=_TEXT.filter(lambda t: t is not None), arg=_TEXT, skipped=_TEXT, scope=_TEXT, source=_TEXT,
+       same_as=st.one_of(st.none(), st.integers(0, 2**40)), with_stats=st.booleans())
+def test_a_record_line_is_the_line_of_its_fields_less_the_optional_nulls_byte_for_byte(
+        module: str, arg: str | None, skipped: str | None, scope: str | None, source: str | None,
+        same_as: int | None, with_stats: bool) -> None:
+    """A record with no call arguments is encoded as the struct with its optional fields' nulls cut from the end:
+    the line is byte for byte the one a dict of its fields less those nulls gives, whichever of them are set."""
+    stats = Stats(min=-1.0, max=2.5, mean=0.25, l2=3.0, nan=0, numel=6) if with_stats else None
+    rec = Record(seq=7, module=module, type="Conv2d", kind=manifest.Kind.FORWARD, io=manifest.Io.INPUT,
+                 dtype="float32", shape=[2, 3], stats=stats,
+                 file=None if same_as is not None else "tensors/a.npy", call=4, parent="", same_as=same_as,
+                 source=source, arg=arg, skipped=skipped, scope=scope)
+    fields = {k: v for k, v in msgspec.structs.asdict(rec).items() if not (k in manifest._OPTIONAL and v is None)}
+    assert rec.to_json() == msgspec.json.encode(fields).decode()
+
+
 def _json_line(rec: Record) -> str:
     """The line as json alone wrote it (the encoder before msgspec took the plain lines)."""
     data = msgspec.structs.asdict(rec) | {"stats": rec.stats and rec.stats.to_dict()}

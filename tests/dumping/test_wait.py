@@ -357,3 +357,33 @@ def test_the_writer_queue_holds_at_most_its_caps_and_a_batch_over_them_passes_al
     w.close()
     seqs = [e.seq for _, e in iter_manifest(tmp_path, settle=False) if not isinstance(e, (dict, ValueError))]
     assert seqs == [0, 1, 2, 3]
+
+
+def test_a_ctrl_c_at_the_exit_still_closes_the_dump(tmp_path, monkeypatch):
+    """A KeyboardInterrupt while a waited MindSpore context's exit reads its records (the flush) goes on up, and the
+    context still closes its writer and lets the directory go (another process could claim it; the next step appends
+    to it)."""
+    from aligner.dumping import session
+
+    x = ms.Tensor(example_input("cnn"))
+    _, mnet = make_twins("cnn")
+    grad = ms.value_and_grad(lambda inp: mnet(inp).square().sum(), None, mnet.trainable_params())
+    with aligner.dump(mnet, tmp_path / "d", step=0):
+        grad(x)
+    real, calls = session.ms_views, []
+
+    def interrupted():
+        calls.append(1)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(session, "ms_views", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with aligner.dump(mnet, tmp_path / "d", step=1):
+            grad(x)
+    assert calls
+    fd = directory._lock_manifest(tmp_path / "d", tmp_path / "d", None)  # let go: another process could claim it
+    directory.os.close(fd)
+    monkeypatch.setattr(session, "ms_views", real)
+    with aligner.dump(mnet, tmp_path / "d", step=2):
+        grad(x)
+    steps = [it.record.step for it in read_source(tmp_path / "d").items]
+    assert steps == sorted(steps) and set(steps) == {0, 2} and steps.count(0) == steps.count(2)
