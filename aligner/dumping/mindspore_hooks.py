@@ -108,10 +108,9 @@ class _CellHooks(CallHooks):
         def hooked(index: int, c: ms.Tensor) -> bool:
             if not getattr(c, "_requires_grad", False):  # a forward outside mindspore.grad: nothing to hook
                 return False
-            c.register_hook(functools.partial(self._input_grad, call, index, id(c)))
+            token = self.session.handed_input(c, self.path, self.type, index) if self.session.open else None
+            c.register_hook(functools.partial(self._input_grad, call, index, id(c), token))
             call.copies.append((index, c))
-            if self.session.open:
-                self.session.handed_input(c, self.path, self.type, index)
             return True
 
         new_args, new_kwargs = self._swapped((args, kwargs), hooked)
@@ -177,11 +176,11 @@ class _CellHooks(CallHooks):
                 if key in call.held:
                     self.emit_grad(Io.GRAD_INPUT, *call.held.pop(key))
 
-    def _input_grad(self, call: _Call, index: int, key: int, grad: ms.Tensor | None) -> None:
+    def _input_grad(self, call: _Call, index: int, key: int, token: int | None, grad: ms.Tensor | None) -> None:
         """A copy's gradient: held while the same tensor, handed back, waits for its grad_output hook (registered
         after this one, it runs after it unless an in-place op in the cell made the output a later node); a copy the
         cell wrote into in place gets a record saying so instead (`Session.written_input`)."""
-        written = self.session.written_input(key) if self.session.open else None
+        written = self.session.written_input(token) if token is not None and self.session.open else None
         if written is not None:
             self.session.failed(self.path, self.type, Kind.BACKWARD, Io.GRAD_INPUT, written, index=index)
             call.handed.pop(key, None)

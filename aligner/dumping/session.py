@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import sys
 import threading
 import weakref
@@ -137,10 +138,14 @@ class Session:
         # writes in place seen so far (`writing_in_place`): what links by identity go by, as torch's go by `_version`
         self._writes = 0
         # id of a copy the MindSpore hooks hand a cell as an input (for its input gradient) -> (the copy, the cell's
-        # path and type, the input's index): a write into it in place is one the cell's caller does not see; the
-        # copies written so, with the sentence their gradient record is skipped with
-        self._handed: dict[int, tuple[weakref.ref, str, str, int]] = {}
+        # path and type, the input's index, the copy's token): a write into it in place is one the cell's caller does
+        # not see; the copies written so, by token, with the sentence their gradient record is skipped with. Tokens,
+        # not ids: a copy's Python object may be freed during the step while its gradient still comes, and a later
+        # copy then gets its id (1-3 a step of tests/dumping/test_mindspore_hooks.py's model did), so a note keyed by
+        # id could go to another cell's gradient
+        self._handed: dict[int, tuple[weakref.ref, str, str, int, int]] = {}
         self._written: dict[int, tuple[str, str, int, str]] = {}
+        self._tokens = itertools.count()
         self.step = step
         self.seq = first_seq
         self.open = True  # False once the context has exited: late gradient hooks are ignored
@@ -488,17 +493,17 @@ class Session:
                 self._flush()
             handed = self._handed.get(id(target)) if target is not None else None
             if handed is not None and handed[0]() is target:
-                self._written[id(target)] = (handed[1], handed[2], handed[3], (
+                self._written[handed[4]] = (handed[1], handed[2], handed[3], (
                     f"{handed[1]} wrote in place into its input {handed[3]}: under this dump it writes the copy the "
                     "dump hands it for this gradient, so its caller does not see the write and what runs after may "
                     "compute other numbers than without the dump; dump with backward=False to hand the cell its own "
                     "input"))
 
-    def written_input(self, key: int) -> str | None:
-        """Why the gradient of the input copy `key` (`id` of a copy `handed_input` was told of) is not recorded: the
+    def written_input(self, token: int) -> str | None:
+        """Why the gradient of the input copy with `token` (what `handed_input` returned for it) is not recorded: the
         cell wrote into the copy in place (None: it did not)."""
         with self._lock:
-            written = self._written.pop(key, None)
+            written = self._written.pop(token, None)
         return None if written is None else written[3]
 
     def _note_written(self) -> None:
@@ -509,12 +514,16 @@ class Session:
         for module, type_, index, reason in written:
             self.failed(module, type_, Kind.BACKWARD, Io.GRAD_INPUT, reason, index=index)
 
-    def handed_input(self, copy: Any, module: str, type_: str, index: int) -> None:
-        """`copy` is what the MindSpore hooks hand `module` as its input `index` in place of the caller's tensor."""
+    def handed_input(self, copy: Any, module: str, type_: str, index: int) -> int | None:
+        """`copy` is what the MindSpore hooks hand `module` as its input `index` in place of the caller's tensor; its
+        token, for `written_input` (None: not weakly referenceable, so a write into it goes unremarked)."""
         try:
-            self._handed[id(copy)] = (weakref.ref(copy), module, type_, index)
-        except TypeError:  # not weakly referenceable: a write into it goes unremarked
-            pass
+            ref = weakref.ref(copy)
+        except TypeError:
+            return None
+        token = next(self._tokens)
+        self._handed[id(copy)] = (ref, module, type_, index, token)
+        return token
 
     def same_tensors(self, before: Any, after: Any) -> None:
         """`after` holds the numbers of the tensors of `before`, in order, as new objects (the copies of its inputs

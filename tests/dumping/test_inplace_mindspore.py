@@ -214,3 +214,28 @@ def test_contexts_exited_out_of_order_keep_the_open_one_guarded(tmp_path: Path) 
     recs_a = records(tmp_path / "a")
     assert not np.array_equal(data(tmp_path / "a", recs_a, ("head", "input")),
                               data(tmp_path / "a", recs_a, ("fc", "output")))  # A's write was seen too
+
+
+def test_a_write_into_a_handed_copy_is_noted_for_that_copy_even_once_another_copy_has_its_id() -> None:
+    """A copy the hooks hand a cell may be freed during the step while its gradient still comes (MindSpore's graph
+    holds the tensor, not the Python object), and a later copy then gets its id: the note of a write goes by the
+    token `handed_input` gave the copy written, never to the other copy's gradient."""
+    from aligner.dumping.session import Session
+    from aligner.dumping.writer import MemorySink
+
+    class Copy:  # weakly referenceable, like a MindSpore tensor
+        pass
+
+    session = Session(MemorySink(), 0, mindspore=True)
+    written = Copy()
+    token = session.handed_input(written, "inplace", "InPlace", 1)
+    session.writing_in_place(written)
+    freed = id(written)
+    del written
+    others = [Copy() for _ in range(64)]  # CPython hands the freed block to one of them
+    other = next((c for c in others if id(c) == freed), None)
+    assert other is not None, "no later object took the freed copy's id: nothing checked"
+    other_token = session.handed_input(other, "head", "Dense", 0)
+    assert session.written_input(other_token) is None
+    note = session.written_input(token)
+    assert note is not None and note.startswith("inplace wrote in place into its input 1")
