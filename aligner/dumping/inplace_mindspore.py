@@ -53,25 +53,25 @@ class _When(enum.Enum):
 
 
 @functools.cache
-def _entry_points() -> tuple[tuple[Any, str, _When], ...]:
-    """(owner, name, when) of every entry point that writes in place, found once per process. A writing primitive
-    class gets a `__call__` of its own (patching `Primitive.__call__` instead costs ~0.8 ms a context: setting it
-    touches each of its ~1900 subclasses)."""
-    found: list[tuple[Any, str, _When]] = []
+def _entry_points() -> tuple[tuple[Any, str, _When, int], ...]:
+    """(owner, name, when, at: the argument it writes) of every entry point that writes in place, found once per
+    process. A writing primitive class gets a `__call__` of its own (patching `Primitive.__call__` instead costs ~0.8 ms
+    a context: setting it touches each of its ~1900 subclasses); a primitive's first input is its argument 1."""
+    found: list[tuple[Any, str, _When, int]] = []
     tensor = mindspore.Tensor
     for name in dir(tensor):
         if (name in _TENSOR_WRITES or (inplace(name) and not name.startswith("__"))) and name not in _NOT_WRITES:
             if isinstance(inspect.getattr_static(tensor, name), FUNCTIONS):
-                found.append((tensor, name, _When.ALWAYS))
+                found.append((tensor, name, _When.ALWAYS, 0))
     for _, module in NAMESPACES:
         for name, value in vars(module).items():
             if name.startswith("_") or not isinstance(value, FUNCTIONS):
                 continue
             if (name.endswith("_") and name not in _NOT_WRITES) or _FUNCTION_WRITES.fullmatch(name):
-                found.append((module, name, _When.ALWAYS))
+                found.append((module, name, _When.ALWAYS, 0))
             elif "inplace" in _parameters(value):
-                found.append((module, name, _When.KEYWORD))
-    found.extend((cls, "__call__", _When.ALWAYS) for name, cls in vars(mindspore.ops).items()
+                found.append((module, name, _When.KEYWORD, 0))
+    found.extend((cls, "__call__", _When.ALWAYS, 1) for name, cls in vars(mindspore.ops).items()
                  if isinstance(cls, type) and issubclass(cls, mindspore.ops.Primitive)
                  and _PRIMITIVE_WRITES.fullmatch(name))
     return tuple(found)
@@ -93,7 +93,6 @@ class _Open:
     patches: Patches | None = None
 
 
-@functools.cache  # one wrapper per entry point for the process: a dump context made 146 of them (~0.3 ms)
 def _guard(fn: Callable[..., Any], when: _When, at: int) -> Callable[..., Any]:
     """`fn`, telling every open session before it writes its argument `at` (a primitive's first input is its argument
     1). The wrapper names `fn` as `__wrapped__`: MindSpore's graph compiler, parsing what `@mindspore.jit` code calls
@@ -116,16 +115,23 @@ def _guard(fn: Callable[..., Any], when: _When, at: int) -> Callable[..., Any]:
     return writes
 
 
+# entry point's index in `_entry_points()` -> (what it was, its guard): one wrapper per entry point for the process,
+# made again only when the entry point has changed since (a dump context made 146 of them, ~0.3 ms)
+_guards: dict[int, tuple[Callable[..., Any], Callable[..., Any]]] = {}
+
+
 def _patched() -> Patches:
     """Every entry point guarded; the handle's `remove` puts them back."""
     # what each entry point is now (another patch of the user's included), all read before any is replaced: a class
     # inheriting a guarded `__call__` gets the original
-    now = [(owner, name, getattr(owner, name), when) for owner, name, when in _entry_points()]
+    now = [getattr(owner, name) for owner, name, _, _ in _entry_points()]
     patches = Patches()
     try:
-        for owner, name, original, when in now:
-            patches.set(owner, name, _guard(original, when, 1 if isinstance(owner, type) and
-                                            issubclass(owner, mindspore.ops.Primitive) else 0))
+        for i, ((owner, name, when, at), original) in enumerate(zip(_entry_points(), now)):
+            known = _guards.get(i)
+            if known is None or known[0] is not original:
+                known = _guards[i] = (original, _guard(original, when, at))
+            patches.set(owner, name, known[1])
     except BaseException:
         patches.remove()
         raise

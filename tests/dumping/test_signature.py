@@ -69,3 +69,36 @@ def test_a_module_attribute_holding_a_tensor_or_an_object_is_left_out() -> None:
     assert "pair" not in attrs and "init" not in attrs
     assert attrs["sizes"] == {"tuple": [3, {"tuple": [4, 5]}]} and attrs["bad"] == {"float": "-inf"}
     assert attrs["in_features"] == 2 and attrs["class"] == "torch.nn.modules.linear.Linear"
+
+
+class _NoRepr:
+    """A value whose repr must not be asked for (a model config's repr serialises the whole config)."""
+
+    def __repr__(self) -> str:
+        raise AssertionError("repr of an attribute that is left out")
+
+
+class _Opaque(enum.Enum):
+    OBJECT = _NoRepr()
+
+
+def test_an_attribute_left_out_is_never_written_out_first() -> None:
+    layer = torch.nn.Linear(2, 3)
+    layer.config = _NoRepr()
+    layer.mode = _Opaque.OBJECT  # an enum whose value JSON cannot hold: left out as its value would be
+    layer.items = [1, _NoRepr()][:1]
+    attrs = attributes(layer)
+    assert "config" not in attrs and "mode" not in attrs and attrs["items"] == [1]
+
+
+def test_a_mindspore_cell_records_its_operators_settings_but_dtypes_and_objects() -> None:
+    import mindspore as ms
+
+    cell = ms.nn.LayerNorm((4,), epsilon=1e-5)
+    cell.layer_norm.add_prim_attr("note", _NoRepr())  # an operator setting JSON cannot hold: left out, unwritten
+    cell.layer_norm.add_prim_attr("to", ms.float16)
+    cell.cast = ms.ops.Cast()  # settings of plain values only (its input and output names)
+    attrs = attributes(cell)
+    assert attrs["layer_norm"] == {"dict": {"begin_norm_axis": -1, "begin_params_axis": -1, "epsilon": 1e-5}}
+    assert attrs["cast"] == {"dict": {"input_names": ["x", "dst_type"], "output_names": ["output"]}}
+    assert attrs["epsilon"] == 1e-5 and attrs["class"] == "mindspore.nn.layer.normalization.LayerNorm"
