@@ -183,14 +183,26 @@ _ENCODER = msgspec.json.Encoder()
 
 def _all_finite(value: Any) -> bool:
     """Whether no float inside `value` (nested dicts and lists: a call's arguments and settings) is a NaN or an
-    infinity."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        value = value.values()
-    elif not isinstance(value, (list, tuple)):
-        return True
-    return all(_all_finite(item) for item in value)
+    infinity. A loop over a stack, plain types first (a recursive walk took 0.15 ms a step for the twin CNN's call
+    records, two thirds of their lines' cost)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return True
 
 
 def _finite(stats: Stats) -> bool:
