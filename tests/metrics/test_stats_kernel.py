@@ -154,6 +154,19 @@ def test_one_call_gives_the_statistics_and_name_two_calls_give(data: st.DataObje
     assert stats.to_dict() == want.to_dict()
 
 
+@pytest.mark.parametrize("n", [16383, 16384, 16385, 3 * 16384 + 5, 100_003])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_statistics_and_digest_taken_part_by_part_are_those_of_the_whole(n: int, dtype: type) -> None:
+    """The writer's call reads a large array in parts of 16,384 elements (statistics, then the digest of each part
+    while it is in cache): the same statistics, bit for bit, and the same digest as one pass of each, a NaN and an
+    Inf in different parts included."""
+    a = (np.random.default_rng(n).standard_normal(n) * 5).astype(dtype)
+    a[[n // 3, n - 1]] = [np.nan, -np.inf]
+    stats, name = stats_and_name(a)
+    assert name == f"{digest(a)}.npy"
+    assert stats.to_dict() == fast_stats(a).to_dict()
+
+
 def test_the_summary_refuses_what_it_cannot_read_as_floats() -> None:
     with pytest.raises(ValueError, match="float32 or float64"):
         _kernel.summary(np.arange(4, dtype=np.int32), NEAR_ZERO, NEAR_ONE, TINY, 1, None)
