@@ -33,6 +33,10 @@ A MindSpore CPU step of resnet18 at batch 8, 224x224 lasts half a minute to thre
 --progress` keeps such a run to (steps + 1) rounds of one loop and shows each step as it ends; `--skip` leaves
 modes out (stats_now; full, which also skips the disk).
 
+--summary times the full dump writer's one call per tensor (statistics and digest, `writer.stats_and_name`) on float32
+arrays of 40 KB, 2 MB and 64 MB, in GB/s and as a ratio to reading the array once (`np.max`, one pass's floor) timed
+in the same run, best of the rounds.
+
 --copies ROUNDS (MindSpore) times the copy a deferred record of a Parameter holds (BatchNorm's moving statistics):
 a full and a stats-only dump each with the copy as it is (`fstats._ms_copy`: `Tensor.copy_` into `mint.empty_like`),
 with the copy before (`ops.deepcopy`), and holding the Parameter with no copy (wrong values where it changes before
@@ -383,6 +387,8 @@ def main() -> None:
                              "fstats.STAGE_MAX (the others copied and reduced together), or none (torch's reductions)")
     parser.add_argument("--copies", type=int, metavar="ROUNDS",
                         help="MindSpore: the Parameter copies of deferred records against ops.deepcopy (see above)")
+    parser.add_argument("--summary", action="store_true",
+                        help="the writer's statistics and digest of one tensor against one read of it (see above)")
     parser.add_argument("--check", action="store_true",
                         help="dump one step queued and at once, and compare the records")
     args = parser.parse_args()
@@ -402,6 +408,9 @@ def main() -> None:
         return
     if args.copies:
         copies(args)
+        return
+    if args.summary:
+        summary()
         return
     modes = ("none", "full", "stats") if args.quick else MODES
     set_up(args)
@@ -493,6 +502,26 @@ def floor(args: argparse.Namespace) -> None:
             vs_floor = f"{med[variant] / med['floor']:.2f}x ({best[variant] / best['floor']:.2f}x)"
             vs_none = f"{med[variant] / med['none']:.2f}x ({best[variant] / best['none']:.2f}x)"
             print(f"{'':10} {MS_VARIANTS[variant]}: {vs_floor} the floor, {vs_none} no dump")
+
+
+def summary() -> None:
+    """The writer's statistics and digest of one float32 tensor against one read of it, best of the rounds."""
+    from aligner.dumping.writer import stats_and_name
+
+    print("the full dump writer's statistics and digest of a float32 tensor (writer.stats_and_name), against one read "
+          "of it (np.max); best of the rounds")
+    for numel in (10_000, 500_000, 16_000_000):
+        array = np.random.default_rng(0).standard_normal(numel).astype(np.float32)
+        best = {"read": math.inf, "stats and digest": math.inf}
+        for _ in range(max(5, int(3e8 / array.nbytes))):
+            for name, run in (("read", np.max), ("stats and digest", stats_and_name)):
+                start = time.perf_counter()
+                run(array)
+                best[name] = min(best[name], time.perf_counter() - start)
+        gbs = {name: array.nbytes / t / 1e9 for name, t in best.items()}
+        print(f"  {array.nbytes / 1e6:8.2f} MB: stats and digest {best['stats and digest'] * 1e3:8.3f} ms "
+              f"({gbs['stats and digest']:.2f} GB/s), {best['stats and digest'] / best['read']:.2f}x one read "
+              f"({gbs['read']:.2f} GB/s)")
 
 
 COPIES = ("deepcopy", "copy_", "no copy")  # --copies: the baseline first
