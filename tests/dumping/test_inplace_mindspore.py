@@ -6,6 +6,7 @@ compare then blamed the child for its parent's code, and the next child's input 
 """
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -239,3 +240,27 @@ def test_a_write_into_a_handed_copy_is_noted_for_that_copy_even_once_another_cop
     assert session.written_input(other_token) is None
     note = session.written_input(token)
     assert note is not None and note.startswith("inplace wrote in place into its input 1")
+
+
+def test_an_entry_point_changed_between_dumps_is_guarded_as_it_is_then(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guards wrap each entry point as it is when a dump opens (a process keeps one wrapper per entry point): a
+    patch of the user's made between two dumps is what the second dump's guard calls, after telling the session, and
+    what is left after it."""
+    net = Parent(WRITES["ops.assign"])
+    returned = net.fc(X).asnumpy()
+    with aligner.dump(net, tmp_path / "first", backward=False):
+        net(X)
+    original, calls = ops.assign, []
+
+    def mine(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ops, "assign", mine)
+    with aligner.dump(net, tmp_path / "second", backward=False):
+        assert ops.assign is not mine and inspect.unwrap(ops.assign) is mine
+        net(X)
+    assert ops.assign is mine and len(calls) == 1
+    recs = records(tmp_path / "second")
+    np.testing.assert_array_equal(data(tmp_path / "second", recs, ("fc", "output")), returned)
