@@ -191,17 +191,12 @@ def _all_finite(value: Any) -> bool:
         kind = type(item)
         if kind is str or kind is int or kind is bool or item is None:
             continue
-        if kind is dict:
+        if kind is dict or isinstance(item, dict):
             stack.extend(item.values())
-        elif kind is list or kind is tuple:
+        elif kind is list or kind is tuple or isinstance(item, (list, tuple)):
             stack.extend(item)
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return False
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            return False
     return True
 
 

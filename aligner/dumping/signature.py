@@ -186,7 +186,7 @@ def _primitive_settings(value: Any) -> dict[str, Any]:
         return {}
     settings = {}
     for key, item in attrs.items():
-        encoded = item if type(item) in _EXACT else scalar(item, _left_out)
+        encoded = scalar(item, _left_out)
         if encoded is not _LEFT_OUT and not (type(encoded) is dict and "dtype" in encoded):
             settings[str(key)] = encoded
     return settings
